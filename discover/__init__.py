@@ -1,0 +1,1 @@
+"""Discovery: drive tracefs, parse function_graph output, build call graphs."""

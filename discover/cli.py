@@ -1,0 +1,15 @@
+"""`discover`: the command-line entry point; each subcommand lives in discover.commands."""
+from __future__ import annotations
+
+import click
+
+from discover.errors import run_cli
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def discover() -> None:
+    """Find what a kernel function calls and where to time it."""
+
+
+def main() -> None:
+    run_cli("discover", lambda: discover.main(standalone_mode=False))

@@ -1,0 +1,1 @@
+"""One module per `discover` subcommand; discover.cli registers them."""

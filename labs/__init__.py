@@ -1,0 +1,1 @@
+"""Labs: NFS server/client VMs (QEMU and Vagrant) that prove probekit on real kernels."""
