@@ -1,0 +1,243 @@
+"""A small reader for BPF Type Format (BTF) blobs: function prototypes from vmlinux and modules.
+
+Why our own: no maintained Python library reads kernel BTF, and probekit only needs the
+function prototypes (name, linkage, return and parameter types) to say whether fentry/fexit
+can attach and which argument holds the file, bytes or offset. It takes bytes, so the same
+code reads /sys/kernel/btf/* on a live kernel and the .BTF section of a packaged kernel.
+
+Module BTF is "split" BTF: its type ids continue after the base (vmlinux) blob's, and its
+string offsets continue after the base string section. Pass the parsed vmlinux as `base`.
+Format reference: the kernel's Documentation/bpf/btf.rst (header, type records, strings).
+"""
+from __future__ import annotations
+
+import struct
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+MAGIC = 0xEB9F
+
+# Kinds (btf_type.info bits 24-28).
+KIND_INT, KIND_PTR, KIND_ARRAY, KIND_STRUCT, KIND_UNION, KIND_ENUM = 1, 2, 3, 4, 5, 6
+KIND_FWD, KIND_TYPEDEF, KIND_VOLATILE, KIND_CONST, KIND_RESTRICT = 7, 8, 9, 10, 11
+KIND_FUNC, KIND_FUNC_PROTO, KIND_VAR, KIND_DATASEC, KIND_FLOAT = 12, 13, 14, 15, 16
+KIND_DECL_TAG, KIND_TYPE_TAG, KIND_ENUM64 = 17, 18, 19
+
+#: bytes of kind-specific data after the 12-byte btf_type record: (fixed, per vlen item)
+_EXTRA: Dict[int, Tuple[int, int]] = {
+    KIND_INT: (4, 0), KIND_PTR: (0, 0), KIND_ARRAY: (12, 0), KIND_STRUCT: (0, 12),
+    KIND_UNION: (0, 12), KIND_ENUM: (0, 8), KIND_FWD: (0, 0), KIND_TYPEDEF: (0, 0),
+    KIND_VOLATILE: (0, 0), KIND_CONST: (0, 0), KIND_RESTRICT: (0, 0), KIND_FUNC: (0, 0),
+    KIND_FUNC_PROTO: (0, 8), KIND_VAR: (4, 0), KIND_DATASEC: (0, 12), KIND_FLOAT: (0, 0),
+    KIND_DECL_TAG: (4, 0), KIND_TYPE_TAG: (0, 0), KIND_ENUM64: (0, 12),
+}
+
+LINKAGE = {0: "static", 1: "global", 2: "extern"}
+
+
+class BtfError(ValueError):
+    """The bytes are not a BTF blob this reader understands."""
+
+
+class BtfParam(NamedTuple):
+    name: str
+    type: str
+
+
+class BtfFunction(NamedTuple):
+    """One FUNC record: what fentry/fexit would see."""
+
+    name: str
+    linkage: str  # static | global | extern
+    return_type: str
+    params: Tuple[BtfParam, ...]
+    variadic: bool
+
+    def prototype(self) -> str:
+        """C-like one-line prototype, e.g. `ssize_t nfs_file_read(struct kiocb *iocb, ...)`."""
+        args = [_declare(p.type, p.name) for p in self.params]
+        if self.variadic:
+            args.append("...")
+        ret = self.return_type
+        sep = "" if ret.endswith("*") else " "
+        return f"{ret}{sep}{self.name}({', '.join(args) or 'void'})"
+
+
+def _declare(type_str: str, name: str) -> str:
+    if not name:
+        return type_str
+    if "(*)" in type_str:
+        return type_str.replace("(*)", f"(*{name})", 1)
+    return f"{type_str}{'' if type_str.endswith('*') else ' '}{name}"
+
+
+class Btf:
+    """Parsed BTF: type records indexed by id (base types first when split)."""
+
+    def __init__(self, data: bytes, base: Optional["Btf"] = None) -> None:
+        if len(data) < 24:
+            raise BtfError("too short for a BTF header")
+        if struct.unpack_from("<H", data, 0)[0] == MAGIC:
+            self._end = "<"
+        elif struct.unpack_from(">H", data, 0)[0] == MAGIC:
+            self._end = ">"
+        else:
+            raise BtfError("bad BTF magic")
+        _, version, _flags, hdr_len = struct.unpack_from(self._end + "HBBI", data, 0)
+        if version != 1:
+            raise BtfError(f"unsupported BTF version {version}")
+        type_off, type_len, str_off, str_len = struct.unpack_from(self._end + "IIII", data, 8)
+        types_start = hdr_len + type_off
+        strs_start = hdr_len + str_off
+        if types_start + type_len > len(data) or strs_start + str_len > len(data):
+            raise BtfError("BTF sections run past the end of the data")
+        self._data = data
+        self._strs = data[strs_start:strs_start + str_len]
+        self.base = base
+        self._first_id = base.type_count if base is not None else 1
+        self._str_base = base._strings_end() if base is not None else 0
+        self._offsets: List[int] = []
+        self._func_ids: Dict[str, int] = {}
+        self._index(types_start, types_start + type_len)
+        self._name_cache: Dict[int, str] = {}
+
+    @property
+    def type_count(self) -> int:
+        """Ids in use including the base's and id 0 (void): the next split blob's first id."""
+        return self._first_id + len(self._offsets)
+
+    def _strings_end(self) -> int:
+        base_end = self.base._strings_end() if self.base is not None else 0
+        return base_end + len(self._strs)
+
+    def _index(self, pos: int, end: int) -> None:
+        data, unpack = self._data, struct.Struct(self._end + "III").unpack_from
+        fixed_extra = _EXTRA
+        next_id = self._first_id
+        while pos < end:
+            name_off, info, _ = unpack(data, pos)
+            kind = (info >> 24) & 0x1F
+            vlen = info & 0xFFFF
+            extra = fixed_extra.get(kind)
+            if extra is None:
+                raise BtfError(f"unknown BTF kind {kind} at type id {next_id}")
+            self._offsets.append(pos)
+            if kind == KIND_FUNC:
+                self._func_ids[self._str(name_off)] = next_id
+            pos += 12 + extra[0] + extra[1] * vlen
+            next_id += 1
+        if pos != end:
+            raise BtfError("BTF type section ends inside a type record")
+
+    def _str(self, off: int) -> str:
+        if off < self._str_base:
+            assert self.base is not None
+            return self.base._str(off)
+        off -= self._str_base
+        end = self._strs.find(b"\0", off)
+        return self._strs[off:end if end >= 0 else None].decode("utf-8", "replace")
+
+    def _record(self, type_id: int) -> Tuple["Btf", int, int, int, int, int]:
+        """(owner blob, offset, name_off, kind, vlen, size_or_type) for a type id."""
+        if type_id < self._first_id:
+            if self.base is None:
+                raise BtfError(f"type id {type_id} is void or out of range")
+            return self.base._record(type_id)
+        idx = type_id - self._first_id
+        if idx >= len(self._offsets):
+            raise BtfError(f"type id {type_id} out of range")
+        off = self._offsets[idx]
+        name_off, info, size_or_type = struct.unpack_from(self._end + "III", self._data, off)
+        return self, off, name_off, (info >> 24) & 0x1F, info & 0xFFFF, size_or_type
+
+    def type_name(self, type_id: int) -> str:
+        """C spelling of a type: `struct kiocb *`, `const char *`, `u64`, `int (*)(int)`."""
+        if type_id == 0:
+            return "void"
+        cached = self._name_cache.get(type_id)
+        if cached is None:
+            cached = self._spell(type_id, 0)
+            self._name_cache[type_id] = cached
+        return cached
+
+    def _spell(self, type_id: int, depth: int) -> str:
+        if type_id == 0:
+            return "void"
+        if depth > 32:
+            return "?"
+        owner, off, name_off, kind, vlen, ref = self._record(type_id)
+        name = owner._str(name_off)
+        if kind in (KIND_INT, KIND_FLOAT, KIND_TYPEDEF):
+            return name
+        if kind in (KIND_STRUCT, KIND_UNION, KIND_ENUM, KIND_ENUM64, KIND_FWD):
+            word = {KIND_STRUCT: "struct", KIND_UNION: "union", KIND_FWD: "struct"}.get(kind, "enum")
+            if kind == KIND_FWD:
+                word = "union" if (struct.unpack_from(owner._end + "I", owner._data, off + 4)[0] >> 31) else "struct"
+            return f"{word} {name or '(anon)'}"
+        if kind == KIND_PTR:
+            target = self._resolve_kind(ref)
+            if target == KIND_FUNC_PROTO:
+                return self._spell_proto(ref, depth + 1, "(*)")
+            inner = self._spell(ref, depth + 1)
+            return inner + ("*" if inner.endswith("*") else " *")
+        if kind in (KIND_CONST, KIND_VOLATILE, KIND_RESTRICT):
+            word = {KIND_CONST: "const", KIND_VOLATILE: "volatile", KIND_RESTRICT: "restrict"}[kind]
+            inner = self._spell(ref, depth + 1)
+            return f"{inner} {word}" if inner.endswith("*") else f"{word} {inner}"
+        if kind in (KIND_TYPE_TAG, KIND_DECL_TAG, KIND_VAR, KIND_FUNC):
+            return self._spell(ref, depth + 1)
+        if kind == KIND_ARRAY:
+            elem, _index_type, nelems = struct.unpack_from(owner._end + "III", owner._data, off + 12)
+            return f"{self._spell(elem, depth + 1)}[{nelems}]"
+        if kind == KIND_FUNC_PROTO:
+            return self._spell_proto(type_id, depth + 1, "")
+        return name or "?"
+
+    def _resolve_kind(self, type_id: int) -> int:
+        """Kind after skipping typedef-free modifiers (to spot function pointers)."""
+        for _ in range(32):
+            if type_id == 0:
+                return 0
+            _, _, _, kind, _, ref = self._record(type_id)
+            if kind not in (KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG):
+                return kind
+            type_id = ref
+        return 0
+
+    def _spell_proto(self, proto_id: int, depth: int, declarator: str) -> str:
+        ret, params, variadic = self._proto(proto_id, depth)
+        args = [p.type for p in params] + (["..."] if variadic else [])
+        return f"{ret} {declarator}({', '.join(args) or 'void'})"
+
+    def _proto(self, proto_id: int, depth: int = 0) -> Tuple[str, Tuple[BtfParam, ...], bool]:
+        owner, off, _, kind, vlen, ret_id = self._record(proto_id)
+        if kind != KIND_FUNC_PROTO:
+            raise BtfError(f"type id {proto_id} is not a FUNC_PROTO")
+        params: List[BtfParam] = []
+        variadic = False
+        pos = off + 12
+        for i in range(vlen):
+            name_off, type_id = struct.unpack_from(owner._end + "II", owner._data, pos + 8 * i)
+            if type_id == 0 and name_off == 0 and i == vlen - 1:
+                variadic = True
+                continue
+            params.append(BtfParam(owner._str(name_off), self._spell(type_id, depth + 1)))
+        return self._spell(ret_id, depth + 1), tuple(params), variadic
+
+    def function(self, name: str) -> Optional[BtfFunction]:
+        """The FUNC record called `name` in this blob (not its base), or None."""
+        type_id = self._func_ids.get(name)
+        if type_id is None:
+            return None
+        _, _, _, _, vlen, proto_id = self._record(type_id)
+        ret, params, variadic = self._proto(proto_id)
+        return BtfFunction(name, LINKAGE.get(vlen, str(vlen)), ret, params, variadic)
+
+    def function_names(self) -> List[str]:
+        """Names of every FUNC in this blob (not its base), in type-id order."""
+        return list(self._func_ids)
+
+    def functions(self) -> Iterator[BtfFunction]:
+        for name in self._func_ids:
+            func = self.function(name)
+            if func is not None:
+                yield func
