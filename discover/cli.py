@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import click
 
+from discover.commands.events import events
+from discover.commands.snapshot import snapshot
 from discover.errors import run_cli
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def discover() -> None:
     """Find what a kernel function calls and where to time it."""
+
+
+discover.add_command(snapshot)
+discover.add_command(events)
 
 
 def main() -> None:
