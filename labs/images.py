@@ -1,0 +1,302 @@
+"""Lab guest images from Debian packages only: mmdebstrap -> ext4 -> qcow2, plus vmlinuz/initrd.
+
+One image serves every lab node and both backends (QEMU directly, and the Vagrant box
+built on top of it). Images are cached under ``~/.cache/probekit/images/<key>/`` where
+the key hashes every input (suite, package list, provision scripts, the lab SSH key,
+builder version), so a changed input builds a new image and an unchanged one is reused.
+
+Stable API (used by labs.qemu and labs.vagrant)::
+
+    info = build_image("6.1")          # ImageInfo; builds once, then returns the cache
+    info.rootfs, info.vmlinuz, info.initrd, info.kernel_release, info.ssh_private_key
+
+Building needs root (mmdebstrap in root mode, ownership kept by ``mkfs.ext4 -d``) and
+deb.debian.org (or the host's own Debian mirror); no loop mounts.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+from discover.errors import UserError
+
+#: Bump when the build steps change in a way that changes the image.
+BUILDER_VERSION = "1"
+
+PROVISION_DIR = Path(__file__).resolve().parent / "provision"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+#: kernel series -> the Debian suite whose linux-image-amd64 ships it (checked after the build)
+KERNEL_SUITES: Dict[str, str] = {
+    "5.10": "bullseye",
+    "6.1": "bookworm",
+    "6.12": "trixie",
+    "7": "sid",
+}
+
+Progress = Callable[[str], None]
+
+
+def cache_root() -> Path:
+    """Where images, the lab SSH key and lab state live (PROBEKIT_CACHE overrides)."""
+    env = os.environ.get("PROBEKIT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "probekit"
+
+
+class ImageInfo(NamedTuple):
+    """A built image: every path the backends need, and what is inside."""
+
+    key: str
+    suite: str
+    kernel_release: str      # uname -r of the image's kernel, e.g. 6.1.0-57-amd64
+    directory: Path
+    rootfs: Path             # qcow2, ext4 on the whole disk (root=/dev/vda)
+    vmlinuz: Path
+    initrd: Path
+    ssh_private_key: Path    # key pair accepted for `vagrant` and root
+    ssh_public_key: Path
+    packages: List[str]
+
+    def to_json(self) -> Dict[str, object]:
+        out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self._asdict().items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Dict[str, object]) -> "ImageInfo":
+        path_fields = {"directory", "rootfs", "vmlinuz", "initrd", "ssh_private_key", "ssh_public_key"}
+        values = {k: (Path(str(v)) if k in path_fields else v) for k, v in data.items()}
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def suite_for_kernel(kernel: str) -> str:
+    """Map a requested kernel ('6.1', '6.12', '7.2', or a suite name) to a Debian suite."""
+    if kernel in KERNEL_SUITES.values():
+        return kernel
+    if kernel in KERNEL_SUITES:
+        return KERNEL_SUITES[kernel]
+    major = kernel.split(".")[0]
+    if major in KERNEL_SUITES:
+        return KERNEL_SUITES[major]
+    known = ", ".join(list(KERNEL_SUITES) + sorted(set(KERNEL_SUITES.values())))
+    raise UserError(f"no Debian suite known for kernel {kernel!r} (known: {known})")
+
+
+def host_mirror() -> str:
+    """The Debian mirror the host's apt uses (so a local mirror or proxy is honoured)."""
+    texts: List[str] = []
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        if path.suffix in (".list", ".sources") and path.is_file():
+            texts.append(path.read_text(errors="replace"))
+    for text in texts:
+        for match in re.finditer(r"(?m)^(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s+)?)(\S+)", text):
+            uri = match.group(1).rstrip("/")
+            if "security" not in uri and uri.startswith(("http://", "https://")):
+                return uri
+    return DEFAULT_MIRROR
+
+
+def read_package_list(suite: str) -> List[str]:
+    """packages.txt + packages-<suite>.txt + the suite's kernel image and headers."""
+    names: List[str] = []
+    for path in (PROVISION_DIR / "packages.txt", PROVISION_DIR / f"packages-{suite}.txt"):
+        if path.exists():
+            for line in path.read_text().splitlines():
+                names.extend(line.split("#", 1)[0].split())
+    names += ["linux-image-amd64", "linux-headers-amd64"]
+    return sorted(set(names))
+
+
+def ensure_ssh_key(progress: Progress = print) -> Path:
+    """The lab's SSH key pair, generated once and kept in the cache (Vagrant needs a key)."""
+    key = cache_root() / "ssh" / "lab_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(key.parent / ".lock"):
+            if not key.exists():
+                progress(f"[image] generating the lab SSH key {key}")
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "probekit-lab",
+                                "-f", str(key)], check=True)
+    return key
+
+
+def image_key(suite: str, packages: List[str], pubkey: bytes) -> str:
+    """Hash of every build input: same inputs, same cached image."""
+    digest = hashlib.sha256()
+    for part in (BUILDER_VERSION, suite, " ".join(packages)):
+        digest.update(part.encode() + b"\0")
+    for path in sorted(PROVISION_DIR.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(PROVISION_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(pubkey)
+    return f"{suite}-{digest.hexdigest()[:16]}"
+
+
+def cached_image(kernel: str) -> Optional[ImageInfo]:
+    """The cached image for a kernel request, or None when it would have to be built."""
+    suite = suite_for_kernel(kernel)
+    key_path = cache_root() / "ssh" / "lab_ed25519.pub"
+    if not key_path.exists():
+        return None
+    key = image_key(suite, read_package_list(suite), key_path.read_bytes())
+    info_file = cache_root() / "images" / key / "image.json"
+    if info_file.exists():
+        return ImageInfo.from_json(json.loads(info_file.read_text()))
+    return None
+
+
+def build_image(kernel: str = "6.1", progress: Progress = print, rebuild: bool = False) -> ImageInfo:
+    """Return the image for a kernel request, building it (as root) when not cached.
+
+    The build runs in a temporary directory beside the cache entry and is renamed into
+    place only when complete, so an interrupted build never leaves a half image behind.
+    """
+    suite = suite_for_kernel(kernel)
+    packages = read_package_list(suite)
+    private_key = ensure_ssh_key(progress)
+    public_key = private_key.with_suffix(".pub")
+    key = image_key(suite, packages, public_key.read_bytes())
+    images = cache_root() / "images"
+    final = images / key
+    images.mkdir(parents=True, exist_ok=True)
+    with _locked(images / f"{key}.lock"):
+        if final.exists() and (final / "image.json").exists() and not rebuild:
+            info = ImageInfo.from_json(json.loads((final / "image.json").read_text()))
+            progress(f"[image] cached {key} (kernel {info.kernel_release})")
+            _check_series(kernel, info)
+            return info
+        if os.geteuid() != 0:
+            raise UserError("building a lab image needs root (mmdebstrap, mkfs.ext4 -d)")
+        for tool in ("mmdebstrap", "mkfs.ext4", "qemu-img"):
+            if not shutil.which(tool):
+                raise UserError(f"{tool} not found: run `bash scripts/setup` first")
+        work = images / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        try:
+            info = _build(suite, packages, key, work, final, private_key, progress)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _check_series(kernel, info)
+    return info
+
+
+def _build(suite: str, packages: List[str], key: str, work: Path, final: Path,
+           private_key: Path, progress: Progress) -> ImageInfo:
+    started = time.monotonic()
+    root = work / "root"
+    mirror = host_mirror()
+    progress(f"[image] building {key}: Debian {suite} from {mirror}, {len(packages)} packages")
+    guest_provision = "/usr/local/lib/probekit/provision"
+    cmd = [
+        "mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory",
+        "--aptopt=APT::Install-Recommends \"false\"",
+        "--include=" + ",".join(packages),
+        f"--customize-hook=mkdir -p \"$1{guest_provision}\"",
+        f"--customize-hook=cp -a {PROVISION_DIR}/. \"$1{guest_provision}/\"",
+        f"--customize-hook=cp {private_key.with_suffix('.pub')} \"$1/tmp/lab_key.pub\"",
+        f"--customize-hook=chroot \"$1\" sh {guest_provision}/node.sh /tmp/lab_key.pub",
+        "--customize-hook=rm -f \"$1/tmp/lab_key.pub\"",
+        suite, str(root), mirror,
+    ]
+    _run_logged(cmd, work / "mmdebstrap.log", progress)
+    progress(f"[image] mmdebstrap done in {time.monotonic() - started:.0f} s")
+
+    release = _kernel_release(root)
+    out = work / "image"
+    out.mkdir()
+    shutil.copy2(root / "boot" / f"vmlinuz-{release}", out / "vmlinuz")
+    shutil.copy2(root / "boot" / f"initrd.img-{release}", out / "initrd.img")
+    used = int(subprocess.run(["du", "-sb", str(root)], check=True, capture_output=True,
+                              text=True).stdout.split()[0])
+    size_mib = used * 13 // 10 // (1 << 20) + 1536   # headroom for workloads and traces
+    raw = work / "rootfs.raw"
+    progress(f"[image] mkfs.ext4 -d ({used >> 20} MiB of files, {size_mib} MiB filesystem)")
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "probekit-root", "-d", str(root), str(raw),
+                    f"{size_mib}M"], check=True)
+    shutil.rmtree(root)
+    progress("[image] qemu-img convert -> qcow2")
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(out / "rootfs.qcow2")], check=True)
+    raw.unlink()
+    shutil.copy2(work / "mmdebstrap.log", out / "mmdebstrap.log")
+
+    info = ImageInfo(key=key, suite=suite, kernel_release=release, directory=final,
+                     rootfs=final / "rootfs.qcow2", vmlinuz=final / "vmlinuz",
+                     initrd=final / "initrd.img", ssh_private_key=private_key,
+                     ssh_public_key=private_key.with_suffix(".pub"), packages=packages)
+    (out / "image.json").write_text(json.dumps(info.to_json(), indent=2) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(out, final)
+    progress(f"[image] built {key} (kernel {release}) in {time.monotonic() - started:.0f} s")
+    return info
+
+
+def _kernel_release(root: Path) -> str:
+    kernels = sorted(p.name[len("vmlinuz-"):] for p in (root / "boot").glob("vmlinuz-*"))
+    if len(kernels) != 1:
+        raise UserError(f"expected one kernel in the image, found {kernels or 'none'}")
+    return kernels[0]
+
+
+def _check_series(kernel: str, info: ImageInfo) -> None:
+    """A numeric request must be met by the kernel the suite really ships."""
+    if kernel in KERNEL_SUITES.values():
+        return
+    if not (info.kernel_release == kernel or info.kernel_release.startswith(kernel + ".")
+            or info.kernel_release.startswith(kernel + "-")):
+        raise UserError(f"kernel {kernel} requested but Debian {info.suite} ships "
+                        f"{info.kernel_release}; ask for {info.suite!r} or another version")
+
+
+def _run_logged(cmd: List[str], log: Path, progress: Progress) -> None:
+    """Run a long build step, keeping its full output in a log and showing its progress."""
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sink.write(line)
+            if line.startswith(("I: ", "E: ", "W: ")) or "Setting up linux-image" in line:
+                progress("[image] " + line.rstrip())
+        code = proc.wait()
+    if code != 0:
+        kept = log.parent.parent / (log.parent.name.lstrip(".") + ".failed.log")
+        shutil.copy2(log, kept)
+        tail = kept.read_text(errors="replace").splitlines()[-15:]
+        raise UserError(f"mmdebstrap failed ({code}); log {kept}; last lines: " + " | ".join(tail))
+
+
+class _locked:
+    """An exclusive flock held for a with-block: concurrent builders wait, not collide."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> "_locked":
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _main(argv: List[str]) -> None:
+    """`python -m labs.images KERNEL`: build or show the cached image (for scripts and benches)."""
+    info = build_image(argv[0] if argv else "6.1", progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(info.to_json(), indent=2))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -1,0 +1,450 @@
+"""QemuLab: NFS labs on QEMU directly, from the cached Debian image, with no host networking.
+
+Topologies:
+  single  one guest is NFS server and client at once (mounts over 127.0.0.1); the fast
+          path, and what kernel matrices use.
+  pair    two guests linked by a QEMU socket netdev on 127.0.0.1 (10.77.0.1 server,
+          10.77.0.2 client, static addresses from the kernel command line).
+
+Each guest boots the image's kernel directly, on a throw-away qcow2 overlay; the project
+tree is shared read-only over 9p at /opt/probekit and a writable results share at
+/results. Commands go through qemu-guest-agent on a virtio-serial socket. An optional
+SSH forward (restricted user-mode NIC, 127.0.0.1 only) serves `labs shell`.
+KVM is tried first and abandoned for TCG when it fails or stalls; the verdict is cached
+per host kernel. The serial console is watched for panics, oopses and hangs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Union
+
+from discover.errors import UserError
+from labs.agent import AgentError, AgentTimeout, GuestAgent
+from labs.base import CLIENT, SERVER, CommandResult, Lab
+from labs.console import ConsoleWatch, GuestFailure, failure
+from labs.images import ImageInfo, build_image, cache_root
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+GUEST_PROVISION = "/usr/local/lib/probekit/provision"
+LAB_SUBNET_PREFIX = "10.77.0."
+BOOT_TIMEOUT_TCG = 480.0
+KVM_STALL_SECONDS = 40.0
+#: a kernel that reached userspace (or the KVM fast path is working)
+REACHED_USERSPACE = re.compile(r"systemd\[1\]|Welcome to |Run /sbin/init|Freeing unused kernel")
+
+Progress = Callable[[str], None]
+
+
+class Node(NamedTuple):
+    """One guest of a lab: its role(s), addresses and host-side files."""
+
+    name: str            # "lab" (single), "server" or "client" (pair)
+    index: int           # 1-based, picks MACs, link address and ports
+    link_address: str    # 10.77.0.N on the socket link ("" in single topology)
+    ssh_port: int        # 127.0.0.1 forward to the guest's port 22 (0: no SSH)
+
+
+def lab_state_dir(name: str = "default") -> Path:
+    """Where a running lab keeps its state, overlays, sockets and console logs."""
+    return cache_root() / "labs" / name
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for SSH forwards and the socket link)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class QemuLab(Lab):
+    """An NFS lab of one or two QEMU guests on one Debian kernel."""
+
+    backend = "qemu"
+
+    def __init__(self, kernel: str = "6.1", topology: str = "single", name: str = "default",
+                 ssh: bool = True, memory_mib: int = 1536, vcpus: Optional[int] = None,
+                 accel: Optional[str] = None, project_dir: Path = PROJECT_DIR,
+                 progress: Progress = print) -> None:
+        if topology not in ("single", "pair"):
+            raise UserError(f"unknown topology {topology!r} (single or pair)")
+        self.kernel = kernel
+        self.topology = topology
+        self.name = name
+        self.ssh = ssh
+        self.memory_mib = memory_mib
+        self.vcpus = vcpus
+        self.accel = accel
+        self.project_dir = project_dir
+        self.progress = progress
+        self.state_dir = lab_state_dir(name)
+        self.image: Optional[ImageInfo] = None
+        self.link_port = 0
+        self.nodes: List[Node] = []
+        self.pids: Dict[str, int] = {}
+        self.watches: Dict[str, ConsoleWatch] = {}
+        self.timings: Dict[str, float] = {}
+
+    # -- persistence: `labs up` starts, later `labs run` reattaches ------------------------
+
+    @classmethod
+    def attach(cls, name: str = "default", progress: Progress = print) -> "QemuLab":
+        """Reattach to a lab started by an earlier process (from its state.json)."""
+        state_file = lab_state_dir(name) / "state.json"
+        if not state_file.exists():
+            raise UserError(f"no lab {name!r} is up (run `labs up` first)")
+        state = json.loads(state_file.read_text())
+        lab = cls(kernel=state["kernel"], topology=state["topology"], name=name, ssh=state["ssh"],
+                  memory_mib=state["memory_mib"], vcpus=state["vcpus"], accel=state["accel"],
+                  project_dir=Path(state["project_dir"]), progress=progress)
+        lab.image = ImageInfo.from_json(state["image"])
+        lab.link_port = state["link_port"]
+        lab.nodes = [Node(**node) for node in state["nodes"]]
+        lab.pids = {k: int(v) for k, v in state["pids"].items()}
+        lab.watches = {node.name: ConsoleWatch(node.name, lab.console_log(node.name),
+                                               offset=state["console_offsets"].get(node.name, 0))
+                       for node in lab.nodes}
+        return lab
+
+    def _save(self) -> None:
+        assert self.image is not None
+        state = {
+            "backend": self.backend, "kernel": self.kernel, "topology": self.topology,
+            "ssh": self.ssh, "memory_mib": self.memory_mib, "vcpus": self.vcpus, "accel": self.accel,
+            "project_dir": str(self.project_dir), "image": self.image.to_json(),
+            "link_port": self.link_port, "nodes": [node._asdict() for node in self.nodes],
+            "pids": self.pids,
+            "console_offsets": {name: watch.offset for name, watch in self.watches.items()},
+        }
+        tmp = self.state_dir / "state.json.tmp"
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, self.state_dir / "state.json")
+
+    # -- paths ----------------------------------------------------------------------------
+
+    def console_log(self, node: str) -> Path:
+        return self.state_dir / f"{node}.console.log"
+
+    def agent_socket(self, node: str) -> Path:
+        return self.state_dir / f"{node}.qga"
+
+    @property
+    def results_dir(self) -> Path:
+        return self.state_dir / "results"
+
+    def _node(self, role: str) -> Node:
+        """The guest that plays a role (SERVER/CLIENT) or has a node name."""
+        if self.topology == "single":
+            return self.nodes[0]
+        for node in self.nodes:
+            if node.name == role:
+                return node
+        raise UserError(f"no node {role!r} in this lab (nodes: {', '.join(n.name for n in self.nodes)})")
+
+    # -- the exact QEMU command line --------------------------------------------------------
+
+    def guest_vcpus(self) -> int:
+        """1 vCPU on 7.x kernels (function_graph with 2 vCPUs panicked there), else 2."""
+        if self.vcpus:
+            return self.vcpus
+        release = self.image.kernel_release if self.image else self.kernel
+        return 1 if release.split(".")[0].isdigit() and int(release.split(".")[0]) >= 7 else 2
+
+    def plan_nodes(self) -> List[Node]:
+        """Name the guests of the topology and pick their ports (before anything starts)."""
+        names = ["lab"] if self.topology == "single" else ["server", "client"]
+        return [Node(name=name, index=i,
+                     link_address=f"{LAB_SUBNET_PREFIX}{i}" if self.topology == "pair" else "",
+                     ssh_port=free_port() if self.ssh else 0)
+                for i, name in enumerate(names, start=1)]
+
+    def qemu_argv(self, node: Node, accel: str) -> List[str]:
+        """The full argv that starts one guest (checked by the network-rule tests)."""
+        assert self.image is not None
+        d = self.state_dir
+        cmdline = ["root=/dev/vda", "rw", "console=ttyS0,115200", "panic=1", "net.ifnames=0",
+                   f"systemd.hostname=probekit-{node.name}", "systemd.show_status=1"]
+        if node.link_address:
+            cmdline.append(f"probekit.link=52:54:00:77:00:{node.index:02x},{node.link_address}/24")
+        argv = [
+            "qemu-system-x86_64", "-name", f"probekit-{self.name}-{node.name}",
+            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+            "-m", str(self.memory_mib), "-smp", str(self.guest_vcpus()),
+            "-kernel", str(self.image.vmlinuz), "-initrd", str(self.image.initrd),
+            "-append", " ".join(cmdline),
+            "-drive", f"file={d / (node.name + '.qcow2')},if=virtio,format=qcow2,cache=unsafe,discard=unmap",
+            "-device", "virtio-rng-pci",
+            "-chardev", f"file,id=console,path={self.console_log(node.name)}",
+            "-serial", "chardev:console",
+            "-chardev", f"socket,id=qga,path={self.agent_socket(node.name)},server=on,wait=off",
+            "-device", "virtio-serial-pci",
+            "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+            "-virtfs", f"local,path={self.project_dir},mount_tag=probekit,security_model=none,"
+                       f"readonly=on,id=probekit",
+            "-virtfs", f"local,path={self.results_dir},mount_tag=results,security_model=none,id=results",
+        ]
+        if accel == "kvm":
+            argv += ["-accel", "kvm", "-cpu", "host"]
+        else:
+            argv += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        if self.topology == "pair":
+            mode = "listen" if node.name == "server" else "connect"
+            argv += ["-netdev", f"socket,id=link,{mode}=127.0.0.1:{self.link_port}",
+                     "-device", f"virtio-net-pci,netdev=link,mac=52:54:00:77:00:{node.index:02x}"]
+        if node.ssh_port:
+            argv += ["-netdev", f"user,id=user,restrict=on,hostfwd=tcp:127.0.0.1:{node.ssh_port}-:22",
+                     "-device", f"virtio-net-pci,netdev=user,mac=52:54:00:aa:00:{node.index:02x}"]
+        return argv
+
+    def argv_by_node(self, accel: str = "tcg") -> Dict[str, List[str]]:
+        """Every guest's exact argv for a planned lab (image must be built or cached)."""
+        if self.image is None:
+            self.image = build_image(self.kernel, progress=self.progress)
+        if not self.nodes:
+            self.nodes = self.plan_nodes()
+            self.link_port = free_port() if self.topology == "pair" else 0
+        return {node.name: self.qemu_argv(node, accel) for node in self.nodes}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def up(self) -> None:
+        """Build/reuse the image, boot the guest(s), wait for the agents, export and mount NFS."""
+        started = time.monotonic()
+        if (self.state_dir / "state.json").exists():
+            raise UserError(f"lab {self.name!r} is already up (`labs down` first); state in {self.state_dir}")
+        self.image = build_image(self.kernel, progress=self.progress)
+        self.timings["image"] = time.monotonic() - started
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.results_dir.mkdir(exist_ok=True)
+        self.nodes = self.plan_nodes()
+        self.link_port = free_port() if self.topology == "pair" else 0
+        try:
+            accel = self.accel or _remembered_accel()
+            boot_started = time.monotonic()
+            if accel == "kvm" and not self._boot_all("kvm", stall_after=KVM_STALL_SECONDS):
+                self.progress("[lab] KVM stalled or failed here: falling back to TCG (verdict cached)")
+                _remember_accel("tcg")
+                accel = "tcg"
+            if accel == "tcg":
+                self._boot_all("tcg", stall_after=None)
+            elif self.accel is None:
+                _remember_accel("kvm")
+            self.accel = accel
+            self._save()
+            self._wait_ready(BOOT_TIMEOUT_TCG if accel == "tcg" else 120.0)
+            self.timings["boot"] = time.monotonic() - boot_started
+            nfs_started = time.monotonic()
+            self._provision_nfs()
+            self.timings["nfs"] = time.monotonic() - nfs_started
+            self._save()
+        except BaseException:
+            self.down()
+            raise
+        self.timings["up"] = time.monotonic() - started
+        self.progress(f"[lab] up in {self.timings['up']:.0f} s ({self.accel}, kernel "
+                      f"{self.image.kernel_release}, {self.topology}); state in {self.state_dir}")
+
+    def _boot_all(self, accel: str, stall_after: Optional[float]) -> bool:
+        """Start every guest; with stall_after, give up (False) if none reaches userspace in time."""
+        self._kill_all()
+        assert self.image is not None
+        self.pids = {}
+        self.watches = {}
+        for node in self.nodes:
+            overlay = self.state_dir / f"{node.name}.qcow2"
+            overlay.unlink(missing_ok=True)
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+                            "-b", str(self.image.rootfs), str(overlay)], check=True)
+            self.console_log(node.name).write_bytes(b"")
+            self.agent_socket(node.name).unlink(missing_ok=True)
+            argv = self.qemu_argv(node, accel)
+            (self.state_dir / f"{node.name}.argv.json").write_text(json.dumps(argv, indent=1) + "\n")
+            stderr_log = (self.state_dir / f"{node.name}.qemu.log").open("wb")
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr_log, stderr=stderr_log,
+                                    start_new_session=True)
+            self.pids[node.name] = proc.pid
+            self.watches[node.name] = ConsoleWatch(node.name, self.console_log(node.name))
+            self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus()} vCPU, "
+                          f"pid {proc.pid}, console {self.console_log(node.name)})")
+            if self.topology == "pair" and node.name == "server":
+                time.sleep(1.0)  # the server's socket netdev listens before the client connects
+        if stall_after is None:
+            return True
+        deadline = time.monotonic() + stall_after
+        while time.monotonic() < deadline:
+            if any(not _alive(pid) for pid in self.pids.values()):
+                return False
+            if all(watch.contains(REACHED_USERSPACE) for watch in self.watches.values()):
+                return True
+            time.sleep(1.0)
+        return False
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Wait until every guest's agent answers and its 9p shares are mounted."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            while True:
+                self._check_node(node.name)
+                try:
+                    with GuestAgent(self.agent_socket(node.name), timeout=5.0) as agent:
+                        res = agent.exec(["/bin/sh", "-c", "mountpoint -q /opt/probekit && mountpoint -q /results"
+                                          " && systemctl is-active -q nfs-server"], timeout=30)
+                    if res.exit_code == 0:
+                        self.progress(f"[lab] {node.name}: guest agent answers, shares mounted")
+                        break
+                except (AgentError, OSError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise failure(node.name, f"not ready after {timeout:.0f} s (guest agent silent or "
+                                             f"shares/nfs-server missing)", self.watches.get(node.name))
+                time.sleep(3.0)
+
+    def _provision_nfs(self) -> None:
+        """Run the shared provision scripts: exports on the server, mounts on the client."""
+        server = self._node(SERVER)
+        self._must(f"sh {GUEST_PROVISION}/server.sh", SERVER, 120)
+        address = "127.0.0.1" if self.topology == "single" else server.link_address
+        self._must(f"sh {GUEST_PROVISION}/client.sh {address}", CLIENT, 180)
+        self.progress(f"[lab] NFSv3 and NFSv4.2 mounted from {address}")
+
+    def _must(self, cmd: str, node: str, timeout: float) -> CommandResult:
+        res = self.run(cmd, node=node, timeout=timeout)
+        if res.exit_code != 0:
+            raise GuestFailure(f"{node}: `{cmd}` failed ({res.exit_code}): {res.stderr.strip()[-300:]}")
+        return res
+
+    def _check_node(self, name: str) -> None:
+        """Raise GuestFailure when a guest's kernel is in trouble or its QEMU died."""
+        watch = self.watches.get(name)
+        if watch is not None:
+            watch.check()
+        pid = self.pids.get(name)
+        if pid is not None and not _alive(pid):
+            if watch is not None:
+                watch.check()
+            qemu_log = self.state_dir / f"{name}.qemu.log"
+            qemu_err = qemu_log.read_text(errors="replace").strip()[-200:] if qemu_log.exists() else ""
+            raise failure(name, f"QEMU exited ({qemu_err or 'no message'}; qemu log {qemu_log})", watch)
+
+    def run(self, cmd: Union[str, Sequence[str]], node: str = CLIENT, timeout: float = 600.0) -> CommandResult:
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        guest = self._node(node)
+        self._check_node(guest.name)
+        try:
+            with GuestAgent(self.agent_socket(guest.name), timeout=30.0) as agent:
+                return agent.exec(argv, timeout=timeout, on_poll=lambda: self._check_node(guest.name))
+        except AgentTimeout as exc:
+            self._check_node(guest.name)
+            raise failure(guest.name, str(exc), self.watches.get(guest.name)) from exc
+        except (AgentError, OSError) as exc:
+            self._check_node(guest.name)
+            raise failure(guest.name, f"guest agent: {exc}", self.watches.get(guest.name)) from exc
+
+    def put(self, local: Path, remote: str, node: str = CLIENT) -> None:
+        guest = self._node(node)
+        with GuestAgent(self.agent_socket(guest.name), timeout=60.0) as agent:
+            agent.write_file(remote, Path(local).read_bytes())
+
+    def get(self, remote: str, local: Path, node: str = CLIENT) -> None:
+        guest = self._node(node)
+        with GuestAgent(self.agent_socket(guest.name), timeout=60.0) as agent:
+            data = agent.read_file(remote)
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        Path(local).write_bytes(data)
+
+    def down(self) -> None:
+        """Stop every guest and remove the lab's overlays, sockets and state."""
+        self._kill_all()
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _kill_all(self) -> None:
+        for pid in self.pids.values():
+            _terminate(pid)
+
+    def status(self) -> Dict[str, str]:
+        if not self.nodes:
+            return {name: "absent" for name in (["lab"] if self.topology == "single" else ["server", "client"])}
+        return {node.name: ("running" if _alive(self.pids.get(node.name, 0)) else "stopped")
+                for node in self.nodes}
+
+    def ssh_command(self, node: str = CLIENT) -> List[str]:
+        """ssh argv that logs into a node as root (key from the image cache, 127.0.0.1 forward)."""
+        guest = self._node(node)
+        if not guest.ssh_port or self.image is None:
+            raise UserError("this lab was started without SSH (labs up --ssh)")
+        return ["ssh", "-i", str(self.image.ssh_private_key), "-p", str(guest.ssh_port),
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether a QEMU we started still runs (a zombie child counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _terminate(pid: int) -> None:
+    """SIGTERM one QEMU we started (by its pid), SIGKILL if it lingers."""
+    if not _alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        if not _alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _accel_file() -> Path:
+    return cache_root() / "accel.json"
+
+
+def _remembered_accel() -> str:
+    """The cached KVM-or-TCG verdict for this host kernel ('kvm' to try when unknown)."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    try:
+        verdicts = json.loads(_accel_file().read_text())
+    except (OSError, ValueError):
+        verdicts = {}
+    return verdicts.get(os.uname().release, "kvm")
+
+
+def _remember_accel(accel: str) -> None:
+    path = _accel_file()
+    try:
+        verdicts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        verdicts = {}
+    verdicts[os.uname().release] = accel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(verdicts, indent=2) + "\n")
