@@ -236,6 +236,31 @@ class Btf:
         """Names of every FUNC in this blob (not its base), in type-id order."""
         return list(self._func_ids)
 
+    def named_types(self, kind: int, prefix: str = "") -> Iterator[Tuple[str, int]]:
+        """(name, type id) of this blob's (not its base's) types of one kind, names starting with prefix.
+
+        Kernel packages need it for `btf_trace_<event>` typedefs (the tracepoints a blob
+        defines) and `trace_event_raw_<class>` structs (their record fields).
+        """
+        unpack = struct.Struct(self._end + "III").unpack_from
+        for idx, off in enumerate(self._offsets):
+            name_off, info, _ = unpack(self._data, off)
+            if (info >> 24) & 0x1F == kind and name_off:
+                name = self._str(name_off)
+                if name.startswith(prefix):
+                    yield name, self._first_id + idx
+
+    def members(self, type_id: int) -> List[BtfParam]:
+        """(name, C type) of a struct or union's members; empty for other kinds."""
+        owner, off, _, kind, vlen, _ = self._record(type_id)
+        if kind not in (KIND_STRUCT, KIND_UNION):
+            return []
+        out = []
+        for i in range(vlen):
+            name_off, member_type, _ = struct.unpack_from(owner._end + "III", owner._data, off + 12 + 12 * i)
+            out.append(BtfParam(owner._str(name_off), self._spell(member_type, 1)))
+        return out
+
     def functions(self) -> Iterator[BtfFunction]:
         for name in self._func_ids:
             func = self.function(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from discover.commands.events import events
+from discover.commands.propose import propose
 from discover.commands.snapshot import snapshot
 from discover.errors import run_cli
 
@@ -15,6 +16,7 @@ def discover() -> None:
 
 discover.add_command(snapshot)
 discover.add_command(events)
+discover.add_command(propose)
 
 
 def main() -> None:

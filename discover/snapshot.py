@@ -178,7 +178,9 @@ def build_profile(tracefs: Optional[Path], proc: Path = Path("/proc"), sysfs: Pa
         try:
             return reader()
         except (OSError, BtfError, ValueError) as exc:
-            unavailable[name] = f"{type(exc).__name__}: {exc}"
+            where = getattr(exc, "filename", None)
+            why = getattr(exc, "strerror", None) or str(exc)
+            unavailable[name] = f"{where}: {why}" if where else why
             return None
 
     config = section("config", lambda: read_config(proc, boot, uname.release))

@@ -1,0 +1,85 @@
+"""`discover propose`: where to time each filesystem operation, ranked, with reasons."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from discover.errors import UserError
+from discover.profile import KernelProfile, load_profile
+from discover.propose import CallGraphs, Candidate, Proposer, build_spec, parse_ops
+from discover.snapshot import build_profile, find_tracefs
+from probes.spec import OPS, dumps_spec
+
+EXAMPLES = """
+\b
+Examples:
+  discover propose nfs                                   # live kernel, all six operations
+  discover propose nfs --ops read,write -o probes/specs/nfs.toml
+  discover propose nfs --kernel-profile 6.1.json         # another kernel, no tracefs needed
+  discover propose nfs --callgraphs graphs/ --kernel-profile 6.1.json
+"""
+
+
+def render(console: Console, proposer: Proposer, proposals: Dict[str, List[Candidate]]) -> None:
+    for op, cands in proposals.items():
+        table = Table(title=f"{OPS[op]} {op} on {proposer.profile.release} ({proposer.fs}: "
+                            f"{', '.join(proposer.modules) or 'built in'})", show_lines=True)
+        table.add_column("#", justify="right")
+        table.add_column("kind")
+        table.add_column("attach (entry -> exit)", overflow="fold")
+        table.add_column("why", overflow="fold")
+        rank = 0
+        for cand in cands:
+            if cand.usable:
+                rank += 1
+            points = "\n".join(f"{a['entry']} -> {a['exit']}" for a in cand.attach) or "(none usable)"
+            why = [f"stability: {cand.stability}", f"coverage: {cand.coverage}",
+                   f"window: {cand.window}", f"traceability: {cand.traceability}",
+                   f"evidence: {cand.evidence}"] + [f"- {r}" for r in cand.reasons]
+            table.add_row(str(rank) if cand.usable else "x", f"{cand.kind}\n({cand.layer})", points,
+                          "\n".join(why))
+        for note in proposer.coverage_notes(op):
+            table.caption = note
+        console.print(table)
+
+
+@click.command("propose", epilog=EXAMPLES)
+@click.argument("fs", metavar="FS")
+@click.option("--ops", "ops_text", default=",".join(OPS), show_default=True,
+              help="Comma-separated operations: " + ", ".join(f"{n} ({l})" for n, l in OPS.items()) + ".")
+@click.option("--kernel-profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Use a profile from `discover snapshot` instead of the live kernel.")
+@click.option("--callgraphs", "graphs_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory of call graphs (`discover callgraph --format json`) as evidence.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the probe spec (TOML, docs/probe-spec.md) here.")
+def propose(fs: str, ops_text: str, profile_path: Optional[Path], graphs_dir: Optional[Path],
+            output: Optional[Path]) -> None:
+    """Rank attach points for timing each operation of filesystem FS: a tracepoint pair at
+    the filesystem layer first, then the filesystem's own entry below VFS (fentry/fexit
+    where BTF allows, kprobe/kretprobe otherwise, all NFS version variants and the
+    atomic-open path together), then deeper points. Every candidate says why: stability,
+    coverage, module, traceability, what falls in the timed window, and the evidence.
+    """
+    ops = parse_ops(ops_text)
+    if profile_path is not None:
+        profile = load_profile(profile_path)
+    else:
+        tracefs = find_tracefs()
+        if tracefs is None:
+            raise UserError("tracefs not found: run on the traced kernel as root, "
+                            "or pass --kernel-profile PROFILE.json")
+        profile = KernelProfile(build_profile(tracefs), origin="live kernel")
+    graphs = CallGraphs.load_dir(graphs_dir) if graphs_dir is not None else None
+    proposer = Proposer(profile, fs, graphs)
+    proposals = proposer.propose(ops)
+    spec = build_spec(proposer, proposals)
+    render(Console(), proposer, proposals)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(dumps_spec(spec), encoding="utf-8")
+        click.echo(f"propose: wrote {output}", err=True)

@@ -1,0 +1,562 @@
+"""Rank attach points per filesystem operation, with the reasons, into a probe spec.
+
+Why: choosing where to time an operation is a trade-off between stability (tracepoints
+survive kernel upgrades), coverage (buffered, O_DIRECT, mmap, async work in kworkers) and
+what falls inside the timed window. This module makes that call from one kernel profile
+(and call graphs when given), and says why, so a reviewer can check it and the probe
+generator can fall back candidate by candidate on another kernel.
+
+Order per operation: a tracepoint pair at the filesystem layer that covers the whole
+operation; the filesystem's own entry below VFS (fentry/fexit when BTF allows, then
+kprobe/kretprobe), all version variants together (nfs_file_open + nfs4_file_open +
+nfs_atomic_open); then partial or deeper points.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from discover.errors import UserError
+from discover.events import EventPair, find_pairs
+from discover.profile import KernelProfile
+from probes.spec import OPS, SCHEMA, VERSION
+
+
+class OpKnowledge(NamedTuple):
+    """What is known about one operation, independent of the kernel."""
+
+    #: VFS functions the operation enters the filesystem from (call-graph roots)
+    vfs: Tuple[str, ...]
+    #: regexes for the filesystem's own entry functions below VFS ({p} = fs prefix)
+    entries: Tuple[str, ...]
+    #: regexes for deeper alternatives inside the filesystem
+    deeper: Tuple[str, ...]
+    #: tracepoint pair operation names that bracket the whole operation at the fs layer
+    tp_full: Tuple[str, ...]
+    #: pairs that bracket part of it or a deeper step
+    tp_partial: Tuple[str, ...]
+    coverage: str
+    window: str
+    #: coverage of the entry-function candidates when it differs from the tracepoint pair's
+    func_coverage: str = ""
+
+
+KNOWLEDGE: Dict[str, OpKnowledge] = {
+    "read": OpKnowledge(
+        ("vfs_read", "new_sync_read", "vfs_iter_read"),
+        (r"{p}_file_read", r"{p}_file_read_iter"),
+        (r"{p}_file_direct_read", r"{p}_readahead", r"{p}_read_folio", r"{p}_readpage"),
+        (), ("read", "aop_readahead", "aop_readpage"),
+        "buffered and O_DIRECT read(2)/preadv(2) (->read_iter); not mmap page faults "
+        "(filemap_fault -> readahead), not splice",
+        "page-cache copy, readahead, and waiting for READ RPCs when the cache misses"),
+    "write": OpKnowledge(
+        ("vfs_write", "new_sync_write", "vfs_iter_write"),
+        (r"{p}_file_write", r"{p}_file_write_iter"),
+        (r"{p}_file_direct_write", r"{p}_write_begin", r"{p}_write_end", r"{p}_updatepage"),
+        (), ("write", "writeback_page"),
+        "buffered and O_DIRECT write(2)/pwritev(2) (->write_iter); not mmap stores; "
+        "writeback of dirty pages runs later in kworkers (flush) and is not in this window",
+        "copy into the page cache (plus flush+COMMIT for O_SYNC/O_DSYNC writes)"),
+    "open": OpKnowledge(
+        ("do_filp_open", "path_openat", "do_dentry_open", "vfs_open"),
+        (r"{p}_file_open", r"{p}_atomic_open"),
+        (r"{p}_do_open", r"_{p}_do_open", r"{p}_open_context"),
+        (), ("atomic_open",),
+        "->open for files already looked up (nfs_file_open v2/v3, nfs4_file_open v4) AND "
+        "->atomic_open for opens that create or first look up the name (NFSv4 OPEN)",
+        "OPEN/ACCESS/GETATTR RPCs as needed, open context setup"),
+    "getattr": OpKnowledge(
+        ("vfs_getattr", "vfs_getattr_nosec", "vfs_statx"),
+        (r"{p}_getattr", r"{p}_file_getattr"),
+        (r"__{p}_revalidate_inode", r"{p}_proc_getattr", r"_{p}_proc_getattr"),
+        ("getattr",), ("revalidate_inode",),
+        "stat(2)/statx(2)/fstat(2) (->getattr); cached attributes return without an RPC",
+        "attribute cache check, flush of dirty data for mtime, GETATTR RPC when stale"),
+    "fsync": OpKnowledge(
+        ("vfs_fsync_range", "do_fsync"),
+        (r"{p}_file_fsync", r"{p}_fsync", r"{p}_sync_file"),
+        (r"{p}_commit_inode", r"__{p}_commit_inode", r"file_write_and_wait_range"),
+        ("fsync",), ("writeback_inode",),
+        "fsync(2)/fdatasync(2) and the implicit sync of O_SYNC/O_DSYNC writes",
+        "writing back dirty pages, waiting for WRITE RPCs, then COMMIT"),
+    "commit": OpKnowledge(
+        (),
+        (r"{p}_commit_inode", r"__{p}_commit_inode"),
+        (r"{p}_initiate_commit", r"{p}_commit_done"),
+        ("commit",), (),
+        "COMMIT RPCs from every path: fsync, close, O_SYNC and writeback in kworkers "
+        "(the completion runs in an rpciod kworker, not in the caller)",
+        "from sending the COMMIT RPC to its completion callback (server stable-storage time)",
+        "synchronous commits only (fsync, O_SYNC, close with FLUSH_SYNC): a commit started by "
+        "writeback in a kworker returns before the COMMIT completes"),
+}
+
+#: attach points the established tools use (facts: bcc tools/nfsslower.py, tools/nfsdist.py
+#: attach kprobe+kretprobe; libbpf-tools fsslower/fsdist -t nfs use fentry/fexit with a
+#: kprobe fallback)
+ESTABLISHED: Dict[str, Dict[str, Tuple[str, ...]]] = {
+    "nfs": {
+        "read": ("nfs_file_read",), "write": ("nfs_file_write",),
+        "open": ("nfs_file_open", "nfs4_file_open"), "getattr": ("nfs_getattr",),
+        "fsync": ("nfs_file_fsync",),
+    },
+}
+#: functions whose names look like entries but are called by another entry (facts from the
+#: 6.1 call graphs: nfs_atomic_open calls the v4 rpc_ops->open_context nfs4_atomic_open)
+NESTED: Dict[str, Dict[str, str]] = {"nfs": {"nfs4_atomic_open": "nfs_atomic_open"}}
+ESTABLISHED_BY = "bcc nfsslower/nfsdist (kprobes) and libbpf-tools fsslower/fsdist (fentry)"
+
+
+class Candidate(NamedTuple):
+    kind: str  # tracepoint | fentry | kprobe
+    attach: List[Dict[str, Any]]
+    match: str  # task | keys
+    keys: List[str]
+    module: str
+    layer: str  # fs-entry | fs-partial | deeper
+    stability: str
+    coverage: str
+    traceability: str
+    window: str
+    evidence: str
+    reasons: List[str]
+    usable: bool
+
+    def spec(self) -> Dict[str, Any]:
+        """The candidate as the probe spec stores it."""
+        out: Dict[str, Any] = {"kind": self.kind, "match": self.match}
+        if self.keys:
+            out["keys"] = self.keys
+        out.update(module=self.module, stability=self.stability, coverage=self.coverage,
+                   traceability=self.traceability, window=self.window, evidence=self.evidence,
+                   reasons=self.reasons, attach=self.attach)
+        return out
+
+
+class CallGraphs:
+    """Call graphs (networkx node-link JSON from `discover callgraph --format json`)."""
+
+    def __init__(self) -> None:
+        self.edges: Dict[str, Dict[str, float]] = {}  # caller -> {callee: total time}
+        self.modules: Dict[str, Optional[str]] = {}
+        self.callers: Dict[str, Set[str]] = {}
+        #: event -> {(function, depth)} where it fired inside the traced calls
+        self.event_sites: Dict[str, Set[Tuple[str, int]]] = {}
+        self.files: List[str] = []
+
+    @classmethod
+    def load_dir(cls, directory: Path) -> "CallGraphs":
+        graphs = cls()
+        if not directory.is_dir():
+            raise UserError(f"{directory}: no such call-graph directory")
+        files = sorted(directory.glob("*.json"))
+        if not files:
+            raise UserError(f"{directory}: no call graphs (*.json from `discover callgraph --format json`)")
+        for path in files:
+            graphs.add(path)
+        return graphs
+
+    def add(self, path: Path) -> None:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: not a call graph JSON file ({exc.__class__.__name__})") from None
+        if not isinstance(data, dict) or "nodes" not in data:
+            raise UserError(f"{path}: not a node-link call graph (no \"nodes\")")
+        self.files.append(path.name)
+        ids: Dict[Any, str] = {}
+        for node in data["nodes"]:
+            raw = str(node.get("id"))
+            name, module = _split_module(raw)
+            name = str(node.get("function", name))
+            module = node.get("module", module)
+            ids[node.get("id")] = name
+            self.modules.setdefault(name, module)
+            for event, site in _node_events(node):
+                self.event_sites.setdefault(event, set()).add((name, site))
+        for ev in data.get("events", []) or []:
+            if isinstance(ev, dict) and "event" in ev and "function" in ev:
+                self.event_sites.setdefault(str(ev["event"]).split(":")[-1], set()).add(
+                    (_split_module(str(ev["function"]))[0], int(ev.get("depth", -1))))
+        for link in data.get("links", data.get("edges", [])):
+            src, dst = ids.get(link.get("source")), ids.get(link.get("target"))
+            if src is None or dst is None:
+                continue
+            weight = float(link.get("total_time", link.get("total", link.get("calls", 1))) or 0)
+            self.edges.setdefault(src, {})[dst] = self.edges.get(src, {}).get(dst, 0.0) + weight
+            self.callers.setdefault(dst, set()).add(src)
+
+    def outermost(self, modules: Set[str]) -> List[str]:
+        """Functions of `modules` not called from another function of `modules`: the fs entries."""
+        inside = [n for n, m in self.modules.items() if m in modules]
+        return sorted(n for n in inside if not any(self.modules.get(c) in modules for c in self.callers.get(n, ())))
+
+    def callees(self, function: str, modules: Set[str]) -> List[str]:
+        """Direct callees in `modules`, heaviest first."""
+        out = self.edges.get(function, {})
+        return [n for n, _ in sorted(out.items(), key=lambda kv: -kv[1]) if self.modules.get(n) in modules]
+
+    def calls(self, caller: str, callee: str) -> bool:
+        return callee in self.edges.get(caller, {})
+
+
+def _split_module(name: str) -> Tuple[str, Optional[str]]:
+    match = re.match(r"^(\S+)\s+\[(\S+)\]$", name.strip())
+    return (match.group(1), match.group(2)) if match else (name.strip(), None)
+
+
+def _node_events(node: Dict[str, Any]) -> Iterable[Tuple[str, int]]:
+    events = node.get("events") or {}
+    if isinstance(events, dict):
+        for event, info in events.items():
+            depth = int(info.get("depth", -1)) if isinstance(info, dict) else -1
+            yield str(event).split(":")[-1], depth
+    elif isinstance(events, list):
+        for event in events:
+            yield str(event).split(":")[-1], -1
+
+
+# ---------------------------------------------------------------------------------------
+def fs_modules(profile: KernelProfile, fs: str) -> List[str]:
+    """The client modules of a filesystem: `nfs` and its version modules `nfsv3`, `nfsv4`."""
+    pattern = re.compile(rf"^{re.escape(fs)}(v\d+)?$")
+    loaded = [m for m in profile.modules if pattern.match(m)]
+    if not profile.modules and profile.unavailable("modules"):
+        # no module list in the profile: fall back to the modules traceable functions live in
+        seen = {m for name in profile.functions_matching(f"{fs}*") for m in profile.function_modules(name)}
+        loaded = sorted(m for m in seen if m and pattern.match(m))
+    return sorted(loaded)
+
+
+def check_filesystem(profile: KernelProfile, fs: str) -> List[str]:
+    modules = fs_modules(profile, fs)
+    prefix = rf"_*{re.escape(fs)}\d*"
+    entry_res = [re.compile("^" + p.replace("{p}", prefix) + "$")
+                 for know in KNOWLEDGE.values() for p in know.entries]
+    builtin = [n for n in profile.functions_in(None) if any(r.match(n) for r in entry_res)]
+    if fs in modules or builtin:
+        return modules
+    if fs not in KNOWN_FILESYSTEMS and not profile.functions_matching(f"{fs}_*"):
+        raise UserError(f"unknown filesystem {fs!r}: no {fs}_* functions and no module {fs} on "
+                        f"{profile.release} (known: {', '.join(sorted(KNOWN_FILESYSTEMS))})")
+    raise UserError(f"filesystem module {fs} is not loaded on {profile.release} "
+                    f"(`modprobe {fs}` or mount one, then retry)")
+
+
+KNOWN_FILESYSTEMS = {"nfs", "ext4", "xfs", "btrfs", "f2fs", "cifs", "fuse", "ceph", "zfs"}
+
+
+def parse_ops(text: str) -> List[str]:
+    ops = [o.strip().lower() for o in text.split(",") if o.strip()]
+    if not ops:
+        raise UserError("--ops is empty")
+    for op in ops:
+        if op not in OPS:
+            raise UserError(f"unknown operation {op!r} (known: {', '.join(OPS)})")
+    return ops
+
+
+class Proposer:
+    """Ranks candidates for the operations of one filesystem on one kernel profile."""
+
+    def __init__(self, profile: KernelProfile, fs: str, graphs: Optional[CallGraphs] = None) -> None:
+        self.profile = profile
+        self.fs = fs
+        self.graphs = graphs
+        self.modules = check_filesystem(profile, fs)
+        self.module_set: Set[Optional[str]] = set(self.modules) or {None}
+        self.prefix = rf"_*{re.escape(fs)}\d*"
+        self.pairs: Dict[str, List[EventPair]] = {}
+        for system in profile.event_systems():
+            if system == fs or re.match(rf"^{re.escape(fs)}\d+$", system):
+                self.pairs[system] = find_pairs(system, profile.events[system])
+        self.established = ESTABLISHED.get(fs, {})
+
+    # helpers ---------------------------------------------------------------------------
+    def _functions(self, patterns: Sequence[str]) -> List[str]:
+        """Traceable functions of the filesystem's modules whose name matches a pattern."""
+        regexes = [re.compile("^" + p.replace("{p}", self.prefix) + "$") for p in patterns]
+        names: List[str] = []
+        for module in self.module_set:
+            for name in self.profile.functions_in(module):
+                if any(r.match(name) for r in regexes) and name not in names:
+                    names.append(name)
+        for regex in regexes:  # clone-only functions (.isra/.constprop) by their base name
+            for module in self.module_set:
+                for name in self.profile.functions_in(module):
+                    base = name.split(".")[0]
+                    if "." in name and regex.match(base) and base not in names and name not in names:
+                        names.append(name)
+        return sorted(names)
+
+    def _module_of(self, function: str) -> str:
+        mods = self.profile.function_modules(function)
+        return next((m for m in sorted(mods, key=str) if m), "vmlinux")
+
+    def _can_fentry(self, function: str) -> Tuple[bool, str]:
+        prof = self.profile
+        if prof.machine not in ("x86_64", "aarch64", "?"):
+            return False, f"fentry trampolines not on {prof.machine}"
+        if prof.has_config:
+            for option in ("CONFIG_DEBUG_INFO_BTF", "CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS",
+                           "CONFIG_BPF_JIT"):
+                if prof.config(option) != "y":
+                    return False, f"{option} is not set"
+            if self._module_of(function) != "vmlinux" and prof.config("CONFIG_DEBUG_INFO_BTF_MODULES") != "y":
+                return False, "CONFIG_DEBUG_INFO_BTF_MODULES is not set"
+        if prof.btf_function(function) is None:
+            why = prof.unavailable("btf") or "no BTF prototype recorded in the profile"
+            return False, f"no BTF for {function}: {why}"
+        return True, "BTF prototype present"
+
+    def _kprobe_problems(self, function: str) -> List[str]:
+        problems = []
+        if self.profile.has_config and self.profile.config("CONFIG_KPROBES") != "y":
+            problems.append("CONFIG_KPROBES is not set")
+        if self.profile.blacklisted(function):
+            problems.append("in the kprobe blacklist")
+        return problems
+
+    def _stability(self, function: str, op: str) -> str:
+        sym = self.profile.symbol_type(function)
+        parts = []
+        if function in self.established.get(op, ()):
+            parts.append(f"used by {ESTABLISHED_BY}: a long-lived file_operations name")
+        if sym == "T":
+            parts.append("global symbol")
+        elif sym == "t":
+            parts.append("static (file-local) symbol: may be renamed or inlined by a later kernel")
+        if "." in function:
+            parts.append("compiler copy: the name suffix changes between builds")
+        return "; ".join(parts) or "kernel-internal function: may change between kernels"
+
+    def _traceability(self, function: str) -> Tuple[bool, str]:
+        prof = self.profile
+        notes = []
+        ok = prof.traceable(function)
+        notes.append("in available_filter_functions" if ok else "NOT in available_filter_functions "
+                     "(inlined, notrace, or its module is not loaded)")
+        if prof.has_blacklist:
+            if prof.blacklisted(function):
+                ok = False
+                notes.append("kprobe-blacklisted")
+            else:
+                notes.append("not kprobe-blacklisted")
+        else:
+            notes.append("kprobe blacklist unknown (" + (prof.unavailable("kprobe_blacklist") or "not captured") + ")")
+        clones = [c for c in prof.clones(function.split(".")[0]) if c != function]
+        if clones:
+            notes.append("compiler copies also exist: " + ", ".join(clones[:3]))
+        return ok, "; ".join(notes)
+
+    def _arg_roles(self, function: str, op: str) -> Dict[str, str]:
+        """Which argument gives the file/dentry/offset/bytes, from the BTF prototype."""
+        btf = self.profile.btf_function(function)
+        if btf is None or "." in function:
+            return {}
+        roles: Dict[str, str] = {}
+        for name, ctype in btf["params"]:
+            bare = ctype.replace("const ", "").strip()
+            if bare == "struct kiocb *":
+                roles.setdefault("file", f"{name}->ki_filp")
+                roles.setdefault("offset", f"{name}->ki_pos")
+            elif bare == "struct file *":
+                roles.setdefault("file", name)
+            elif bare == "struct path *":
+                roles.setdefault("dentry", f"{name}->dentry")
+            elif bare == "struct dentry *":
+                roles.setdefault("dentry", name)
+            elif bare == "struct inode *":
+                roles.setdefault("inode", name)
+            elif bare == "loff_t" and name in ("pos", "offset", "start"):
+                roles.setdefault("offset", name)
+        ret = btf["return"]
+        if op in ("read", "write") and ret in ("ssize_t", "long int", "long"):
+            roles["bytes"] = "retval"
+        elif ret == "int":
+            roles["error"] = "retval"
+        return roles
+
+    def _event_sites(self, event: str) -> Optional[Set[Tuple[str, int]]]:
+        if self.graphs is None:
+            return None
+        return self.graphs.event_sites.get(event, set())
+
+    # candidates -----------------------------------------------------------------------
+    def _tracepoint(self, pair: EventPair, op: str, layer: str, know: OpKnowledge) -> Candidate:
+        fields = {f["name"] for f in (self.profile.event(pair.system, pair.start) or {}).get("fields") or []}
+        exit_fields = {f["name"] for f in (self.profile.event(pair.system, pair.end) or {}).get("fields") or []}
+        args: Dict[str, str] = {}
+        for role, names in (("fileid", ("fileid",)), ("dev", ("dev",)), ("offset", ("offset",)),
+                            ("bytes", ("count",)), ("name", ("name",))):
+            for n in names:
+                if n in fields:
+                    args[role] = n
+        if "res_count" in exit_fields:
+            args["bytes"] = "exit.res_count"
+        if "error" in exit_fields:
+            args["error"] = "exit.error"
+        sites = [self._event_sites(e) for e in (pair.start, pair.end)]
+        if sites[0] is None:
+            evidence = (f"no call graph given: that {pair.start}/{pair.end} bracket the operation is "
+                        f"inferred from their names; capture with the {pair.system} events enabled to check")
+        elif not sites[0] and not sites[1]:
+            evidence = f"{pair.start}/{pair.end} did not fire in the given call graphs"
+        else:
+            where = ", ".join(f"{e} in {fn} (depth {d})" for e, s in zip((pair.start, pair.end), sites)
+                              for fn, d in sorted(s or ()))
+            evidence = f"fires {where}"
+        async_note = ("async: the end fires in another task (RPC completion in rpciod/kworker); "
+                      f"match on {', '.join(pair.keys)}") if pair.kind == "async" else "same task: match on tid"
+        reasons = [f"tracepoint pair {pair.system}:{pair.start} / {pair.system}:{pair.end}", async_note]
+        if layer != "fs-entry":
+            reasons.append("brackets only part of the operation or a deeper step: see coverage")
+        module = self.fs if pair.system.startswith(self.fs) else pair.system
+        return Candidate(
+            "tracepoint",
+            [{"entry": f"{pair.system}:{pair.start}", "exit": f"{pair.system}:{pair.end}",
+              "entry_kind": "tracepoint", "exit_kind": "tracepoint", "module": module,
+              "optional": False, "args": args}],
+            "keys" if pair.kind == "async" else "task", list(pair.keys) if pair.kind == "async" else [],
+            module, layer, "stable: tracepoint (name and fields are kernel ABI in practice)",
+            know.coverage if layer == "fs-entry" else _partial_coverage(pair, op),
+            "event present in available_events", know.window if layer == "fs-entry" else
+            f"between {pair.start} and {pair.end}", evidence, reasons, True)
+
+    def _functions_candidate(self, kind: str, functions: List[str], op: str, layer: str,
+                             know: OpKnowledge, evidence: str) -> Candidate:
+        attach = []
+        reasons: List[str] = []
+        notes = []
+        usable_any = False
+        for fn in functions:
+            module = self._module_of(fn)
+            loaded = module == "vmlinux" or self.profile.module_loaded(module) or not self.profile.modules
+            ok, trace_note = self._traceability(fn)
+            problems = self._kprobe_problems(fn) if kind == "kprobe" else []
+            if kind == "fentry":
+                can, why = self._can_fentry(fn)
+                if not can:
+                    problems.append(why)
+            usable = ok and loaded and not problems
+            usable_any = usable_any or usable
+            notes.append(f"{fn} [{module}]: {trace_note}")
+            if problems:
+                reasons.append(f"{fn}: " + "; ".join(problems))
+            if not loaded:
+                reasons.append(f"{fn}: module {module} not loaded")
+            if "." in fn:
+                reasons.append(f"{fn}: only a compiler copy is traceable; GCC may have dropped or "
+                               f"reordered its arguments (isra), so argument roles are not derived")
+            if usable:
+                ends = {"fentry": ("fentry", "fexit"), "kprobe": ("kprobe", "kretprobe")}[kind]
+                attach.append({"entry": fn, "exit": fn, "entry_kind": ends[0], "exit_kind": ends[1],
+                               "module": module, "optional": len(functions) > 1,
+                               "args": self._arg_roles(fn, op)})
+        if len(functions) > 1:
+            reasons.append("attach all of them: each covers one path/version (" + ", ".join(functions) + ")")
+        established = [fn for fn in functions if fn in self.established.get(op, ())]
+        if established:
+            reasons.append(f"same attach point as {ESTABLISHED_BY}: " + ", ".join(established))
+        if kind == "fentry":
+            reasons.append("fentry/fexit: typed BTF arguments, lower overhead than kprobes")
+        modules = sorted({self._module_of(fn) for fn in functions})
+        return Candidate(
+            kind, attach, "task", [], ",".join(modules), layer,
+            "; ".join(sorted({self._stability(fn, op) for fn in functions})),
+            (know.func_coverage or know.coverage) if layer == "fs-entry"
+            else f"deeper step of {op}: part of the operation only",
+            " | ".join(notes), know.window if layer == "fs-entry" else
+            "inside the filesystem, below its entry: excludes work done before/after this call",
+            evidence, reasons, usable_any and bool(attach))
+
+    def _entry_functions(self, op: str, know: OpKnowledge) -> Tuple[List[str], str]:
+        """Entry functions below VFS; a function called by another entry is not an entry."""
+        nested = NESTED.get(self.fs, {})
+        by_name = self._functions(know.entries)
+        by_name = [fn for fn in by_name
+                   if nested.get(fn) not in by_name
+                   and not (fn.startswith("__") and fn[2:] in by_name)
+                   and not (self.graphs and any(self.graphs.calls(other, fn) for other in by_name))]
+        if self.graphs is None:
+            return by_name, ("no call graph given: entry functions found by name in "
+                             "available_filter_functions of " + ", ".join(self.modules or ["vmlinux"]))
+        outer = set(self.graphs.outermost(set(self.modules)))
+        seen = [fn for fn in by_name if fn in outer]
+        if seen:
+            return by_name, ("outermost " + self.fs + " function(s) in the call graphs: " + ", ".join(seen)
+                             + ("" if len(seen) == len(by_name) else
+                                "; the others found by name (their path was not exercised)"))
+        return by_name, "not reached in the given call graphs: found by name only"
+
+    def candidates(self, op: str) -> List[Candidate]:
+        know = KNOWLEDGE[op]
+        out: List[Candidate] = []
+        all_pairs = [p for pairs in self.pairs.values() for p in pairs]
+        for pair in all_pairs:
+            if pair.operation in know.tp_full:
+                out.append(self._tracepoint(pair, op, "fs-entry", know))
+        entries, evidence = self._entry_functions(op, know)
+        if entries:
+            for kind in ("fentry", "kprobe"):
+                out.append(self._functions_candidate(kind, entries, op, "fs-entry", know, evidence))
+        for pair in all_pairs:
+            if pair.operation in know.tp_partial:
+                out.append(self._tracepoint(pair, op, "fs-partial", know))
+        deeper = [fn for fn in self._functions(know.deeper + know.entries) if fn not in entries]
+        if self.graphs is not None:
+            for fn in entries:
+                for callee in self.graphs.callees(fn, set(self.modules))[:3]:
+                    if callee not in deeper and callee not in entries and self.profile.traceable(callee):
+                        deeper.append(callee)
+        for fn in deeper:
+            ev = ("heaviest callee of " + "/".join(f for f in entries if self.graphs and self.graphs.calls(f, fn))
+                  if self.graphs and any(self.graphs.calls(f, fn) for f in entries) else "found by name")
+            out.append(self._functions_candidate("kprobe", [fn], op, "deeper", know, ev))
+        return out
+
+    def coverage_notes(self, op: str) -> List[str]:
+        """Facts from the call graphs about paths the entry point covers (O_DIRECT etc.)."""
+        notes = []
+        if self.graphs is None:
+            return notes
+        for caller, callee, what in (("nfs_file_read", "nfs_file_direct_read", "O_DIRECT reads"),
+                                     ("nfs_file_write", "nfs_file_direct_write", "O_DIRECT writes")):
+            if op in caller and self.graphs.calls(caller, callee):
+                notes.append(f"{what} seen inside {caller} (calls {callee})")
+        return notes
+
+    def propose(self, ops: Sequence[str]) -> Dict[str, List[Candidate]]:
+        return {op: self.candidates(op) for op in ops}
+
+
+def _partial_coverage(pair: EventPair, op: str) -> str:
+    if pair.operation == "atomic_open":
+        return ("only opens that create or first look up the name (->atomic_open, NFSv4); "
+                "misses opens of cached dentries (->open) and all NFSv2/v3 opens")
+    if pair.kind == "async":
+        return (f"one RPC per {pair.operation} request: misses page-cache hits, counts each RPC of a "
+                f"large I/O separately, the end runs in an RPC completion task")
+    return f"{pair.operation}: a page-cache/inode step below the {op} syscall, not the whole operation"
+
+
+def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]]) -> Dict[str, Any]:
+    """The probe spec (ordered fallback list per op, usable candidates only)."""
+    prof = proposer.profile
+    spec: Dict[str, Any] = {
+        "schema": SCHEMA, "version": VERSION, "filesystem": proposer.fs,
+        "kernel": prof.release, "modules": proposer.modules, "generated_by": "discover propose",
+    }
+    ops: Dict[str, Any] = {}
+    for op, cands in proposals.items():
+        usable = [c.spec() for c in cands if c.usable]
+        if not usable:
+            raise UserError(f"no usable attach point for {op} on {prof.release}: "
+                            + "; ".join(r for c in cands for r in c.reasons[:1]) if cands else
+                            f"no usable attach point for {op} on {prof.release} (no candidates found)")
+        ops[op] = {"letter": OPS[op], "candidates": usable}
+    spec["ops"] = ops
+    return spec

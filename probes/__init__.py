@@ -1,0 +1,1 @@
+"""Probe specs, the probe generator and compatibility reports."""

@@ -1,0 +1,193 @@
+"""Probe specs: where to time each filesystem operation, as an ordered fallback list.
+
+Why a file: `discover propose` decides attach points from evidence on one kernel; the probe
+generator (and a human reviewer) consume that decision later, maybe on another kernel, and
+take the first candidate whose attach points exist there. Schema: docs/probe-spec.md.
+This module writes and reads specs and validates them with errors that name the bad key.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+from discover.errors import UserError
+
+SCHEMA = "probekit-probe-spec"
+VERSION = 1
+
+#: operation name -> the one-letter code the latency tools print (bcc nfsslower style)
+OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "fsync": "F", "commit": "C"}
+
+KINDS = ("tracepoint", "kprobe", "fentry")
+#: for each candidate kind, the probe kind at entry and at exit
+ATTACH_KINDS: Dict[str, tuple] = {"tracepoint": ("tracepoint", "tracepoint"),
+                                  "kprobe": ("kprobe", "kretprobe"),
+                                  "fentry": ("fentry", "fexit")}
+MATCHES = ("task", "keys")
+#: what an argument expression may describe
+ARG_ROLES = ("file", "dentry", "inode", "fileid", "dev", "bytes", "offset", "name", "error")
+CANDIDATE_KEYS = {"kind", "match", "keys", "module", "window", "stability", "coverage",
+                  "traceability", "evidence", "reasons", "attach"}
+ATTACH_KEYS = {"entry", "exit", "entry_kind", "exit_kind", "module", "optional", "args"}
+
+
+def _load_toml_text(text: str, origin: str) -> Dict[str, Any]:
+    """Parse TOML with tomllib (3.11+), else tomli or toml (Debian python3-tomli / python3-toml)."""
+    try:
+        import tomllib as toml_reader  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            import tomli as toml_reader  # type: ignore[import-not-found,no-redef]
+        except ImportError:
+            try:
+                import toml  # type: ignore[import-untyped]
+            except ImportError:
+                raise UserError("reading probe specs needs Python 3.11+ or python3-tomli "
+                                "(apt-get install python3-tomli)") from None
+            try:
+                return toml.loads(text)
+            except Exception as exc:  # toml raises its own TomlDecodeError hierarchy
+                raise UserError(f"{origin}: not valid TOML: {str(exc).splitlines()[0]}") from None
+    try:
+        return toml_reader.loads(text)
+    except toml_reader.TOMLDecodeError as exc:
+        raise UserError(f"{origin}: not valid TOML: {str(exc).splitlines()[0]}") from None
+
+
+def load_spec(path: Path) -> Dict[str, Any]:
+    """Read and validate a probe spec; any problem is one UserError line naming the key."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such probe spec") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read probe spec: {exc}") from None
+    spec = _load_toml_text(text, str(path))
+    validate_spec(spec, str(path))
+    return spec
+
+
+def _fail(origin: str, key: str, problem: str) -> UserError:
+    return UserError(f"{origin}: {key}: {problem}")
+
+
+def _want_str(origin: str, key: str, value: Any, allowed: Sequence[str] = ()) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(origin, key, f"expected a non-empty string, got {value!r}")
+    if allowed and value not in allowed:
+        raise _fail(origin, key, f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def validate_spec(spec: Any, origin: str) -> None:
+    """Check every key the generator relies on; raise UserError naming the first bad key."""
+    if not isinstance(spec, dict) or spec.get("schema") != SCHEMA:
+        raise UserError(f"{origin}: not a probe spec (no schema = \"{SCHEMA}\")")
+    version = spec.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise _fail(origin, "version", f"expected a positive integer, got {version!r}")
+    if version > VERSION:
+        raise _fail(origin, "version", f"{version} is newer than this probekit reads ({VERSION})")
+    _want_str(origin, "filesystem", spec.get("filesystem"))
+    ops = spec.get("ops")
+    if not isinstance(ops, dict) or not ops:
+        raise _fail(origin, "ops", "expected at least one [ops.NAME] table")
+    for op_name, op in ops.items():
+        where = f"ops.{op_name}"
+        if op_name not in OPS:
+            raise _fail(origin, where, f"unknown operation (known: {', '.join(OPS)})")
+        if not isinstance(op, dict):
+            raise _fail(origin, where, "expected a table")
+        letter = op.get("letter")
+        if letter != OPS[op_name]:
+            raise _fail(origin, f"{where}.letter", f"expected {OPS[op_name]!r}, got {letter!r}")
+        candidates = op.get("candidates")
+        if not isinstance(candidates, list) or not candidates:
+            raise _fail(origin, f"{where}.candidates", "expected a non-empty list of candidates")
+        for i, cand in enumerate(candidates):
+            _validate_candidate(origin, f"{where}.candidates[{i}]", cand)
+
+
+def _validate_candidate(origin: str, where: str, cand: Any) -> None:
+    if not isinstance(cand, dict):
+        raise _fail(origin, where, "expected a table")
+    unknown = sorted(set(cand) - CANDIDATE_KEYS)
+    if unknown:
+        raise _fail(origin, f"{where}.{unknown[0]}", "unknown key")
+    kind = _want_str(origin, f"{where}.kind", cand.get("kind"), KINDS)
+    match = _want_str(origin, f"{where}.match", cand.get("match"), MATCHES)
+    keys = cand.get("keys", [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise _fail(origin, f"{where}.keys", "expected a list of field names")
+    if match == "keys" and not keys:
+        raise _fail(origin, f"{where}.keys", "match = \"keys\" needs the fields that pair start and end")
+    reasons = cand.get("reasons", [])
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise _fail(origin, f"{where}.reasons", "expected a list of strings")
+    attach = cand.get("attach")
+    if not isinstance(attach, list) or not attach:
+        raise _fail(origin, f"{where}.attach", "expected a non-empty list of attach points")
+    entry_kind, exit_kind = ATTACH_KINDS[kind]
+    for j, point in enumerate(attach):
+        at = f"{where}.attach[{j}]"
+        if not isinstance(point, dict):
+            raise _fail(origin, at, "expected a table")
+        unknown = sorted(set(point) - ATTACH_KEYS)
+        if unknown:
+            raise _fail(origin, f"{at}.{unknown[0]}", "unknown key")
+        _want_str(origin, f"{at}.entry", point.get("entry"))
+        _want_str(origin, f"{at}.exit", point.get("exit"))
+        _want_str(origin, f"{at}.entry_kind", point.get("entry_kind"), (entry_kind,))
+        _want_str(origin, f"{at}.exit_kind", point.get("exit_kind"), (exit_kind,))
+        if kind == "tracepoint":
+            for end in ("entry", "exit"):
+                if ":" not in point[end]:
+                    raise _fail(origin, f"{at}.{end}", "a tracepoint is spelled SYSTEM:EVENT")
+        if not isinstance(point.get("optional", False), bool):
+            raise _fail(origin, f"{at}.optional", "expected true or false")
+        args = point.get("args", {})
+        if not isinstance(args, dict):
+            raise _fail(origin, f"{at}.args", "expected a table of role = expression")
+        for role, expr in args.items():
+            if role not in ARG_ROLES:
+                raise _fail(origin, f"{at}.args.{role}", f"unknown role (known: {', '.join(ARG_ROLES)})")
+            _want_str(origin, f"{at}.args.{role}", expr)
+
+
+# writing -------------------------------------------------------------------------------
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        if all(isinstance(v, str) for v in value) and sum(len(v) for v in value) > 60:
+            return "[\n" + "".join(f"  {_value(v)},\n" for v in value) + "]"
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to a probe spec")
+
+
+def dumps_spec(spec: Dict[str, Any]) -> str:
+    """The spec as TOML, in a fixed key order so diffs between kernels stay readable."""
+    validate_spec(spec, "<generated spec>")
+    lines: List[str] = ["# probekit probe spec: ordered fallback attach points per operation.",
+                        "# Schema: docs/probe-spec.md. Written by `discover propose`; edit with care.", ""]
+    for key, value in spec.items():
+        if key != "ops":
+            lines.append(f"{key} = {_value(value)}")
+    for op_name, op in spec["ops"].items():
+        lines += ["", f"[ops.{op_name}]"]
+        lines += [f"{k} = {_value(v)}" for k, v in op.items() if k != "candidates"]
+        for cand in op["candidates"]:
+            lines += ["", f"[[ops.{op_name}.candidates]]"]
+            lines += [f"{k} = {_value(v)}" for k, v in cand.items() if k != "attach"]
+            for point in cand["attach"]:
+                lines += [f"[[ops.{op_name}.candidates.attach]]"]
+                lines += [f"{k} = {_value(v)}" for k, v in point.items() if k != "args"]
+                if point.get("args"):
+                    lines += [f"[ops.{op_name}.candidates.attach.args]"]
+                    lines += [f"{k} = {_value(v)}" for k, v in point["args"].items()]
+    return "\n".join(lines) + "\n"

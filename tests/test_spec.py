@@ -1,0 +1,56 @@
+"""Probe spec validator: a proposal written as TOML reads back; bad keys are named in one line."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from discover.errors import UserError
+from probes.spec import dumps_spec, load_spec, validate_spec
+
+GOOD: Dict[str, Any] = {
+    "schema": "probekit-probe-spec", "version": 1, "filesystem": "nfs", "kernel": "6.1.0-57-amd64",
+    "ops": {"read": {"letter": "R", "candidates": [{
+        "kind": "kprobe", "match": "task", "reasons": ["why \"quoted\" ünïcode"],
+        "attach": [{"entry": "nfs_file_read", "exit": "nfs_file_read", "entry_kind": "kprobe",
+                    "exit_kind": "kretprobe", "module": "nfs", "optional": False,
+                    "args": {"file": "iocb->ki_filp", "bytes": "retval"}}]}]}},
+}
+
+
+def test_roundtrip(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(dumps_spec(GOOD))
+    assert load_spec(path) == GOOD
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda s: s["ops"].__setitem__("readdir", s["ops"]["read"]), "ops.readdir"),
+    (lambda s: s["ops"]["read"].__setitem__("letter", "W"), "ops.read.letter"),
+    (lambda s: s["ops"]["read"]["candidates"][0].__setitem__("kind", "uprobe"), "ops.read.candidates[0].kind"),
+    (lambda s: s["ops"]["read"]["candidates"][0]["attach"][0].__setitem__("exit_kind", "kprobe"),
+     "ops.read.candidates[0].attach[0].exit_kind"),
+    (lambda s: s["ops"]["read"]["candidates"][0]["attach"][0]["args"].__setitem__("size", "x"),
+     "ops.read.candidates[0].attach[0].args.size"),
+    (lambda s: s["ops"]["read"]["candidates"][0].__setitem__("match", "keys"), "ops.read.candidates[0].keys"),
+    (lambda s: s["ops"]["read"].__setitem__("candidates", []), "ops.read.candidates"),
+    (lambda s: s.__setitem__("version", 7), "version"),
+])
+def test_bad_key_is_named(mutate: Any, key: str) -> None:
+    spec = copy.deepcopy(GOOD)
+    mutate(spec)
+    with pytest.raises(UserError) as err:
+        validate_spec(spec, "x.toml")
+    assert str(err.value).startswith(f"x.toml: {key}:")
+
+
+def test_not_toml_and_not_spec(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[[ nope")
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_spec(bad)
+    bad.write_text('schema = "other"\n')
+    with pytest.raises(UserError, match="not a probe spec"):
+        load_spec(bad)
