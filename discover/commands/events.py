@@ -59,10 +59,10 @@ def render(report: List[Dict[str, Any]], where: str) -> None:
 
 @click.command("events", epilog=EXAMPLES)
 @click.argument("systems", nargs=-1, required=True, metavar="SUBSYS...")
-@click.option("--kernel-profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--kernel-profile", "profile_path", type=click.Path(dir_okay=False),
               help="Read tracepoints from a profile written by `discover snapshot`.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def events(systems: Tuple[str, ...], profile_path: Optional[Path], as_json: bool) -> None:
+def events(systems: Tuple[str, ...], profile_path: Optional[str], as_json: bool) -> None:
     """List a subsystem's tracepoints with their fields, pair the ones that bracket an
     operation (*_enter/*_exit, *_start/*_done, X/X_done, initiate/done) and name the single
     points that cannot time anything alone.
@@ -70,7 +70,7 @@ def events(systems: Tuple[str, ...], profile_path: Optional[Path], as_json: bool
     A "sync" pair fires in the calling task around one call; an "async" pair (initiate/done)
     ends in another task (an RPC completion), so a tool must match it on the shared fields.
     """
-    by_system, where = load_events(systems, profile_path)
+    by_system, where = load_events(systems, Path(profile_path) if profile_path else None)
     report = describe_systems(systems, by_system, where)
     if as_json:
         click.echo(json.dumps(report, indent=1))

@@ -51,14 +51,14 @@ def render(console: Console, proposer: Proposer, proposals: Dict[str, List[Candi
 @click.argument("fs", metavar="FS")
 @click.option("--ops", "ops_text", default=",".join(OPS), show_default=True,
               help="Comma-separated operations: " + ", ".join(f"{n} ({l})" for n, l in OPS.items()) + ".")
-@click.option("--kernel-profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--kernel-profile", "profile_path", type=click.Path(dir_okay=False),
               help="Use a profile from `discover snapshot` instead of the live kernel.")
-@click.option("--callgraphs", "graphs_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--callgraphs", "graphs_dir", type=click.Path(file_okay=False),
               help="Directory of call graphs (`discover callgraph --format json`) as evidence.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write the probe spec (TOML, docs/probe-spec.md) here.")
-def propose(fs: str, ops_text: str, profile_path: Optional[Path], graphs_dir: Optional[Path],
-            output: Optional[Path]) -> None:
+def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Optional[str],
+            output: Optional[str]) -> None:
     """Rank attach points for timing each operation of filesystem FS: a tracepoint pair at
     the filesystem layer first, then the filesystem's own entry below VFS (fentry/fexit
     where BTF allows, kprobe/kretprobe otherwise, all NFS version variants and the
@@ -67,19 +67,20 @@ def propose(fs: str, ops_text: str, profile_path: Optional[Path], graphs_dir: Op
     """
     ops = parse_ops(ops_text)
     if profile_path is not None:
-        profile = load_profile(profile_path)
+        profile = load_profile(Path(profile_path))
     else:
         tracefs = find_tracefs()
         if tracefs is None:
             raise UserError("tracefs not found: run on the traced kernel as root, "
                             "or pass --kernel-profile PROFILE.json")
         profile = KernelProfile(build_profile(tracefs), origin="live kernel")
-    graphs = CallGraphs.load_dir(graphs_dir) if graphs_dir is not None else None
+    graphs = CallGraphs.load_dir(Path(graphs_dir)) if graphs_dir is not None else None
     proposer = Proposer(profile, fs, graphs)
     proposals = proposer.propose(ops)
     spec = build_spec(proposer, proposals)
     render(Console(), proposer, proposals)
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(dumps_spec(spec), encoding="utf-8")
+        out_path = Path(output)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(dumps_spec(spec), encoding="utf-8")
         click.echo(f"propose: wrote {output}", err=True)

@@ -20,7 +20,7 @@ Examples:
 
 
 @click.command("snapshot", epilog=EXAMPLES)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="Profile file to write (JSON).")
 @click.option("--btf-module", "btf_modules", multiple=True, metavar="MODULE",
               help="Record BTF prototypes of every function of MODULE (repeatable; default: loaded "
@@ -28,7 +28,7 @@ Examples:
 @click.option("--btf-function", "btf_globs", multiple=True, metavar="GLOB",
               help="Record BTF prototypes of vmlinux functions matching GLOB (repeatable; default: "
                    "VFS entry points and generic page-cache paths).")
-def snapshot(output: Path, btf_modules: Tuple[str, ...], btf_globs: Tuple[str, ...]) -> None:
+def snapshot(output: str, btf_modules: Tuple[str, ...], btf_globs: Tuple[str, ...]) -> None:
     """Write a kernel profile: uname, config, modules, traceable functions, tracepoint
     formats, kprobe blacklist and BTF prototypes. Reads only: changes nothing in the kernel.
 
@@ -41,7 +41,7 @@ def snapshot(output: Path, btf_modules: Tuple[str, ...], btf_globs: Tuple[str, .
     modules: Optional[Tuple[str, ...]] = btf_modules or None
     data = build_profile(find_tracefs(), btf_modules=modules,
                          vmlinux_globs=btf_globs or DEFAULT_VMLINUX_GLOBS, progress=progress)
-    dump_profile(data, output)
+    dump_profile(data, Path(output))
     for section, why in sorted(data["unavailable"].items()):
         click.echo(f"snapshot: {section} unavailable: {why}", err=True)
     n_events = sum(len(v) for v in (data["events"] or {}).values())
