@@ -250,6 +250,10 @@ class Btf:
                 if name.startswith(prefix):
                     yield name, self._first_id + idx
 
+    def referenced(self, type_id: int) -> int:
+        """The type a typedef, pointer or modifier refers to (a typedef's target)."""
+        return self._record(type_id)[5]
+
     def members(self, type_id: int) -> List[BtfParam]:
         """(name, C type) of a struct or union's members; empty for other kinds."""
         owner, off, _, kind, vlen, _ = self._record(type_id)

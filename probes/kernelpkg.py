@@ -1,0 +1,614 @@
+"""Kernel profiles from Debian kernel packages, without booting them.
+
+Why: a compatibility report must cover kernels nobody runs here (5.10 .. 7.x). A Debian
+kernel package holds almost everything a live profile has: the config, BTF in the kernel
+image (`.BTF` of the vmlinux ELF inside the compressed vmlinuz) and in each module (split
+BTF on top of vmlinux), and the modules' symbol tables. What it lacks, and how the profile
+says so (in "unavailable" and "package.notes"):
+
+- vmlinux symbols: Debian strips vmlinuz and ships no real System.map (only the -dbg
+  package has one), so vmlinux functions come from BTF (pahole only encodes functions
+  ftrace can attach to), and vmlinux compiler copies (.isra/.constprop) are invisible;
+- modules loaded, mounts, tracefs, kprobe blacklist: properties of a running system;
+- 5.10 modules carry no BTF: their functions come from the symbol table and have no
+  prototypes.
+
+Module functions are "traceable" when the module's `__mcount_loc` table holds a call site
+inside them (the same table ftrace builds available_filter_functions from). Module
+tracepoints come from `__tracepoint_<event>` symbols; their system and event class are
+read by following `__event_<event>` -> trace_event_call.class -> trace_event_class.system
+through the module's relocations; their record fields from BTF `trace_event_raw_<class>`.
+
+Output: the profile format of discover/profile.py (schema version 1) with `source.how =
+"package"` and an extra `package` section (files read, every module shipped, notes).
+"""
+from __future__ import annotations
+
+import bisect
+import datetime
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import struct
+import tarfile
+from pathlib import Path
+from typing import IO, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from discover.btf import KIND_STRUCT, KIND_TYPEDEF, Btf, BtfError
+from discover.errors import UserError
+from discover.profile import SCHEMA, VERSION, check_profile
+
+#: ELF symbol types and bindings we read
+STT_OBJECT, STT_FUNC, STT_SECTION = 1, 2, 3
+STB_LOCAL = 0
+_SYM = struct.Struct("<IBBHQQ")
+_RELA = struct.Struct("<QQq")
+#: byte offset of `class` in struct trace_event_call (after `struct list_head list`), and of
+#: `system` in struct trace_event_class (first member): unchanged since 2.6.x
+_CALL_CLASS_OFFSET, _CLASS_SYSTEM_OFFSET = 16, 0
+
+_MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+_VMLINUZ_RE = re.compile(r"(?:^|/)(?:boot/vmlinuz-[^/]+|lib/modules/[^/]+/vmlinuz(?:\.unsigned)?)$")
+_CONFIG_RE = re.compile(r"(?:^|/)(?:boot/config-[^/]+|lib/modules/[^/]+/config)$")
+_RELEASE_RE = re.compile(r"lib/modules/([^/]+)/|boot/(?:vmlinuz|config)-(.+)$")
+
+
+class PackageError(UserError):
+    """A package that cannot be read (truncated, corrupt, not a kernel package)."""
+
+
+# --------------------------------------------------------------------------- containers
+
+def _deb_data_member(fh: IO[bytes], origin: str) -> Tuple[str, int, int]:
+    """(name, offset, size) of data.tar.* inside a .deb (an `ar` archive)."""
+    if fh.read(8) != b"!<arch>\n":
+        raise PackageError(f"{origin}: not a Debian package (no ar header)")
+    while True:
+        header = fh.read(60)
+        if not header:
+            raise PackageError(f"{origin}: no data.tar member (truncated package?)")
+        if len(header) < 60 or header[58:60] != b"`\n":
+            raise PackageError(f"{origin}: corrupt ar header (truncated package?)")
+        name = header[:16].decode("ascii", "replace").strip().rstrip("/")
+        try:
+            size = int(header[48:58].decode("ascii").strip())
+        except ValueError:
+            raise PackageError(f"{origin}: corrupt ar member size") from None
+        offset = fh.tell()
+        if name.startswith("data.tar"):
+            return name, offset, size
+        fh.seek(size + (size & 1), io.SEEK_CUR)
+
+
+class _Limited(io.RawIOBase):
+    """A read-only window on a file (one ar member), so decompressors stop at its end."""
+
+    def __init__(self, fh: IO[bytes], offset: int, size: int) -> None:
+        self._fh, self._left = fh, size
+        fh.seek(offset)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        want = min(len(buf), self._left)
+        if want <= 0:
+            return 0
+        data = self._fh.read(want)
+        buf[:len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+
+def _open_tar_stream(raw: IO[bytes], compression: str, origin: str) -> tarfile.TarFile:
+    if compression == "zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise UserError("reading .zst packages needs the zstandard module (pip install zstandard)") from None
+        stream: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[assignment]
+        return tarfile.open(fileobj=stream, mode="r|")
+    modes = {"xz": "r|xz", "gz": "r|gz", "bz2": "r|bz2", "": "r|"}
+    if compression not in modes:
+        raise PackageError(f"{origin}: unsupported data.tar compression {compression!r}")
+    return tarfile.open(fileobj=raw, mode=modes[compression])
+
+
+def iter_package_files(path: Path, wanted) -> Iterator[Tuple[str, bytes]]:
+    """(path inside the package, bytes) of the members `wanted(path)` accepts.
+
+    `path` is a .deb, a directory of .deb files (as `probes fetch-kernel` caches them) or a
+    directory of extracted packages (boot/, lib/modules/ or usr/lib/modules/ below it).
+    """
+    if path.is_dir():
+        debs = sorted(path.glob("*.deb"))
+        if debs:
+            for deb in debs:
+                yield from iter_package_files(deb, wanted)
+            return
+        for file in sorted(p for p in path.rglob("*") if p.is_file() and not p.is_symlink()):
+            rel = file.relative_to(path).as_posix()
+            if wanted(rel):
+                yield rel, file.read_bytes()
+        return
+    origin = path.name
+    try:
+        with open(path, "rb") as fh:
+            name, offset, size = _deb_data_member(fh, origin)
+            if offset + size > os.fstat(fh.fileno()).st_size:
+                raise PackageError(f"{origin}: truncated package ({name} runs past the end of the file)")
+            compression = name[len("data.tar"):].lstrip(".")
+            raw = io.BufferedReader(_Limited(fh, offset, size), 1 << 20)
+            with _open_tar_stream(raw, compression, origin) as tar:
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    rel = member.name[2:] if member.name.startswith("./") else member.name
+                    if wanted(rel):
+                        extracted = tar.extractfile(member)
+                        assert extracted is not None
+                        yield rel, extracted.read()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such package or directory") from None
+    except (tarfile.TarError, lzma.LZMAError, EOFError, OSError, zlib_error()) as exc:
+        raise PackageError(f"{origin}: corrupt or truncated package ({exc.__class__.__name__}: {exc})") from None
+    except Exception as exc:  # zstandard.ZstdError has no stable import path across versions
+        if exc.__class__.__name__ == "ZstdError":
+            raise PackageError(f"{origin}: corrupt or truncated package (zstd: {exc})") from None
+        raise
+
+
+def zlib_error() -> type:
+    import zlib
+    return zlib.error
+
+
+# --------------------------------------------------------------------------- kernel image
+
+_PAYLOAD_MAGICS = ((b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zst"), (b"\x1f\x8b\x08", "gz"),
+                   (b"\x5d\x00\x00", "lzma"))
+
+
+def decompress_vmlinuz(data: bytes, origin: str) -> bytes:
+    """The vmlinux ELF inside a bzImage (signed or not): the setup header locates the payload."""
+    if len(data) < 0x250 or data[0x202:0x206] != b"HdrS":
+        raise PackageError(f"{origin}: not an x86 bzImage (no HdrS setup header)")
+    setup_sects = data[0x1F1] or 4
+    payload_offset, payload_length = struct.unpack_from("<II", data, 0x248)
+    start = (setup_sects + 1) * 512 + payload_offset
+    payload = data[start:start + payload_length]
+    for magic, kind in _PAYLOAD_MAGICS:
+        if payload.startswith(magic):
+            break
+    else:
+        raise PackageError(f"{origin}: unknown kernel compression (payload starts {payload[:6].hex()})")
+    try:
+        if kind in ("xz", "lzma"):
+            dec = lzma.LZMADecompressor(lzma.FORMAT_XZ if kind == "xz" else lzma.FORMAT_ALONE)
+            out = dec.decompress(payload)
+        elif kind == "gz":
+            out = gzip.GzipFile(fileobj=io.BytesIO(payload)).read()
+        else:
+            import zstandard
+            out = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+    except (lzma.LZMAError, OSError, EOFError, zlib_error()) as exc:
+        raise PackageError(f"{origin}: corrupt kernel payload ({exc})") from None
+    except Exception as exc:
+        if exc.__class__.__name__ == "ZstdError":
+            raise PackageError(f"{origin}: corrupt kernel payload ({exc})") from None
+        raise
+    if not out.startswith(b"\x7fELF"):
+        raise PackageError(f"{origin}: decompressed kernel is not an ELF file")
+    return out
+
+
+def _decompress_module(name: str, data: bytes) -> bytes:
+    if name.endswith(".xz"):
+        return lzma.decompress(data)
+    if name.endswith(".zst"):
+        import zstandard
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    if name.endswith(".gz"):
+        return gzip.decompress(data)
+    return data
+
+
+# --------------------------------------------------------------------------- ELF reading
+
+class Elf:
+    """The few sections probekit reads from a little-endian ELF64 kernel file or module.
+
+    Section headers are parsed with struct rather than pyelftools: pyelftools costs ~8 ms
+    per module in header parsing alone, 30 s for the 4000 modules of one kernel package.
+    """
+
+    _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+    _SHDR = struct.Struct("<IIQQQQIIQQ")
+
+    def __init__(self, data: bytes, origin: str) -> None:
+        self.data = data
+        if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise PackageError(f"{origin}: not a little-endian 64-bit ELF file")
+        fields = self._EHDR.unpack_from(data, 0)
+        shoff, shentsize, shnum, shstrndx = fields[6], fields[11], fields[12], fields[13]
+        if shoff + shnum * shentsize > len(data) or shstrndx >= max(shnum, 1):
+            raise PackageError(f"{origin}: corrupt ELF section table (truncated file?)")
+        self._sections = [self._SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+        strtab = self._sections[shstrndx]
+        names = data[strtab[4]:strtab[4] + strtab[5]]
+        self.index: Dict[str, int] = {}
+        for i, sec in enumerate(self._sections):
+            end = names.find(b"\0", sec[0])
+            self.index.setdefault(names[sec[0]:end].decode("utf-8", "replace"), i)
+
+    def section_bytes(self, name: str) -> Optional[bytes]:
+        idx = self.index.get(name)
+        if idx is None:
+            return None
+        _name, sh_type, _flags, _addr, offset, size = self._sections[idx][:6]
+        if sh_type == 8:  # SHT_NOBITS (.bss): no bytes in the file
+            return None
+        return self.data[offset:offset + size]
+
+    def symbols(self) -> List[Tuple[str, int, int, int, int, int]]:
+        """(name, type, bind, shndx, value, size) for every .symtab entry, in table order."""
+        table, names = self.section_bytes(".symtab"), self.section_bytes(".strtab")
+        if table is None or names is None:
+            return []
+        out = []
+        for st_name, info, _other, shndx, value, size in _SYM.iter_unpack(table[:len(table) - len(table) % 24]):
+            end = names.find(b"\0", st_name)
+            out.append((names[st_name:end].decode("utf-8", "replace"), info & 0xF, info >> 4, shndx, value, size))
+        return out
+
+    def relocations(self, section: str) -> List[Tuple[int, int, int]]:
+        """(offset, symbol index, addend) of `.rela<section>`."""
+        raw = self.section_bytes(".rela" + section)
+        if raw is None:
+            return []
+        return [(off, info >> 32, addend) for off, info, addend in _RELA.iter_unpack(raw)]
+
+
+class ModuleInfo(NamedTuple):
+    name: str
+    path: str
+    functions: List[Tuple[str, bool, bool]]  # (name, global, traceable)
+    traceability_known: bool  # False when the module has no __mcount_loc table
+    events: Dict[str, Tuple[Optional[str], Optional[str]]]  # event -> (system, class)
+    btf: Optional[bytes]
+
+
+def _module_name(path: str, modinfo: Optional[bytes]) -> str:
+    for field in (modinfo or b"").split(b"\0"):
+        if field.startswith(b"name="):
+            return field[5:].decode()
+    base = path.rsplit("/", 1)[-1]
+    for suffix in _MODULE_SUFFIXES:
+        if base.endswith(suffix):
+            base = base[:-len(suffix)]
+            break
+    return base.replace("-", "_")
+
+
+def read_module(path: str, data: bytes) -> ModuleInfo:
+    """Functions, traceability, tracepoints and raw BTF of one module ELF."""
+    elf = Elf(data, path)
+    syms = elf.symbols()
+    name = _module_name(path, elf.section_bytes(".modinfo"))
+    # functions per section, sorted by start, to map __mcount_loc call sites to functions
+    by_section: Dict[int, List[Tuple[int, int, int]]] = {}
+    for i, (sname, stype, _bind, shndx, value, size) in enumerate(syms):
+        if stype == STT_FUNC and shndx:
+            by_section.setdefault(shndx, []).append((value, size, i))
+    for entries in by_section.values():
+        entries.sort()
+    starts = {shndx: [e[0] for e in entries] for shndx, entries in by_section.items()}
+    traced: Set[int] = set()
+    mcount = elf.relocations("__mcount_loc")
+    for _off, symidx, addend in mcount:
+        if symidx >= len(syms):
+            continue
+        _n, stype, _b, shndx, value, _s = syms[symidx]
+        addr = value + addend
+        entries = by_section.get(shndx)
+        if not entries:
+            continue
+        pos = bisect.bisect_right(starts[shndx], addr) - 1
+        if pos >= 0 and entries[pos][0] <= addr < entries[pos][0] + max(entries[pos][1], 1):
+            traced.add(entries[pos][2])
+    functions = [(s[0], s[2] != STB_LOCAL, i in traced) for i, s in enumerate(syms) if s[1] == STT_FUNC and s[3]]
+    return ModuleInfo(name, path, functions, bool(mcount), _module_events(elf, syms), elf.section_bytes(".BTF"))
+
+
+def _module_events(elf: Elf, syms: List[Tuple[str, int, int, int, int, int]]) -> Dict[str, Tuple[Optional[str], Optional[str]]]:
+    """event -> (system, class) for each `__tracepoint_<event>` the module defines."""
+    events = {s[0][len("__tracepoint_"):]: (None, None) for s in syms
+              if s[0].startswith("__tracepoint_") and s[1] == STT_OBJECT and s[3]}
+    if not events:
+        return events
+    relocs: Dict[int, Dict[int, Tuple[int, int]]] = {}  # shndx -> offset -> (sym, addend)
+    objects = {(s[3], s[4]): s[0] for s in syms if s[1] == STT_OBJECT and s[3]}
+    sec_names = {i: n for n, i in elf.index.items()}
+
+    def pointer(shndx: int, offset: int) -> Optional[Tuple[int, int]]:
+        """(symbol index, addend) the relocation at section+offset points to."""
+        if shndx not in relocs:
+            relocs[shndx] = {off: (sym, add) for off, sym, add in elf.relocations(sec_names.get(shndx, "?"))}
+        return relocs[shndx].get(offset)
+
+    def string_at(symidx: int, addend: int) -> Optional[str]:
+        _n, _t, _b, shndx, value, _s = syms[symidx]
+        raw = elf.section_bytes(sec_names.get(shndx, "?"))
+        if raw is None:
+            return None
+        start = value + addend
+        end = raw.find(b"\0", start)
+        return raw[start:end].decode("utf-8", "replace") if end >= 0 else None
+
+    for sname, stype, _bind, shndx, value, _size in syms:
+        if not sname.startswith("__event_") or stype != STT_OBJECT:
+            continue
+        event = sname[len("__event_"):]
+        call = pointer(shndx, value)
+        if call is None or event not in events:
+            continue
+        call_sym = syms[call[0]]
+        klass = pointer(call_sym[3], call_sym[4] + call[1] + _CALL_CLASS_OFFSET)
+        if klass is None:
+            continue
+        class_sym = syms[klass[0]]
+        class_addr = class_sym[4] + klass[1]
+        # relocations name a local object by its section symbol plus an addend
+        class_label = objects.get((class_sym[3], class_addr), "")
+        class_name = class_label[len("event_class_"):] if class_label.startswith("event_class_") else None
+        system_ptr = pointer(class_sym[3], class_addr + _CLASS_SYSTEM_OFFSET)
+        system = string_at(*system_ptr) if system_ptr else None
+        events[event] = (system, class_name)
+    return events
+
+
+# --------------------------------------------------------------------------- the profile
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _parse_config(text: str) -> Dict[str, str]:
+    options = {}
+    for line in text.splitlines():
+        if line.startswith("CONFIG_") and "=" in line:
+            key, _, value = line.partition("=")
+            options[key] = value
+    return options
+
+
+def _btf_record(func, module: Optional[str]) -> Dict[str, Any]:
+    return {"module": module, "prototype": func.prototype(), "return": func.return_type,
+            "params": [[p.name, p.type] for p in func.params], "linkage": func.linkage}
+
+
+def _tracepoint_records(btf: Btf, events: Dict[str, Optional[str]]) -> Dict[str, Dict[str, Any]]:
+    """Per event: TP_PROTO from `btf_trace_<event>`, record fields from `trace_event_raw_<class>`."""
+    protos = dict(btf.named_types(KIND_TYPEDEF, "btf_trace_"))
+    raws = dict(btf.named_types(KIND_STRUCT, "trace_event_raw_"))
+    out = {}
+    for event, klass in events.items():
+        proto_id = protos.get(f"btf_trace_{event}")
+        raw_id = raws.get(f"trace_event_raw_{klass or event}")
+        out[event] = {
+            "proto": btf.type_name(btf.referenced(proto_id)) if proto_id else None,
+            "fields": None if raw_id is None else [
+                {"name": m.name, "type": m.type} for m in btf.members(raw_id) if m.name not in ("ent", "__data")],
+        }
+    return out
+
+
+class _Collected:
+    """Everything read from one kernel's packages before the profile is assembled."""
+
+    def __init__(self) -> None:
+        self.files: List[str] = []
+        self.release: Optional[str] = None
+        self.config_text: Optional[str] = None
+        self.vmlinuz: Optional[Tuple[str, bytes]] = None
+        self.modules: List[ModuleInfo] = []
+        self.builtin: List[str] = []
+        self.bad_modules: List[str] = []
+
+
+def _wanted(path: str) -> bool:
+    return bool(_VMLINUZ_RE.search(path) or _CONFIG_RE.search(path)
+                or path.endswith("/modules.builtin")
+                or ("lib/modules/" in path and path.endswith(_MODULE_SUFFIXES)))
+
+
+def _collect(paths: Sequence[Path]) -> _Collected:
+    got = _Collected()
+    for path in paths:
+        for rel, data in iter_package_files(path, _wanted):
+            got.files.append(rel)
+            m = _RELEASE_RE.search(rel)
+            if m and got.release is None:
+                got.release = m.group(1) or m.group(2)
+            if _VMLINUZ_RE.search(rel):
+                got.vmlinuz = (rel, data)
+            elif _CONFIG_RE.search(rel):
+                got.config_text = data.decode("utf-8", "replace")
+            elif rel.endswith("/modules.builtin"):
+                got.builtin = [_module_name(line, None) for line in data.decode().split()]
+            else:
+                try:
+                    got.modules.append(read_module(rel, _decompress_module(rel, data)))
+                except (PackageError, lzma.LZMAError, OSError, EOFError) as exc:
+                    got.bad_modules.append(f"{rel}: {exc}")
+    return got
+
+
+def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
+                         btf_modules: Iterable[str] = ()) -> Dict[str, Any]:
+    """A kernel profile (dict) from one kernel's packages.
+
+    `btf_functions`: names whose BTF prototypes to record (wherever they live);
+    `btf_modules`: modules all of whose BTF functions to record.
+    """
+    origin = ", ".join(p.name for p in paths)
+    got = _collect(paths)
+    if got.vmlinuz is None and not got.modules:
+        raise PackageError(f"{origin}: no kernel image and no modules: not a Debian kernel package")
+    notes: List[str] = []
+    unavailable: Dict[str, str] = {
+        "modules": "a package has no running system: nothing is loaded (package.modules lists every module shipped)",
+        "mounts": "a package has no running system",
+        "tracers": "a package has no tracefs",
+        "kprobe_blacklist": "the kprobe blacklist needs the running kernel (debugfs kprobes/blacklist)",
+    }
+    vmlinux_btf: Optional[Btf] = None
+    uname_version = "?"
+    if got.vmlinuz is None:
+        unavailable["vmlinux"] = "no kernel image in the packages given (on 6.19+/7.x add linux-binary-*)"
+        notes.append(unavailable["vmlinux"])
+    else:
+        rel, data = got.vmlinuz
+        vmlinux = decompress_vmlinuz(data, rel)
+        banner = re.search(rb"Linux version [^\n\0]+", vmlinux)
+        if banner:
+            uname_version = banner.group(0).decode("utf-8", "replace")
+        raw_btf = Elf(vmlinux, rel).section_bytes(".BTF")
+        if raw_btf is None:
+            unavailable["btf"] = "the kernel image has no .BTF section (CONFIG_DEBUG_INFO_BTF off)"
+            notes.append(unavailable["btf"])
+        else:
+            try:
+                vmlinux_btf = Btf(raw_btf)
+            except BtfError as exc:
+                unavailable["btf"] = f"vmlinux BTF unreadable: {exc}"
+                notes.append(unavailable["btf"])
+        del vmlinux
+    notes.append("vmlinux functions come from BTF: Debian strips the image and ships no real System.map, "
+                 "so vmlinux compiler copies (.isra/.constprop/.part) and notrace functions are not visible")
+    if got.bad_modules:
+        notes.append(f"{len(got.bad_modules)} module(s) unreadable, first: {got.bad_modules[0]}")
+
+    filter_functions: List[List[Optional[str]]] = []
+    symbols: Dict[str, str] = {}
+    btf_funcs: Dict[str, Dict[str, Any]] = {}
+    wanted_funcs = set(btf_functions)
+    if vmlinux_btf is not None:
+        for fname in vmlinux_btf.function_names():
+            filter_functions.append([fname, None])
+            if fname in wanted_funcs:
+                func = vmlinux_btf.function(fname)
+                if func is not None:
+                    btf_funcs[fname] = _btf_record(func, None)
+                    symbols[fname] = "T" if func.linkage == "global" else "t"
+
+    events: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    module_files: Dict[str, Dict[str, Any]] = {}
+    wanted_modules = set(btf_modules)
+    no_btf, no_mcount = [], []
+    btf_read = ["vmlinux"] if vmlinux_btf is not None else []
+    for mod in got.modules:
+        names_here = {f[0] for f in mod.functions}
+        module_files[mod.name] = {"path": mod.path, "btf": mod.btf is not None, "events": len(mod.events)}
+        if not mod.traceability_known:
+            no_mcount.append(mod.name)
+        for fname, is_global, traceable in mod.functions:
+            if traceable or not mod.traceability_known:
+                filter_functions.append([fname, mod.name])
+            elif fname not in symbols:
+                symbols.setdefault(fname, "notrace")
+            if fname in wanted_funcs or mod.name in wanted_modules:
+                symbols[fname] = "T" if is_global else "t"
+        mod_btf: Optional[Btf] = None
+        needs_btf = mod.events or mod.name in wanted_modules or (names_here & wanted_funcs)
+        if mod.btf is None:
+            no_btf.append(mod.name)
+        elif needs_btf and vmlinux_btf is not None:
+            try:
+                mod_btf = Btf(mod.btf, base=vmlinux_btf)
+                btf_read.append(mod.name)
+            except BtfError as exc:
+                notes.append(f"{mod.name}: module BTF unreadable ({exc})")
+        if mod_btf is not None:
+            names = mod_btf.function_names() if mod.name in wanted_modules else sorted(names_here & wanted_funcs)
+            for fname in names:
+                func = mod_btf.function(fname)
+                if func is not None and fname not in btf_funcs:
+                    btf_funcs[fname] = _btf_record(func, mod.name)
+        described = _tracepoint_records(mod_btf, {e: c for e, (_s, c) in mod.events.items()}) if mod_btf else {}
+        for event, (system, klass) in mod.events.items():
+            record: Dict[str, Any] = {"id": None, "print_fmt": None, "fields": None, "proto": None,
+                                      "module": mod.name, "class": klass}
+            record.update(described.get(event, {}))
+            events.setdefault(system or f"?{mod.name}", {})[event] = record
+    if vmlinux_btf is not None:
+        # vmlinux tracepoints: stripped image, so no system names; keep them under "?vmlinux"
+        for name, type_id in vmlinux_btf.named_types(KIND_TYPEDEF, "btf_trace_"):
+            event = name[len("btf_trace_"):]
+            events.setdefault("?vmlinux", {})[event] = {
+                "id": None, "print_fmt": None, "fields": None, "module": None, "class": None,
+                "proto": vmlinux_btf.type_name(vmlinux_btf.referenced(type_id))}
+    if got.modules and len(no_btf) == len(got.modules):
+        notes.append("modules carry no BTF (before Debian 6.x, e.g. 5.10): module functions come from the "
+                     "symbol tables, without prototypes; tracepoint fields unknown")
+    elif no_btf:
+        notes.append(f"{len(no_btf)} module(s) without BTF, e.g. {', '.join(sorted(no_btf)[:3])}")
+    if no_mcount:
+        notes.append(f"{len(no_mcount)} module(s) without __mcount_loc: all their functions are listed as traceable")
+
+    release = got.release or "?"
+    data: Dict[str, Any] = {
+        "schema": SCHEMA, "version": VERSION, "created": _now(),
+        "source": {"how": "package", "host": None, "tool": "probes kernelpkg", "packages": [p.name for p in paths]},
+        "uname": {"sysname": "Linux", "release": release, "version": uname_version, "machine": "x86_64"},
+        "config": _parse_config(got.config_text) if got.config_text else None,
+        "modules": {}, "mounts": [], "tracers": None,
+        "filter_functions": filter_functions, "kprobe_blacklist": None,
+        "events": events, "symbols": symbols,
+        "btf": {"modules": btf_read, "functions": btf_funcs} if vmlinux_btf is not None else None,
+        "unavailable": unavailable,
+        "package": {"subset": True, "files": len(got.files), "modules": module_files,
+                    "builtin": got.builtin, "notes": notes},
+    }
+    if got.config_text is None:
+        unavailable["config"] = "no boot/config-* or lib/modules/*/config in the packages"
+    return check_profile(data, origin)
+
+
+# --------------------------------------------------------------------------- cache
+
+def _cache_key(paths: Sequence[Path], btf_functions: Iterable[str], btf_modules: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for f in files:
+            if f.is_file():
+                st = f.stat()
+                h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    h.update("\0".join(sorted(btf_functions)).encode() + b"\1" + "\0".join(sorted(btf_modules)).encode())
+    h.update(b"kernelpkg-1")
+    return h.hexdigest()[:24]
+
+
+def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
+                                btf_modules: Iterable[str] = (), cache_dir: Optional[Path] = None) -> Dict[str, Any]:
+    """profile_from_package, memoised on disk by file identity (path, size, mtime) and request."""
+    from probes.fetch import cache_root
+    funcs, mods = sorted(set(btf_functions)), sorted(set(btf_modules))
+    cache_dir = cache_dir or cache_root() / "profiles"
+    target = cache_dir / f"{_cache_key(paths, funcs, mods)}.json"
+    if target.is_file():
+        try:
+            return check_profile(json.loads(target.read_text()), str(target))
+        except (ValueError, UserError):
+            target.unlink()
+    data = profile_from_package(paths, funcs, mods)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(target)
+    return data
