@@ -105,30 +105,26 @@ class GuestAgent:
 
     # -- commands ---------------------------------------------------------------------------
 
-    def exec(self, argv: List[str], timeout: float, on_poll: Optional[Callable[[], None]] = None,
-             stdin: Optional[bytes] = None) -> CommandResult:
-        """Run argv as root in the guest; on_poll is called while waiting (console checks)."""
+    def start(self, argv: List[str], stdin: Optional[bytes] = None) -> int:
+        """Start argv as root in the guest (output captured); returns the guest pid."""
         args: Dict[str, Any] = {"path": argv[0], "arg": argv[1:], "env": GUEST_ENV, "capture-output": True}
         if stdin is not None:
             args["input-data"] = base64.b64encode(stdin).decode()
-        pid = self.call("guest-exec", **args)["pid"]
-        deadline = time.monotonic() + timeout
-        pause = 0.05
-        while True:
-            status = self.call("guest-exec-status", pid=pid)
-            if status.get("exited"):
-                break
-            if on_poll is not None:
-                on_poll()
-            if time.monotonic() > deadline:
-                self.call("guest-exec", path="/bin/kill", arg=["-KILL", str(pid)], env=GUEST_ENV)
-                raise AgentTimeout(f"command did not finish in {timeout:.0f} s: {' '.join(argv)[:120]}")
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        return int(self.call("guest-exec", **args)["pid"])
+
+    def status(self, pid: int) -> Optional[CommandResult]:
+        """The result of a started command, or None while it runs."""
+        status = self.call("guest-exec-status", pid=pid)
+        if not status.get("exited"):
+            return None
         code = status.get("exitcode")
         if code is None:  # killed by a signal
             code = 128 + int(status.get("signal", 0))
         return CommandResult(code, _decode(status.get("out-data")), _decode(status.get("err-data")))
+
+    def kill(self, pid: int) -> None:
+        self.call("guest-exec", path="/bin/kill", arg=["-KILL", str(pid)], env=GUEST_ENV)
+
 
     def write_file(self, remote: str, data: bytes) -> None:
         handle = self.call("guest-file-open", path=remote, mode="wb")
@@ -152,6 +148,30 @@ class GuestAgent:
             self.call("guest-file-close", handle=handle)
         return b"".join(parts)
 
+
+def run_command(socket_path: Path, argv: List[str], timeout: float,
+                on_poll: Optional[Callable[[], None]] = None, stdin: Optional[bytes] = None) -> CommandResult:
+    """Run argv in the guest and wait for it, holding the agent only briefly per poll.
+
+    The agent serves one client at a time: a long command must not lock out a second
+    `labs run` (or the console watcher's caller) for its whole duration.
+    """
+    with GuestAgent(socket_path, timeout=30.0) as agent:
+        pid = agent.start(argv, stdin)
+    deadline = time.monotonic() + timeout
+    pause = 0.05
+    while True:
+        with GuestAgent(socket_path, timeout=30.0) as agent:
+            result = agent.status(pid)
+            if result is not None:
+                return result
+            if time.monotonic() > deadline:
+                agent.kill(pid)
+                raise AgentTimeout(f"command did not finish in {timeout:.0f} s: {' '.join(argv)[:120]}")
+        if on_poll is not None:
+            on_poll()
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 def _decode(b64: Optional[str]) -> str:
     return base64.b64decode(b64).decode("utf-8", "replace") if b64 else ""

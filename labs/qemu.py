@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Union
 
 from discover.errors import UserError
-from labs.agent import AgentError, AgentTimeout, GuestAgent
+from labs.agent import AgentError, AgentTimeout, GuestAgent, run_command
 from labs.base import CLIENT, SERVER, CommandResult, Lab
 from labs.console import ConsoleWatch, GuestFailure, failure
 from labs.images import ImageInfo, build_image, cache_root
@@ -141,7 +141,7 @@ class QemuLab(Lab):
 
     def _node(self, role: str) -> Node:
         """The guest that plays a role (SERVER/CLIENT) or has a node name."""
-        if self.topology == "single":
+        if self.topology == "single" and role in (SERVER, CLIENT, self.nodes[0].name):
             return self.nodes[0]
         for node in self.nodes:
             if node.name == role:
@@ -293,9 +293,9 @@ class QemuLab(Lab):
             while True:
                 self._check_node(node.name)
                 try:
-                    with GuestAgent(self.agent_socket(node.name), timeout=5.0) as agent:
-                        res = agent.exec(["/bin/sh", "-c", "mountpoint -q /opt/probekit && mountpoint -q /results"
-                                          " && systemctl is-active -q nfs-server"], timeout=30)
+                    res = run_command(self.agent_socket(node.name),
+                                      ["/bin/sh", "-c", "mountpoint -q /opt/probekit && mountpoint -q /results"
+                                       " && systemctl is-active -q nfs-server"], timeout=30)
                     if res.exit_code == 0:
                         self.progress(f"[lab] {node.name}: guest agent answers, shares mounted")
                         break
@@ -338,8 +338,8 @@ class QemuLab(Lab):
         guest = self._node(node)
         self._check_node(guest.name)
         try:
-            with GuestAgent(self.agent_socket(guest.name), timeout=30.0) as agent:
-                return agent.exec(argv, timeout=timeout, on_poll=lambda: self._check_node(guest.name))
+            return run_command(self.agent_socket(guest.name), argv, timeout=timeout,
+                               on_poll=lambda: self._check_node(guest.name))
         except AgentTimeout as exc:
             self._check_node(guest.name)
             raise failure(guest.name, str(exc), self.watches.get(guest.name)) from exc

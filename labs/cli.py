@@ -1,0 +1,212 @@
+"""`labs`: bring NFS VM labs up and down, run commands in them, and run the integration test."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+import click
+
+from discover.errors import UserError, run_cli
+from labs.base import CLIENT, Lab
+
+BACKENDS = ("qemu", "vagrant")
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _state_file(name: str) -> Path:
+    from labs.images import cache_root
+    return cache_root() / "labs" / f"{name}.backend"
+
+
+def make_lab(backend: str, kernel: str, topology: str, name: str = "default") -> Lab:
+    """A new, not yet started lab of a backend (the vagrant backend is imported lazily)."""
+    if backend == "qemu":
+        from labs.qemu import QemuLab
+        return QemuLab(kernel=kernel, topology=topology, name=name, progress=_progress)
+    if backend == "vagrant":
+        try:
+            from labs.vagrant import VagrantLab  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise UserError(f"the vagrant backend is not available: {exc}") from exc
+        return VagrantLab(kernel=kernel, topology=topology, name=name, progress=_progress)  # type: ignore[call-arg]
+    raise UserError(f"unknown backend {backend!r} ({', '.join(BACKENDS)})")
+
+
+def attach_lab(name: str = "default") -> Lab:
+    """The running lab recorded by `labs up`."""
+    marker = _state_file(name)
+    if not marker.exists():
+        raise UserError(f"no lab {name!r} is up (run `labs up` first)")
+    backend = marker.read_text().strip()
+    if backend == "qemu":
+        from labs.qemu import QemuLab
+        return QemuLab.attach(name, progress=_progress)
+    try:
+        from labs.vagrant import VagrantLab  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise UserError(f"the vagrant backend is not available: {exc}") from exc
+    return VagrantLab.attach(name, progress=_progress)  # type: ignore[attr-defined]
+
+
+backend_option = click.option("--backend", type=click.Choice(BACKENDS), default="qemu", show_default=True,
+                              help="VM backend: QEMU directly, or Vagrant (vagrant-libvirt).")
+topology_option = click.option("--topology", type=click.Choice(["single", "pair"]), default="single",
+                               show_default=True,
+                               help="single: NFS server+client in one guest; pair: two guests.")
+name_option = click.option("--name", default="default", show_default=True, help="Lab name (several can exist).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def labs() -> None:
+    """NFS server/client VM labs on real Debian kernels, without host networking."""
+
+
+@labs.command()
+@backend_option
+@click.option("--kernel", default="6.1", show_default=True,
+              help="Kernel series (5.10, 6.1, 6.12, 7) or a Debian suite name.")
+@topology_option
+@name_option
+def up(backend: str, kernel: str, topology: str, name: str) -> None:
+    """Build (or reuse) the image and boot the lab; NFSv3 and v4.2 are mounted when it returns.
+
+    \b
+    Examples:
+      labs up                              # QEMU, Debian 6.1, server+client in one guest
+      labs up --kernel 6.12 --topology pair
+      labs up --backend vagrant
+    """
+    marker = _state_file(name)
+    if marker.exists():
+        raise UserError(f"lab {name!r} is already up ({marker.read_text().strip()}); `labs down` first")
+    lab = make_lab(backend, kernel, topology, name)
+    lab.up()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(backend + "\n")
+    info = lab.kernel_info()
+    click.echo(f"lab {name!r} up: {backend}, {topology}, kernel {info['release']}")
+
+
+@labs.command(context_settings={"ignore_unknown_options": True})
+@click.option("--node", default=CLIENT, show_default=True, help="server or client.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds before the command is killed.")
+@name_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(node: str, timeout: float, name: str, command: Tuple[str, ...]) -> None:
+    """Run a command as root in a lab guest; its output and exit code are passed through.
+
+    \b
+    Examples:
+      labs run -- uname -r
+      labs run -- 'grep nfs /proc/mounts'
+      labs run --node server -- exportfs -v
+      labs run -- python3 -m discover --help
+    """
+    lab = attach_lab(name)
+    cmd = command[0] if len(command) == 1 else list(command)
+    res = lab.run(cmd, node=node, timeout=timeout)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    sys.stdout.flush()
+    if res.exit_code:
+        sys.exit(res.exit_code)
+
+
+@labs.command()
+@click.option("--node", default=CLIENT, show_default=True, help="server or client.")
+@name_option
+def shell(node: str, name: str) -> None:
+    """Open an interactive root shell in a lab guest (SSH on a 127.0.0.1 forward).
+
+    \b
+    Examples:
+      labs shell
+      labs shell --node server
+    """
+    lab = attach_lab(name)
+    ssh_command = getattr(lab, "ssh_command", None)
+    if ssh_command is None:
+        raise UserError(f"`labs shell` is not supported by the {lab.backend} backend")
+    argv: List[str] = ssh_command(node)
+    os.execvp(argv[0], argv)
+
+
+@labs.command()
+@name_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(name: str, as_json: bool) -> None:
+    """Show whether the lab's guests run.
+
+    \b
+    Examples:
+      labs status
+      labs status --json
+    """
+    marker = _state_file(name)
+    if not marker.exists():
+        states = {"lab": "absent"}
+    else:
+        states = attach_lab(name).status()
+    if as_json:
+        click.echo(json.dumps(states))
+    else:
+        for node, state in states.items():
+            click.echo(f"{node}: {state}")
+
+
+@labs.command()
+@name_option
+def down(name: str) -> None:
+    """Stop the lab's guests and remove their overlays, sockets and state.
+
+    \b
+    Examples:
+      labs down
+      labs down --name matrix
+    """
+    marker = _state_file(name)
+    if not marker.exists():
+        click.echo(f"lab {name!r} is not up")
+        return
+    attach_lab(name).down()
+    marker.unlink()
+    click.echo(f"lab {name!r} down")
+
+
+@labs.command()
+@backend_option
+@click.option("--kernel", "kernels", multiple=True, default=("6.1",), show_default=True,
+              help="Kernel series to test; repeat for a matrix (one lab at a time).")
+@topology_option
+@click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path), default=Path("artifacts"),
+              show_default=True, help="Where call graphs, tracefs metadata and reports go.")
+def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path) -> None:
+    """Integration run: boot a lab per kernel, mount NFS, run `discover` in it, write a report.
+
+    Exit code 0 only when every check on every kernel passed.
+
+    \b
+    Examples:
+      labs test                                   # QEMU, Debian 6.1
+      labs test --kernel 5.10 --kernel 6.12 --kernel 7
+      labs test --backend vagrant --topology pair
+    """
+    from labs.integration import run_integration
+    failed = 0
+    for kernel in kernels:
+        lab = make_lab(backend, kernel, topology, name=f"test-{backend}-{kernel}")
+        report = run_integration(lab, artifacts, progress=_progress)
+        click.echo(report.text())
+        failed += 0 if report.passed else 1
+    if failed:
+        raise UserError(f"{failed} of {len(kernels)} kernel(s) failed; reports under {artifacts}/")
+
+
+def main() -> None:
+    run_cli("labs", lambda: labs.main(standalone_mode=False))

@@ -1,0 +1,46 @@
+#!/bin/sh
+# The lab's known NFS workload, in small named steps (guest side, any mount).
+# Usage: workload.sh STEP MOUNT
+#   prepare  create MOUNT/work/probekit/{read.bin (256 KiB), small.txt}
+#   write    256 KiB in 64 KiB blocks + fsync, then 8 x 4 KiB O_SYNC writes
+#   read     drop caches, then read read.bin in 64 KiB blocks
+#   stat     5 x stat small.txt
+#   open     3 x cat small.txt
+#   all      write, read, stat, open
+set -eu
+step=${1:?usage: workload.sh STEP MOUNT}
+d=${2:?usage: workload.sh STEP MOUNT}/work/probekit
+
+case "$step" in
+prepare)
+    mkdir -p "$d"
+    dd if=/dev/urandom of="$d/read.bin" bs=64k count=4 conv=fsync status=none
+    echo hello > "$d/small.txt"
+    ;;
+write)
+    dd if=/dev/zero of="$d/write.bin" bs=64k count=4 conv=fsync status=none
+    i=0
+    while [ $i -lt 8 ]; do
+        dd if=/dev/zero of="$d/sync.bin" bs=4k count=1 seek=$i oflag=sync conv=notrunc status=none
+        i=$((i + 1))
+    done
+    ;;
+read)
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    dd if="$d/read.bin" of=/dev/null bs=64k status=none
+    ;;
+stat)
+    for i in 1 2 3 4 5; do stat "$d/small.txt" > /dev/null; done
+    ;;
+open)
+    for i in 1 2 3; do cat "$d/small.txt" > /dev/null; done
+    ;;
+all)
+    for s in write read stat open; do sh "$0" "$s" "${2}"; done
+    ;;
+*)
+    echo "workload.sh: unknown step $step" >&2
+    exit 2
+    ;;
+esac

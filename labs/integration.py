@@ -1,0 +1,256 @@
+"""`labs test`: the VM integration run, backend-neutral (only the labs.base.Lab interface).
+
+One run = one lab on one kernel: boot, check NFSv3 and v4.2 mounts, run the known
+workload, run `discover callgraph` inside the guest for the NFS entry points, kill a
+capture with SIGINT and SIGTERM and prove tracefs is restored, copy the results out as
+artefacts (call graphs, tracefs metadata) and write a report (text + JSON).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tarfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+from discover.errors import UserError
+from labs.base import CLIENT, Lab
+
+Progress = Callable[[str], None]
+
+GUEST_RESULTS = "/results"
+WORKLOAD = "labs/guest/workload.sh"
+
+
+class Check(NamedTuple):
+    name: str
+    passed: bool
+    seconds: float
+    detail: str
+
+
+class Report:
+    """What one integration run found: per-check verdicts, timings, kernel."""
+
+    def __init__(self, backend: str, kernel: str, run_dir: Path) -> None:
+        self.backend = backend
+        self.kernel_requested = kernel
+        self.kernel_release = ""
+        self.run_dir = run_dir
+        self.checks: List[Check] = []
+        self.timings: Dict[str, float] = {}
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"backend": self.backend, "kernel_requested": self.kernel_requested,
+                "kernel_release": self.kernel_release, "passed": self.passed,
+                "timings": {k: round(v, 1) for k, v in self.timings.items()},
+                "checks": [c._asdict() for c in self.checks], "artifacts": str(self.run_dir)}
+
+    def text(self) -> str:
+        lines = [f"labs test: {self.backend}, kernel {self.kernel_release or self.kernel_requested}: "
+                 f"{'PASS' if self.passed else 'FAIL'}"]
+        for check in self.checks:
+            lines.append(f"  {'ok  ' if check.passed else 'FAIL'} {check.name:<34} {check.seconds:6.1f} s  "
+                         f"{check.detail}")
+        lines.append("  timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.timings.items()))
+        lines.append(f"  artefacts: {self.run_dir}")
+        return "\n".join(lines)
+
+    def write(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "report.json").write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        (self.run_dir / "report.txt").write_text(self.text() + "\n")
+
+
+#: discover callgraph targets: (function, mount, workload step); the open entry point
+#: of NFSv4 is nfs4_file_open where the kernel has it
+CALLGRAPH_TARGETS = [
+    ("nfs_file_read", "/mnt/nfs3", "read"),
+    ("nfs_file_write", "/mnt/nfs3", "write"),
+    ("nfs_getattr", "/mnt/nfs3", "stat"),
+    ("nfs4_file_open", "/mnt/nfs42", "open"),
+]
+
+
+class Integration:
+    """The checks of one run, against a lab that is up."""
+
+    def __init__(self, lab: Lab, report: Report, progress: Progress) -> None:
+        self.lab = lab
+        self.report = report
+        self.progress = progress
+        self.share = getattr(lab, "guest_project_dir", "/opt/probekit")
+        self.guest_run = f"{GUEST_RESULTS}/{report.run_dir.name}"
+
+    def check(self, name: str, body: Callable[[], str]) -> bool:
+        """Run one check; its return value is the detail, a raised error is the failure."""
+        started = time.monotonic()
+        self.progress(f"[test] {name} ...")
+        try:
+            detail, passed = body(), True
+        except (UserError, AssertionError, ValueError, KeyError, OSError) as exc:
+            detail, passed = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400], False
+        seconds = time.monotonic() - started
+        self.report.checks.append(Check(name, passed, round(seconds, 1), detail))
+        self.progress(f"[test] {name}: {'ok' if passed else 'FAIL'} ({seconds:.1f} s) {detail}")
+        return passed
+
+    def sh(self, cmd: str, timeout: float = 600.0) -> str:
+        """A guest command that must succeed; returns its stdout."""
+        res = self.lab.run(cmd, node=CLIENT, timeout=timeout)
+        if res.exit_code != 0:
+            raise AssertionError(f"`{cmd[:80]}` exited {res.exit_code}: {(res.stderr or res.stdout).strip()[-300:]}")
+        return res.stdout
+
+    def workload(self, step: str, mount: str) -> str:
+        return f"sh {self.share}/{WORKLOAD} {step} {mount}"
+
+    # -- checks --------------------------------------------------------------------------
+
+    def mounts(self) -> str:
+        text = self.sh("cat /proc/mounts")
+        found = {}
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) > 3 and fields[1] in ("/mnt/nfs3", "/mnt/nfs42"):
+                found[fields[1]] = re.search(r"\bvers=([\d.]+)", fields[3]).group(1)  # type: ignore[union-attr]
+        assert found.get("/mnt/nfs3") == "3", f"/mnt/nfs3 not NFSv3: {found}"
+        assert found.get("/mnt/nfs42") == "4.2", f"/mnt/nfs42 not NFSv4.2: {found}"
+        return "nfs3 vers=3, nfs42 vers=4.2"
+
+    def run_workload(self) -> str:
+        spent = []
+        for mount in ("/mnt/nfs3", "/mnt/nfs42"):
+            started = time.monotonic()
+            self.sh(self.workload("prepare", mount) + " && " + self.workload("all", mount))
+            spent.append(f"{mount} {time.monotonic() - started:.1f} s")
+        return ", ".join(spent)
+
+    def metadata(self) -> str:
+        """uname, lsmod, tracefs listings and NFS event formats into the artefacts."""
+        out = f"{self.guest_run}/tracefs"
+        script = f"""
+set -e
+T=/sys/kernel/tracing
+mkdir -p {out}/events
+uname -a > {out}/uname-a.txt; uname -r > {out}/uname-r.txt
+lsmod > {out}/lsmod.txt
+grep -E '^(nfs|nfs4|nfsd|sunrpc|rpcgss):' $T/available_events > {out}/available_events.nfs-nfs4-nfsd-sunrpc.txt || true
+grep -i nfs $T/available_filter_functions > {out}/available_filter_functions.nfs.txt
+cat $T/available_tracers > {out}/available_tracers.txt
+cat $T/trace_options > {out}/trace_options.txt
+grep nfs /proc/mounts > {out}/proc-mounts-nfs.txt
+for sys in nfs nfs4; do
+  [ -d $T/events/$sys ] || continue
+  for ev in $T/events/$sys/*/; do
+    [ -f $ev/format ] && mkdir -p {out}/events/$sys/$(basename $ev) && cat $ev/format > {out}/events/$sys/$(basename $ev)/format
+  done
+done
+wc -l < {out}/available_filter_functions.nfs.txt
+"""
+        count = int(self.sh(script).strip().splitlines()[-1])
+        assert count > 100, f"only {count} nfs functions in available_filter_functions"
+        return f"{count} nfs functions traceable"
+
+    def callgraph(self, function: str, mount: str, step: str) -> str:
+        out = f"{self.guest_run}/callgraph/{function}.json"
+        if function == "nfs4_file_open":
+            res = self.lab.run("grep -qx 'nfs4_file_open \\[nfsv4\\]' /sys/kernel/tracing/available_filter_functions",
+                               node=CLIENT, timeout=60)
+            if res.exit_code != 0:
+                function = "nfs_file_open"
+        cmd = (f"mkdir -p {self.guest_run}/callgraph && cd /tmp && python3 -m discover callgraph {function} "
+               f"--workload {shlex.quote(self.workload(step, mount))} --format json -o {out}")
+        self.sh(cmd, timeout=900)
+        text = self.sh(f"cat {out}")
+        data = json.loads(text)
+        names = _function_names(data)
+        assert function in names, f"{function} missing from its own call graph"
+        callees = names - {function}
+        assert len(callees) >= 3, f"call graph of {function} has only {sorted(callees)}"
+        return f"{len(callees)} distinct callees"
+
+    def interrupt(self, sig: str) -> str:
+        """Kill discover mid-capture with a signal; tracefs must be exactly as before."""
+        script = f"{self.share}/labs/guest/kill_check.py"
+        workload = "for i in $(seq 1 600); do " + self.workload("stat", "/mnt/nfs3") + "; sleep 0.2; done"
+        text = self.sh(f"mkdir -p {self.guest_run}/interrupt && python3 {script} {sig} nfs_getattr "
+                       f"{shlex.quote(workload)} > {self.guest_run}/interrupt/{sig}.json && "
+                       f"cat {self.guest_run}/interrupt/{sig}.json", timeout=900)
+        result = json.loads(text)
+        assert result["was_capturing"], f"discover never had function_graph on (exit {result['exit_code']}: " \
+                                        f"{result['stderr_tail'][-200:]})"
+        assert result["exit_code"] != 0, "discover exited 0 after the signal"
+        assert result["restored"], f"tracefs not restored after SIG{sig}: changed {result['changed']}"
+        return f"SIG{sig} mid-capture: exit {result['exit_code']}, tracefs restored ({len(result['before'])} files)"
+
+    def collect(self) -> None:
+        """Copy the guest's run directory out as artefacts (one tarball through the Lab interface)."""
+        tarball = f"/tmp/{self.report.run_dir.name}.tar.gz"
+        self.sh(f"tar -czf {tarball} -C {self.guest_run} .")
+        local = self.report.run_dir / "guest-results.tar.gz"
+        self.lab.get(tarball, local)
+        with tarfile.open(local) as archive:
+            archive.extractall(self.report.run_dir)
+        local.unlink()
+
+
+def _function_names(data: Any) -> set:
+    """Every function name in a call-graph JSON document, whatever its nesting."""
+    names: set = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key in ("function", "name", "func", "id", "caller", "callee", "source", "target", "root") \
+                    and isinstance(value, str):
+                names.add(value.split(" ")[0])
+            else:
+                names |= _function_names(value)
+    elif isinstance(data, list):
+        for item in data:
+            names |= _function_names(item)
+    return names
+
+
+def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
+                    keep_up: bool = False) -> Report:
+    """Bring the lab up, run every check, copy artefacts, write the report, take the lab down."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kernel = getattr(lab, "kernel", "?")
+    report = Report(lab.backend, kernel, Path(artifacts) / f"{lab.backend}-{kernel}-{stamp}")
+    run = Integration(lab, report, progress)
+    started = time.monotonic()
+    try:
+        if run.check("lab up (boot, NFS export and mounts)", lambda: _up(lab)):
+            report.timings.update(getattr(lab, "timings", {}))
+            report.kernel_release = lab.kernel_info()["release"]
+            run.sh(f"mkdir -p {run.guest_run}")
+            run.check("NFSv3 and NFSv4.2 mounted", run.mounts)
+            run.check("known workload on both mounts", run.run_workload)
+            run.check("tracefs metadata", run.metadata)
+            checks_started = time.monotonic()
+            for function, mount, step in CALLGRAPH_TARGETS:
+                run.check(f"discover callgraph {function}", lambda f=function, m=mount, s=step: run.callgraph(f, m, s))
+            report.timings["callgraphs"] = time.monotonic() - checks_started
+            for sig in ("INT", "TERM"):
+                run.check(f"SIG{sig} mid-capture restores tracefs", lambda s=sig: run.interrupt(s))
+            run.check("artefacts copied out", lambda: (run.collect(), "ok")[1])
+    finally:
+        if not keep_up:
+            down_started = time.monotonic()
+            lab.down()
+            report.timings["down"] = time.monotonic() - down_started
+        report.timings["total"] = time.monotonic() - started
+        report.write()
+    return report
+
+
+def _up(lab: Lab) -> str:
+    lab.up()
+    timings: Optional[Dict[str, float]] = getattr(lab, "timings", None)
+    return ", ".join(f"{k} {v:.0f} s" for k, v in (timings or {}).items())
