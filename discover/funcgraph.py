@@ -1,0 +1,890 @@
+"""Streaming parser for function_graph text: rebuilds calls per CPU and per task.
+
+Reads what the kernel's function_graph printer writes to `trace` / `trace_pipe`
+under any option mix (cpu, proc, abstime, reltime, latency-format, duration with
+overhead marks, tail, retval/retaddr, args, overruns, irq markers, context-switch
+blocks, comments from other events, lost-event and buffer-start notes) and the
+`trace-cmd report` dialect, and aggregates the calls into a calling-context tree
+(one CallNode per distinct call path), so memory grows with distinct paths, never
+with lines.
+
+Speed: most lines repeat a few shapes. Each lane (a CPU, or CPU+task with the proc
+column) remembers the duration of every prefix text it has seen, and each tree node
+remembers the exact body texts of its children and of its own exit, so the
+dominant lines cost two dict lookups; everything else goes through the general
+line parser (`parse_line`), which is the reference the fast path is tested against.
+"""
+from __future__ import annotations
+
+import re
+from itertools import islice
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+# ---------------------------------------------------------------------------
+# Line kinds returned by parse_line.
+ENTRY = "entry"            # f() {
+LEAF = "leaf"              # f();
+EXIT = "exit"              # }   or   } /* f */
+COMMENT = "comment"        # /* text */  (another event, trace_printk, trace_marker)
+EVENT = "event"            # trace-cmd report line of a non-graph event
+IRQ_IN = "irq-in"          # ==========>
+IRQ_OUT = "irq-out"        # <==========
+SWITCH = "switch"          # 1)  a-1  =>  b-2
+RULE = "rule"              # ------------------------------------------
+OVERRUN = "overrun"        # (Overruns: N)
+LOST = "lost"              # CPU:N [LOST N EVENTS]
+BUFFER_START = "buffer-start"  # ##### CPU N buffer started ####
+HEADER = "header"          # '#' lines, trace-cmd preamble
+BLANK = "blank"
+MALFORMED = "malformed"
+
+CALL_KINDS = (ENTRY, LEAF, EXIT)
+
+_DUR = r"(?P<mark>[ +!#*@$]) (?P<dur>\d+(?:\.\d+)?) us +\|  "
+_FILL = r"(?P<fill> {14}\|  )"
+# Columns the kernel prints before the function column, each optional, in order
+# (trace_functions_graph.c: abs time, rel time, cpu, proc, latency flags, duration).
+_KERNEL_LINE = re.compile(
+    r"(?:(?P<abs> *\d+\.\d+) \|  )?"
+    r"(?:(?P<rel> *\d+) us \|  )?"
+    r"(?P<tend>)"
+    r"(?: *(?P<cpu>\d+)\) )?"
+    r"(?: *(?P<comm>[^|\s][^|]*?)-(?P<pid>\d+) * \| )?"
+    r"(?: (?P<lat>[^\s|]{3,8}) \| )?"
+    r"(?:" + _DUR + "|" + _FILL + r")?"
+    r"(?P<indent> *)(?P<body>.*?)[\r\n]*$",
+    re.S,
+)
+# trace-cmd report (and the plain `trace` format of non-graph events).
+_TRACECMD_LINE = re.compile(
+    r"\s*(?P<comm>[^|]+?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
+    r"(?:(?P<lat>[^\s:]+)\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>[\w.:-]+?):\s?(?P<rest>.*?)[\r\n]*$",
+    re.S,
+)
+_TRACECMD_GRAPH = re.compile(
+    r"\s*(?:(?:(?P<mark>[+!#*@$])\s+)?(?P<dur>\d+(?:\.\d+)?) us\s*)?\|  (?P<indent> *)(?P<body>.*)$", re.S
+)
+_GRAPH_EVENTS = ("funcgraph_entry", "funcgraph_exit", "fgraph_retaddr_entry")
+
+_CALL = re.compile(
+    r"(?P<name>[^\s(){};/\[\]]+)(?: \[(?P<mod>[^\]\s]+)\])?"
+    r"\((?P<args>[^()]*(?:\([^()]*\)[^()]*)*)\)"
+    r"(?P<kind>;| (?:/\*[^*]*\*/ )?\{)(?P<trail>.*)$",
+    re.S,
+)
+_EXIT = re.compile(
+    r"\}(?: /\* (?P<name>[^\s*]+)(?: \[(?P<mod>[^\]\s]+)\])?(?P<note>[^*]*)\*/)?(?P<trail>.*)$", re.S
+)
+_COMMENT = re.compile(r"/\* ?(?P<text>.*?) ?\*/\s*$", re.S)
+_RETVAL = re.compile(r"ret=(?P<ret>-?(?:0x)?[0-9a-fA-F]+)")
+_SWITCH = re.compile(
+    r"\s*(?P<cpu>\d+)\)\s+(?P<prev>\S.*?)-(?P<ppid>\d+)\s+=>\s+(?P<next>\S.*?)-(?P<npid>\d+)\s*$", re.S
+)
+_CPU_COLUMN = re.compile(r" *\d+\) ")
+_RULE = re.compile(r"\s*-{10,}\s*$")
+_OVERRUN = re.compile(r"\s*\(Overruns: (?P<n>\d+)\)\s*$")
+_LOST = re.compile(r"\s*CPU:\s*(?P<cpu>\d+)\s*\[(?:LOST (?P<n>\d+) EVENTS|LOST EVENTS|(?P<d>\d+) EVENTS DROPPED)\]")
+_BUFFER_START = re.compile(r"#+ CPU (?P<cpu>\d+) buffer started")
+_TRACECMD_HEADER = re.compile(r"\s*(?:cpus=\d+|version = \d+|CPU \d+ is empty|CPU\d+ data recorded at offset=)")
+_IRQ_PROLOGUE = re.compile(r"(?:(?P<abs> *\d+\.\d+) \|  )?(?:(?P<rel> *\d+) us \|  )?(?: *(?P<cpu>\d+)\) )?"
+                           r"(?: *(?P<comm>[^|\s][^|]*?)-(?P<pid>\d+) * \| )?")
+
+# Hard-interrupt entry points as function_graph shows them nested in the interrupted
+# function (x86: irq_enter_rcu / __sysvec_* / irq_exit_rcu; older x86 smp_*_interrupt,
+# do_IRQ; arm64 gic/el1 handlers).
+IRQ_ENTRY = re.compile(
+    r"(?:irq_enter(?:_rcu)?|irq_exit(?:_rcu)?|_*sysvec_\w+|asm_sysvec_\w+|asm_common_interrupt"
+    r"|_*common_interrupt|do_IRQ|smp_\w+_interrupt|gic_handle_irq|handle_arch_irq|el[01]h?_\w*irq\w*"
+    r"|el[01]_interrupt|__irq_svc|__irq_usr|do_irq)$"
+)
+
+
+class Line:
+    """One parsed line (only the fields its kind uses are set)."""
+
+    __slots__ = ("kind", "cpu", "pid", "comm", "ts", "dur", "depth", "name", "module", "tail",
+                 "retval", "text", "count", "cacheable", "tend", "body_at", "dialect", "timed")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.cpu: Optional[int] = None
+        self.pid: Optional[int] = None
+        self.comm: Optional[str] = None
+        self.ts: Optional[float] = None
+        self.dur: Optional[float] = None
+        self.depth = 0
+        self.name: Optional[str] = None
+        self.module: Optional[str] = None
+        self.tail: Optional[str] = None
+        self.retval: Optional[str] = None
+        self.text: Optional[str] = None
+        self.count = 0
+        self.cacheable = False
+        self.tend = 0
+        self.body_at = -1
+        self.dialect = "kernel"
+        self.timed = False
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__
+                           if getattr(self, k) not in (None, 0, False, -1, "kernel"))
+        return f"Line({fields})"
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    return int(text) if text is not None else None
+
+
+def _parse_body(rec: Line, indent: str, body: str) -> Line:
+    """Fill rec from the function column; MALFORMED when it is not one of its forms."""
+    if len(indent) % 2:
+        rec.kind = MALFORMED
+        return rec
+    rec.depth = len(indent) // 2
+    if body.startswith("}"):
+        m = _EXIT.match(body)
+        if m is None:
+            rec.kind = MALFORMED
+            return rec
+        rec.kind = EXIT
+        rec.tail = m.group("name")
+        rec.module = m.group("mod")
+        note = (m.group("note") or "") + m.group("trail")
+        r = _RETVAL.search(note)
+        rec.retval = r.group("ret") if r else None
+        rec.cacheable = r is None
+        return rec
+    if body.startswith("/*"):
+        m = _COMMENT.match(body)
+        if m is None:
+            rec.kind = MALFORMED
+            return rec
+        rec.kind = COMMENT
+        rec.text = m.group("text")
+        return rec
+    m = _CALL.match(body)
+    if m is None:
+        rec.kind = MALFORMED
+        return rec
+    rec.kind = LEAF if m.group("kind") == ";" else ENTRY
+    rec.name = m.group("name")
+    rec.module = m.group("mod")
+    trail = m.group("trail")
+    r = _RETVAL.search(trail)
+    rec.retval = r.group("ret") if r else None
+    rec.cacheable = not m.group("args") and r is None
+    return rec
+
+
+def parse_line(line: str) -> Line:
+    """Parse one line of function_graph output (kernel text or trace-cmd report)."""
+    stripped = line.rstrip("\r\n")
+    if not stripped.strip():
+        return Line(BLANK)
+    if stripped.startswith("#"):
+        m = _BUFFER_START.match(stripped)
+        rec = Line(BUFFER_START if m else HEADER)
+        if m:
+            rec.cpu = int(m.group("cpu"))
+        return rec
+    m = _LOST.match(stripped)
+    if m:
+        rec = Line(LOST)
+        rec.cpu = int(m.group("cpu"))
+        rec.count = int(m.group("n") or m.group("d") or 0)
+        return rec
+    if "==========>" in stripped or "<==========" in stripped:
+        rec = Line(IRQ_IN if "==========>" in stripped else IRQ_OUT)
+        p = _IRQ_PROLOGUE.match(stripped)
+        rec.cpu = _int(p.group("cpu"))
+        rec.pid = _int(p.group("pid"))
+        return rec
+    if _RULE.match(stripped):
+        return Line(RULE)
+    m = _OVERRUN.match(stripped)
+    if m:
+        rec = Line(OVERRUN)
+        rec.count = int(m.group("n"))
+        return rec
+    m = _SWITCH.match(stripped)
+    if m:
+        rec = Line(SWITCH)
+        rec.cpu = int(m.group("cpu"))
+        rec.pid = int(m.group("npid"))
+        rec.comm = m.group("next")
+        rec.count = int(m.group("ppid"))
+        rec.text = m.group("prev")
+        return rec
+    if _TRACECMD_HEADER.match(stripped):
+        return Line(HEADER)
+    m = None if _CPU_COLUMN.match(stripped) else _TRACECMD_LINE.match(stripped)
+    if m is not None:
+        return _parse_tracecmd(m)
+    m = _KERNEL_LINE.match(line)
+    if m is None:
+        return Line(MALFORMED)
+    rec = Line(MALFORMED)
+    rec.cpu = _int(m.group("cpu"))
+    rec.pid = _int(m.group("pid"))
+    rec.comm = m.group("comm")
+    ts = m.group("abs")
+    if ts is not None:
+        rec.ts = float(ts)
+    elif m.group("rel") is not None:
+        rec.ts = int(m.group("rel")) / 1e6
+    dur = m.group("dur")
+    if dur is not None:
+        rec.dur = float(dur)
+        rec.timed = True
+    elif m.group("fill") is not None:
+        rec.dur = 0.0
+        rec.timed = True
+    else:
+        rec.dur = 0.0
+    rec.tend = m.end("tend")
+    rec.body_at = m.start("indent")
+    _parse_body(rec, m.group("indent"), m.group("body"))
+    return rec
+
+
+def _parse_tracecmd(m: "re.Match[str]") -> Line:
+    rec = Line(EVENT)
+    rec.dialect = "trace-cmd"
+    rec.cpu = int(m.group("cpu"))
+    rec.pid = int(m.group("pid"))
+    rec.comm = m.group("comm").strip()
+    rec.ts = float(m.group("ts"))
+    event = m.group("event")
+    rest = m.group("rest")
+    if event not in _GRAPH_EVENTS:
+        rec.name = event
+        rec.text = f"{event}: {rest}"
+        return rec
+    g = _TRACECMD_GRAPH.match(rest)
+    if g is None:
+        rec.kind = MALFORMED
+        return rec
+    dur = g.group("dur")
+    rec.dur = float(dur) if dur is not None else 0.0
+    rec.timed = True
+    _parse_body(rec, g.group("indent"), g.group("body"))
+    rec.cacheable = False
+    if rec.kind is COMMENT:
+        rec.kind = MALFORMED
+    return rec
+
+
+# ---------------------------------------------------------------------------
+# Calling-context tree.
+
+class CallNode:
+    """One call path (root;...;name) aggregated over every invocation that took it.
+
+    Times are microseconds. `total` and `ctotal` cover completed invocations only
+    (those with an exit line); self time = total - ctotal.
+    """
+
+    __slots__ = ("name", "module", "irq", "placeholder", "calls", "total", "ctotal", "max",
+                 "cut_start", "cut_end", "children", "irqs", "events",
+                 "leaves", "entries", "exitkey", "durs", "add")
+
+    def __init__(self, name: str, module: Optional[str] = None, irq: bool = False) -> None:
+        self.name = name
+        self.module = module
+        self.irq = irq                      # runs in interrupt context
+        self.placeholder = False            # entry not in the trace, name not known yet
+        self.calls = 0
+        self.total = 0.0
+        self.ctotal = 0.0
+        self.max = 0.0
+        self.cut_start = 0                  # invocations whose entry was not in the trace
+        self.cut_end = 0                    # invocations whose exit was not in the trace
+        self.children: Dict[object, CallNode] = {}   # own callees
+        self.irqs: Dict[object, CallNode] = {}       # interrupt work that hit this function
+        self.events: Optional[Dict[str, int]] = None
+        # Fast-path memory: exact body texts -> child (see module docstring).
+        self.leaves: Dict[str, Callable[[float], None]] = {}
+        self.entries: Dict[str, CallNode] = {}
+        self.exitkey: Optional[str] = None
+        self.durs: List[float] = []
+        self.add = self.durs.append
+
+    @property
+    def self_time(self) -> float:
+        return max(self.total - self.ctotal, 0.0)
+
+    def flush(self) -> None:
+        """Fold pending durations into the counters."""
+        d = self.durs
+        if d:
+            self.calls += len(d)
+            self.total += sum(d)
+            m = max(d)
+            if m > self.max:
+                self.max = m
+            d.clear()
+
+    def walk(self) -> Iterator["CallNode"]:
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+            stack.extend(node.irqs.values())
+
+    def merge_from(self, other: "CallNode") -> None:
+        """Add other's counters and subtree into self (other must be flushed)."""
+        self.calls += other.calls
+        self.total += other.total
+        self.ctotal += other.ctotal
+        self.max = max(self.max, other.max)
+        self.cut_start += other.cut_start
+        self.cut_end += other.cut_end
+        if other.events:
+            if self.events is None:
+                self.events = {}
+            for k, v in other.events.items():
+                self.events[k] = self.events.get(k, 0) + v
+        for attr in ("children", "irqs"):
+            mine = getattr(self, attr)
+            for key, child in getattr(other, attr).items():
+                child.flush()
+                if key in mine:
+                    mine[key].flush()
+                    mine[key].merge_from(child)
+                else:
+                    mine[key] = child
+
+
+class TraceEvent:
+    """A non-graph event seen in the trace, with the call it fired in."""
+
+    __slots__ = ("lineno", "cpu", "pid", "comm", "ts", "function", "depth", "name", "text")
+
+    def __init__(self, lineno: int, cpu: Optional[int], pid: Optional[int], comm: Optional[str],
+                 ts: Optional[float], function: Optional[str], depth: int, name: str, text: str) -> None:
+        self.lineno = lineno
+        self.cpu = cpu
+        self.pid = pid
+        self.comm = comm
+        self.ts = ts
+        self.function = function
+        self.depth = depth
+        self.name = name
+        self.text = text
+
+    def __repr__(self) -> str:
+        return (f"TraceEvent(line {self.lineno}, cpu={self.cpu}, pid={self.pid}, in {self.function}"
+                f" depth {self.depth}: {self.text})")
+
+
+class _Task:
+    """A task's open calls: `stack` holds (node, child_time) of every frame below `cur`."""
+
+    __slots__ = ("pid", "comm", "cur", "ctime", "stack", "root", "seen", "shift", "irq_base", "irq_height")
+
+    def __init__(self, pid: Optional[int], comm: Optional[str], root: CallNode) -> None:
+        # An interrupt that lands while a function is being entered is printed one level
+        # off (same depth as the function just entered, or one deeper than the frame
+        # below): while such an interrupt lasts, line depths are shifted by `shift`.
+        self.shift = 0
+        self.irq_base = 0
+        self.irq_height = 0
+        self.pid = pid
+        self.comm = comm
+        self.cur = root
+        self.ctime = 0.0
+        self.stack: List[Tuple[CallNode, float]] = []
+        self.root = root
+        self.seen = 0
+
+
+class _Lane:
+    """Lines sharing a prologue layout and an owner (a CPU, or CPU+task with proc)."""
+
+    __slots__ = ("cpu", "pid", "prefixes", "tend", "body_at", "task", "irq_pending")
+
+    def __init__(self, cpu: Optional[int], pid: Optional[int]) -> None:
+        self.cpu = cpu
+        self.pid = pid
+        self.prefixes: Dict[str, float] = {}
+        self.tend = 0
+        self.body_at = -1
+        self.task: Optional[_Task] = None
+        self.irq_pending = False
+
+
+_NO_MATCH: Dict[str, object] = {}
+_PREFIX_CACHE_MAX = 1 << 16
+MAX_EVENTS_KEPT = 10000
+MAX_MALFORMED_KEPT = 50
+
+
+class FuncgraphParser:
+    """Feed it lines (any iterable of str), then call finish() for the CallTree.
+
+    pid/comm restrict aggregation to matching tasks (needs a proc column, context-switch
+    banners or trace-cmd). on_event gets every TraceEvent as it is seen.
+    """
+
+    def __init__(self, pid: Optional[int] = None, comm: Optional[str] = None,
+                 on_event: Optional[Callable[[TraceEvent], None]] = None,
+                 fast: bool = True, batch: int = 65536) -> None:
+        self.root = CallNode("<root>")
+        self._scratch = CallNode("<filtered out>")
+        self.pid_filter = pid
+        self.comm_filter = comm
+        self.on_event = on_event
+        self.fast = fast
+        self.batch = batch
+        self.lines = 0
+        self.kinds: Dict[str, int] = {}
+        self.malformed: List[Tuple[int, str]] = []
+        self.malformed_count = 0
+        self.events: List[TraceEvent] = []
+        self.event_count = 0
+        self.lost: Dict[int, int] = {}
+        self.lost_unknown = 0
+        self.buffer_starts: List[int] = []
+        self.overruns = 0
+        self.migrations = 0
+        self.resyncs = 0
+        self.irq_shifts = 0
+        self.cut_start = 0
+        self.cut_end = 0
+        self.dialects: Dict[str, int] = {}
+        self.timed = True
+        self.saw_pids = False
+        self._nodes: List[CallNode] = [self.root]
+        self._lanes: Dict[object, _Lane] = {}
+        self._tasks: Dict[object, _Task] = {}
+        self._anon: List[_Task] = []
+        self._cpu_task: Dict[Optional[int], Optional[_Task]] = {}
+        self._lane: Optional[_Lane] = None
+        self._task: Optional[_Task] = None
+        self._placeholders = 0
+        self._tick = 0
+        self._finished = False
+
+    # -- hot loop ---------------------------------------------------------
+    def feed(self, lines: Iterable[str]) -> None:
+        """Parse lines in batches; never raises on any text."""
+        it = iter(lines)
+        while True:
+            chunk = list(islice(it, self.batch))
+            if not chunk:
+                return
+            self._run(chunk)
+            self.lines += len(chunk)
+            self._flush()
+            if self.batch < 4 * len(self._nodes):
+                self.batch = 4 * len(self._nodes)
+
+    def _run(self, chunk: List[str]) -> None:
+        slow = self._slow
+        fast = self.fast
+        lane = self._lane
+        task = self._task
+        pfx = lane.prefixes if (lane is not None and lane.body_at >= 0) else _NO_MATCH
+        tend = lane.tend if lane is not None else 0
+        bat = lane.body_at if lane is not None else 0
+        if task is not None:
+            cur, ctime, stack = task.cur, task.ctime, task.stack
+        else:
+            cur, ctime, stack = self.root, 0.0, []
+        lm, em, xk = cur.leaves, cur.entries, cur.exitkey
+        if lane is None or lane.irq_pending or (task is not None and task.shift):
+            lm = em = _NO_MATCH
+            xk = None
+        base = self.lines
+        pos = 0
+        for line in chunk:
+            if fast:
+                dur = pfx.get(line[tend:bat])
+                if dur is not None and (not tend or _time_ok(line, tend)):
+                    body = line[bat:]
+                    if body == xk:
+                        cur.add(dur)
+                        cur.ctotal += ctime
+                        cur, ctime = stack.pop()
+                        ctime += dur
+                        lm, em, xk = cur.leaves, cur.entries, cur.exitkey
+                        continue
+                    add = lm.get(body)
+                    if add is not None:
+                        add(dur)
+                        ctime += dur
+                        continue
+                    node = em.get(body)
+                    if node is not None:
+                        stack.append((cur, ctime))
+                        cur, ctime = node, 0.0
+                        lm, em, xk = node.leaves, node.entries, node.exitkey
+                        continue
+            # General path: save the task's state, parse the line fully, reload.
+            if task is not None:
+                task.cur, task.ctime = cur, ctime
+            pos = chunk.index(line, pos)
+            slow(line, base + pos + 1)
+            lane = self._lane
+            task = self._task
+            if task is not None:
+                cur, ctime, stack = task.cur, task.ctime, task.stack
+            if lane is None or lane.body_at < 0:
+                pfx = _NO_MATCH
+                tend = bat = 0
+            else:
+                pfx, tend, bat = lane.prefixes, lane.tend, lane.body_at
+            if task is None or lane is None or lane.irq_pending or task.shift:
+                lm = em = _NO_MATCH
+                xk = None
+            else:
+                lm, em, xk = cur.leaves, cur.entries, cur.exitkey
+        if task is not None:
+            task.cur, task.ctime = cur, ctime
+
+    def _flush(self) -> None:
+        for node in self._nodes:
+            if node.durs:
+                node.flush()
+
+    # -- general path -----------------------------------------------------
+    def _slow(self, line: str, lineno: int) -> None:
+        try:
+            rec = parse_line(line)
+        except Exception:  # a regex surprise must not stop a capture: count it
+            rec = Line(MALFORMED)
+        kind = rec.kind
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if rec.kind in CALL_KINDS or kind in (COMMENT, EVENT):
+            self.dialects[rec.dialect] = self.dialects.get(rec.dialect, 0) + 1
+        if kind in CALL_KINDS:
+            self._call(rec, line)
+        elif kind is COMMENT or kind is EVENT:
+            self._event(rec, lineno)
+        elif kind is SWITCH:
+            self._switch(rec)
+        elif kind is IRQ_IN:
+            lane = self._lane_for(rec)
+            lane.irq_pending = True
+            self._lane = lane
+            self._task = self._task_for(rec, lane)
+        elif kind is IRQ_OUT:
+            lane = self._lane_for(rec)
+            lane.irq_pending = False
+        elif kind is LOST:
+            if rec.count:
+                self.lost[rec.cpu] = self.lost.get(rec.cpu, 0) + rec.count
+            else:
+                self.lost_unknown += 1
+        elif kind is BUFFER_START:
+            self.buffer_starts.append(lineno)
+        elif kind is OVERRUN:
+            self.overruns += rec.count
+        elif kind is MALFORMED:
+            self.malformed_count += 1
+            if len(self.malformed) < MAX_MALFORMED_KEPT:
+                self.malformed.append((lineno, line.rstrip("\r\n")[:200]))
+
+    def _lane_for(self, rec: Line) -> _Lane:
+        key: object = (rec.cpu, rec.pid) if rec.pid is not None else rec.cpu
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane(rec.cpu, rec.pid)
+        return lane
+
+    def _new_task(self, pid: Optional[int], comm: Optional[str]) -> _Task:
+        filtered = self.pid_filter is not None or self.comm_filter is not None
+        keep = not filtered or (pid is not None and self._matches_filter(pid, comm))
+        return _Task(pid, comm, self.root if keep else self._scratch)
+
+    def _task_for(self, rec: Line, lane: _Lane) -> _Task:
+        if rec.pid is not None:
+            self.saw_pids = True
+            tkey: object = rec.pid if rec.pid != 0 else ("idle", rec.cpu)
+            task = self._tasks.get(tkey)
+            if task is None:
+                task = self._tasks[tkey] = self._new_task(rec.pid, rec.comm)
+            self._cpu_task[rec.cpu] = task
+            return task
+        task = self._cpu_task.get(rec.cpu)
+        if task is None:
+            task = self._new_task(None, None)
+            self._anon.append(task)
+            self._cpu_task[rec.cpu] = task
+        return task
+
+    def _switch(self, rec: Line) -> None:
+        """Context-switch banner: the CPU's task so far was prev, from now on it is next."""
+        self.saw_pids = True
+        cpu = rec.cpu
+        prev = self._cpu_task.get(cpu)
+        ppid = rec.count
+        if prev is not None and prev.pid is None and ppid not in self._tasks:
+            prev.pid, prev.comm = ppid, rec.text
+            self._tasks[ppid if ppid != 0 else ("idle", cpu)] = prev
+            if prev in self._anon:
+                self._anon.remove(prev)
+            if prev.root is self._scratch and prev.stack == [] and self._matches_filter(ppid, rec.text):
+                prev.root = self.root
+                prev.cur = self.root
+        tkey: object = rec.pid if rec.pid != 0 else ("idle", cpu)
+        task = self._tasks.get(tkey)
+        if task is None:
+            task = self._tasks[tkey] = self._new_task(rec.pid, rec.comm)
+        self._cpu_task[cpu] = task
+        lane = self._lanes.get(cpu)
+        if lane is not None:
+            lane.task = task
+        if self._lane is lane:
+            self._task = task
+
+    def _matches_filter(self, pid: int, comm: Optional[str]) -> bool:
+        """pid/comm filters; the proc column cuts comm to 7 characters, so a prefix matches."""
+        if self.pid_filter is not None and pid != self.pid_filter:
+            return False
+        if self.comm_filter is not None:
+            if comm is None:
+                return False
+            comm = comm.strip()
+            if comm != self.comm_filter and not (len(comm) >= 7 and self.comm_filter.startswith(comm)):
+                return False
+        return True
+
+    @staticmethod
+    def _fits(task: _Task, rec: Line) -> bool:
+        depth = len(task.stack) - 1
+        if rec.kind is EXIT:
+            if depth != rec.depth:
+                return False
+            return rec.tail is None or task.cur.placeholder or task.cur.name == rec.tail
+        return depth == rec.depth - 1
+
+    def _migrated(self, rec: Line, here: _Task) -> Optional[_Task]:
+        """Without task ids, find the open call stack this line continues (task migration)."""
+        best = None
+        for task in list(self._tasks.values()) + self._anon:
+            if task is here or not task.stack or not self._fits(task, rec):
+                continue
+            if best is None or task.seen > best.seen:
+                best = task
+        return best
+
+    def _irq_start(self, rec: Line, lane: _Lane) -> bool:
+        return rec.kind is not EXIT and (lane.irq_pending or IRQ_ENTRY.match(rec.name or "") is not None)
+
+    def _shifted(self, task: _Task, rec: Line, lane: _Lane) -> None:
+        """Apply or end an off-by-one interrupt region (see _Task), or start one."""
+        if task.shift:
+            d = rec.depth
+            base = task.irq_base
+            inside = d > base or (d == base and (
+                len(task.stack) > task.irq_height if rec.kind is EXIT else self._irq_start(rec, lane)))
+            if inside:
+                rec.depth = d + task.shift
+                return
+            task.shift = 0
+        if self._irq_start(rec, lane) and not self._fits(task, rec) and not task.cur.irq:
+            shift = len(task.stack) - rec.depth
+            if shift in (-1, 1):
+                task.shift, task.irq_base, task.irq_height = shift, rec.depth, len(task.stack)
+                rec.depth += shift
+                self.irq_shifts += 1
+
+    def _call(self, rec: Line, line: str) -> None:
+        if not rec.timed:
+            self.timed = False
+        lane = self._lane_for(rec)
+        task = self._task_for(rec, lane)
+        self._shifted(task, rec, lane)
+        if rec.pid is None and not self._fits(task, rec):
+            other = self._migrated(rec, task)
+            if other is not None:
+                self.migrations += 1
+                for cpu, bound in list(self._cpu_task.items()):
+                    if bound is other:
+                        self._cpu_task[cpu] = None
+                if not task.stack and task in self._anon:
+                    self._anon.remove(task)
+                self._cpu_task[rec.cpu] = task = other
+        if not self._fits(task, rec):
+            self.resyncs += 1
+            self._resync(task, rec)
+        self._tick += 1
+        task.seen = self._tick
+        lane.task = task
+        self._lane, self._task = lane, task
+        cacheable = rec.cacheable and rec.dialect == "kernel" and not lane.irq_pending and not task.shift
+        if cacheable:
+            if lane.body_at != rec.body_at or lane.tend != rec.tend:
+                lane.prefixes.clear()
+                lane.body_at, lane.tend = rec.body_at, rec.tend
+            if len(lane.prefixes) >= _PREFIX_CACHE_MAX:
+                lane.prefixes.clear()
+            lane.prefixes[line[rec.tend:rec.body_at]] = rec.dur
+        body = line[rec.body_at:] if cacheable else None
+        cur = task.cur
+        dur = rec.dur if rec.dur is not None else 0.0
+        if rec.kind is EXIT:
+            node = cur
+            if node.placeholder:
+                node = self._name_placeholder(task, rec)
+                node.cut_start += 1
+                self.cut_start += 1
+            node.add(dur)
+            node.ctotal += task.ctime
+            if cacheable and node.exitkey is None:
+                node.exitkey = body
+            task.cur, task.ctime = task.stack.pop()
+            task.ctime += dur
+            return
+        irq = lane.irq_pending or (not cur.irq and IRQ_ENTRY.match(rec.name or "") is not None)
+        lane.irq_pending = False
+        node = self._child(cur, rec.name or "?", rec.module, irq)
+        if rec.kind is LEAF:
+            node.add(dur)
+            task.ctime += dur
+            if cacheable:
+                cur.leaves[body] = node.add
+        else:
+            task.stack.append((cur, task.ctime))
+            task.cur, task.ctime = node, 0.0
+            if cacheable:
+                cur.entries[body] = node
+
+    def _child(self, parent: CallNode, name: object, module: Optional[str], irq: bool) -> CallNode:
+        table = parent.irqs if irq and not parent.irq else parent.children
+        node = table.get(name)
+        if node is None:
+            node = table[name] = CallNode(name if isinstance(name, str) else "?", module,
+                                          irq or parent.irq)
+            self._nodes.append(node)
+        elif module and not node.module:
+            node.module = module
+        return node
+
+    def _resync(self, task: _Task, rec: Line) -> None:
+        """Make the stack fit a line whose calls were partly lost or cut by the buffer."""
+        target = rec.depth if rec.kind is EXIT else rec.depth - 1
+        while len(task.stack) - 1 > target:
+            self._cut_end(task)
+        if rec.kind is EXIT and len(task.stack) - 1 == target and rec.tail is not None \
+                and not task.cur.placeholder and task.cur.name != rec.tail:
+            self._cut_end(task)
+        while len(task.stack) - 1 < target:
+            self._placeholders += 1
+            node = self._child(task.cur, ("?", self._placeholders), None, False)
+            node.placeholder = True
+            task.stack.append((task.cur, task.ctime))
+            task.cur, task.ctime = node, 0.0
+
+    def _cut_end(self, task: _Task) -> None:
+        """Pop a frame whose exit never appeared: counted as a call, no time."""
+        node = task.cur
+        if node.placeholder:
+            node = self._name_placeholder(task, None)
+            node.cut_start += 1
+            self.cut_start += 1
+        node.calls += 1
+        node.cut_end += 1
+        self.cut_end += 1
+        task.cur, task.ctime = task.stack.pop()
+
+    def _name_placeholder(self, task: _Task, rec: Optional[Line]) -> CallNode:
+        """A frame opened before the trace began is closing: give it its name (tail) or '?'."""
+        node = task.cur
+        parent = task.stack[-1][0]
+        name = rec.tail if rec is not None and rec.tail else "?"
+        module = rec.module if rec is not None else None
+        for table in (parent.children, parent.irqs):
+            for key, child in list(table.items()):
+                if child is node:
+                    del table[key]
+        node.flush()
+        irq = not parent.irq and IRQ_ENTRY.match(name) is not None
+        table = parent.irqs if irq else parent.children
+        existing = table.get(name)
+        node.placeholder = False
+        node.leaves, node.entries, node.exitkey = {}, {}, None
+        if existing is None:
+            node.name, node.module = name, module
+            node.irq = irq or parent.irq
+            table[name] = node
+            return node
+        existing.flush()
+        existing.merge_from(node)
+        node.calls = 0
+        node.total = node.ctotal = node.max = 0.0
+        node.children, node.irqs = {}, {}
+        task.cur = existing
+        return existing
+
+    def _event(self, rec: Line, lineno: int) -> None:
+        lane = self._lane_for(rec) if rec.cpu is not None or rec.pid is not None else self._lane
+        task = None
+        if lane is not None:
+            task = self._task_for(rec, lane)
+        function = None
+        depth = -1
+        node = None
+        if task is not None:
+            node = task.cur
+            depth = len(task.stack) - 1
+            function = node.name if node is not task.root else None
+        text = rec.text or ""
+        name = rec.name or (text.split(":", 1)[0] if ":" in text and " " not in text.split(":", 1)[0]
+                            else "message")
+        event = TraceEvent(lineno, rec.cpu, task.pid if task else rec.pid, task.comm if task else rec.comm,
+                           rec.ts, function, depth, name, text)
+        self.event_count += 1
+        if node is not None and (task is None or task.root is self.root):
+            if node.events is None:
+                node.events = {}
+            node.events[name] = node.events.get(name, 0) + 1
+        if len(self.events) < MAX_EVENTS_KEPT:
+            self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # -- end --------------------------------------------------------------
+    def finish(self) -> "CallTree":
+        """Close every open call as cut at the end of the trace and return the tree."""
+        if not self._finished:
+            self._finished = True
+            for task in list(self._tasks.values()) + self._anon:
+                while task.stack:
+                    self._cut_end(task)
+            self._flush()
+        return CallTree(self.root, self)
+
+
+def _time_ok(line: str, tend: int) -> bool:
+    """Fast-path check of the abs/rel time columns the prefix cache skips over."""
+    return line[tend - 3:tend] == "|  " and not line[:tend - 4].strip(" 0123456789.us|")
+
+
+class CallTree:
+    """The aggregated calls of one trace, plus what the parser had to say about it."""
+
+    def __init__(self, root: CallNode, parser: FuncgraphParser) -> None:
+        self.root = root
+        self.parser = parser
+
+    def nodes(self) -> Iterator[CallNode]:
+        return (n for n in self.root.walk() if n is not self.root)
+
+    def is_empty(self) -> bool:
+        return not self.root.children and not self.root.irqs
+
+
+def parse_lines(lines: Iterable[str], **options: object) -> CallTree:
+    """Parse an iterable of lines into a CallTree (options: see FuncgraphParser)."""
+    parser = FuncgraphParser(**options)  # type: ignore[arg-type]
+    parser.feed(lines)
+    return parser.finish()
+
+
+def parse_file(path: str, **options: object) -> CallTree:
+    """Parse a saved trace file (undecodable bytes are replaced, never fatal)."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        return parse_lines(fh, **options)
