@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from typing import Callable, NoReturn
 
+import click
+
 
 class UserError(Exception):
     """A problem the user can fix (bad input, missing privilege, absent kernel feature).
@@ -20,6 +22,9 @@ def run_cli(prog: str, entry: Callable[[], object]) -> NoReturn:
         entry()
     except UserError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # usage errors: one line too, not a traceback
+        print(f"{prog}: error: {exc.format_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
