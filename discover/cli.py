@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from discover.commands.callgraph import callgraph
+from discover.commands.diff import diff
 from discover.commands.events import events
 from discover.commands.propose import propose
 from discover.commands.snapshot import snapshot
@@ -17,6 +19,8 @@ def discover() -> None:
 discover.add_command(snapshot)
 discover.add_command(events)
 discover.add_command(propose)
+discover.add_command(callgraph)
+discover.add_command(diff)
 
 
 def main() -> None:

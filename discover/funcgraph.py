@@ -39,6 +39,7 @@ BLANK = "blank"
 MALFORMED = "malformed"
 
 CALL_KINDS = (ENTRY, LEAF, EXIT)
+MAX_DEPTH = 256  # far beyond the kernel's return-stack depth; deeper indentation is garbage
 
 _DUR = r"(?P<mark>[ +!#*@$]) (?P<dur>\d+(?:\.\d+)?) us +\|  "
 _FILL = r"(?P<fill> {14}\|  )"
@@ -137,7 +138,7 @@ def _int(text: Optional[str]) -> Optional[int]:
 
 def _parse_body(rec: Line, indent: str, body: str) -> Line:
     """Fill rec from the function column; MALFORMED when it is not one of its forms."""
-    if len(indent) % 2:
+    if len(indent) % 2 or len(indent) > 2 * MAX_DEPTH:
         rec.kind = MALFORMED
         return rec
     rec.depth = len(indent) // 2
@@ -872,6 +873,12 @@ class CallTree:
 
     def nodes(self) -> Iterator[CallNode]:
         return (n for n in self.root.walk() if n is not self.root)
+
+    @property
+    def filtered_out(self) -> bool:
+        """Calls were seen but all belonged to tasks the pid/comm filter dropped."""
+        scratch = self.parser._scratch
+        return bool(scratch.children or scratch.irqs)
 
     def is_empty(self) -> bool:
         return not self.root.children and not self.root.irqs

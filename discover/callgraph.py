@@ -1,0 +1,334 @@
+"""Call graphs built from a parsed trace: networkx DiGraph, pruning, and the output formats.
+
+The calling-context tree (funcgraph.CallNode) is the aggregate: one node per call
+path, so memory is O(distinct paths). The DiGraph folds paths into one node per
+function and one edge per caller->callee pair. Interrupt work is kept apart all the
+way: in the tree it hangs in `irqs` (never among a function's own callees), in the
+DiGraph it is counted in separate `irq_*` edge attributes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import networkx as nx
+
+from discover.funcgraph import CallNode
+
+FORMAT_VERSION = 1
+
+
+# ---------------------------------------------------------------------------
+# Selecting and pruning.
+
+def _copy(node: CallNode) -> CallNode:
+    twin = CallNode(node.name, node.module, node.irq)
+    twin.calls, twin.total, twin.ctotal, twin.max = node.calls, node.total, node.ctotal, node.max
+    twin.cut_start, twin.cut_end = node.cut_start, node.cut_end
+    twin.events = dict(node.events) if node.events else None
+    return twin
+
+
+def _clone(node: CallNode) -> CallNode:
+    twin = _copy(node)
+    for table, out in ((node.children, twin.children), (node.irqs, twin.irqs)):
+        for key, child in table.items():
+            out[key] = _clone(child)
+    return twin
+
+
+def select(root: CallNode, functions: Sequence[str]) -> CallNode:
+    """A new root whose children are the merged subtrees of every outermost call of each
+    function (wherever it sits in the trace). Raises LookupError for a function the trace
+    never calls."""
+    found: Dict[str, CallNode] = {}
+    wanted = set(functions)
+
+    def visit(node: CallNode, inside: frozenset) -> None:
+        for table in (node.children, node.irqs):
+            for child in table.values():
+                if child.name in wanted and child.name not in inside:
+                    twin = _clone(child)
+                    twin.irq = False
+                    if child.name in found:
+                        found[child.name].merge_from(twin)
+                    else:
+                        found[child.name] = twin
+                    visit(child, inside | {child.name})
+                else:
+                    visit(child, inside)
+
+    visit(root, frozenset())
+    missing = [f for f in functions if f not in found]
+    if missing:
+        top = sorted({c.name for c in root.children.values()})
+        raise LookupError(f"{', '.join(missing)} not called in this trace "
+                          f"(top-level functions: {', '.join(top[:8]) or 'none'})")
+    new_root = CallNode("<root>")
+    for name in functions:
+        new_root.children[name] = found[name]
+    return new_root
+
+
+def prune(root: CallNode, max_depth: Optional[int] = None, min_time: float = 0.0,
+          min_calls: int = 0) -> CallNode:
+    """Copy of the tree without paths deeper than max_depth (roots are depth 0), nor
+    nodes under min_time microseconds total or min_calls calls."""
+    def keep(node: CallNode) -> bool:
+        return node.total >= min_time and node.calls >= min_calls
+
+    def visit(node: CallNode, depth: int) -> CallNode:
+        twin = _copy(node)
+        if max_depth is not None and depth >= max_depth:
+            return twin
+        for table, out in ((node.children, twin.children), (node.irqs, twin.irqs)):
+            for key, child in table.items():
+                if keep(child):
+                    out[key] = visit(child, depth + 1)
+        return twin
+
+    new_root = _copy(root)
+    for table, out in ((root.children, new_root.children), (root.irqs, new_root.irqs)):
+        for key, child in table.items():
+            if keep(child):
+                out[key] = visit(child, 0)
+    return new_root
+
+
+# ---------------------------------------------------------------------------
+# The DiGraph.
+
+def to_digraph(root: CallNode, **graph_attrs: Any) -> nx.DiGraph:
+    """One node per function, one edge per caller->callee pair, summed over all paths.
+
+    Node: calls, total_us (outermost calls only, so recursion is not counted twice),
+    self_us, max_us, module, min_depth, irq (seen only as interrupt work), cut_start,
+    cut_end, events. Edge: calls, total_us, avg_us, max_us for direct calls;
+    irq_calls, irq_total_us, irq_max_us for interrupts that hit the caller.
+    """
+    graph = nx.DiGraph(**graph_attrs)
+    graph.graph["roots"] = sorted({n.name for n in root.children.values()} |
+                                  {n.name for n in root.irqs.values()})
+
+    def add_node(node: CallNode, depth: int, recursive: bool) -> None:
+        if node.name not in graph:
+            graph.add_node(node.name, calls=0, total_us=0.0, self_us=0.0, max_us=0.0, module=node.module,
+                           min_depth=depth, irq=True, cut_start=0, cut_end=0, events={})
+        attrs = graph.nodes[node.name]
+        attrs["calls"] += node.calls
+        if not recursive:
+            attrs["total_us"] += node.total
+        attrs["self_us"] += node.self_time
+        attrs["max_us"] = max(attrs["max_us"], node.max)
+        attrs["min_depth"] = min(attrs["min_depth"], depth)
+        attrs["irq"] = attrs["irq"] and node.irq
+        attrs["cut_start"] += node.cut_start
+        attrs["cut_end"] += node.cut_end
+        if node.module and not attrs["module"]:
+            attrs["module"] = node.module
+        for name, count in (node.events or {}).items():
+            attrs["events"][name] = attrs["events"].get(name, 0) + count
+
+    def add_edge(caller: str, node: CallNode, interrupt: bool) -> None:
+        if not graph.has_edge(caller, node.name):
+            graph.add_edge(caller, node.name, calls=0, total_us=0.0, max_us=0.0,
+                           irq_calls=0, irq_total_us=0.0, irq_max_us=0.0)
+        attrs = graph.edges[caller, node.name]
+        prefix = "irq_" if interrupt else ""
+        attrs[prefix + "calls"] += node.calls
+        attrs[prefix + "total_us"] += node.total
+        attrs[prefix + "max_us"] = max(attrs[prefix + "max_us"], node.max)
+
+    def visit(node: CallNode, depth: int, open_names: Dict[str, int]) -> None:
+        for interrupt, table in ((False, node.children), (True, node.irqs)):
+            for child in table.values():
+                add_node(child, depth + 1, open_names.get(child.name, 0) > 0)
+                if node is not root:
+                    add_edge(node.name, child, interrupt)
+                open_names[child.name] = open_names.get(child.name, 0) + 1
+                visit(child, depth + 1, open_names)
+                open_names[child.name] -= 1
+
+    visit(root, -1, {})
+    for _, _, attrs in graph.edges(data=True):
+        attrs["avg_us"] = attrs["total_us"] / attrs["calls"] if attrs["calls"] else 0.0
+        attrs["kind"] = ("call+interrupt" if attrs["calls"] and attrs["irq_calls"]
+                         else "interrupt" if attrs["irq_calls"] else "call")
+    return graph
+
+
+# ---------------------------------------------------------------------------
+# Output formats.
+
+def fmt_us(us: float) -> str:
+    """Human time from microseconds."""
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} us"
+
+
+def _label(node: CallNode) -> str:
+    name = node.name + (f" [{node.module}]" if node.module else "")
+    parts = [f"{node.calls}x"]
+    timed = node.calls - node.cut_end
+    if node.total:
+        parts.append(f"total {fmt_us(node.total)}")
+        if timed > 0:
+            parts.append(f"avg {fmt_us(node.total / timed)}")
+        if node.ctotal:
+            parts.append(f"self {fmt_us(node.self_time)}")
+    if node.cut_start:
+        parts.append(f"{node.cut_start} cut at trace start")
+    if node.cut_end:
+        parts.append(f"{node.cut_end} cut at trace end")
+    if node.events:
+        parts.append("events: " + ", ".join(f"{k} x{v}" for k, v in sorted(node.events.items())))
+    return f"{name}  " + "  ".join(parts)
+
+
+def _heaviest(table: Dict[object, CallNode]) -> List[CallNode]:
+    return sorted(table.values(), key=lambda n: (-n.total, -n.calls, n.name))
+
+
+def render_tree(root: CallNode, title: str, expand_irqs: bool = False) -> Any:
+    """A rich Tree: own callees heaviest first; interrupt work in its own branch under the
+    function it interrupted (collapsed to the handlers unless expand_irqs)."""
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    tree = Tree(escape(title))
+
+    def add(branch: Any, node: CallNode, irq_depth: Optional[int]) -> None:
+        for child in _heaviest(node.children):
+            style = "" if not child.irq else "dim "
+            sub = branch.add(f"[{style}bold]{escape(child.name)}[/]" + escape(_label(child)[len(child.name):]))
+            if irq_depth is None or expand_irqs:
+                add(sub, child, irq_depth)
+        if node.irqs:
+            calls = sum(n.calls for n in node.irqs.values())
+            total = sum(n.total for n in node.irqs.values())
+            irq_branch = branch.add(f"[yellow]interrupt work[/] ({calls} handler calls, {fmt_us(total)}; "
+                                    "not part of this function's own calls)")
+            for child in _heaviest(node.irqs):
+                sub = irq_branch.add(f"[yellow]{escape(child.name)}[/]" + escape(_label(child)[len(child.name):]))
+                if expand_irqs:
+                    add(sub, child, 1)
+
+    add(tree, root, None)
+    return tree
+
+
+def to_node_link(graph: nx.DiGraph) -> Dict[str, Any]:
+    """networkx node-link layout (readable by nx.node_link_graph), written without the
+    helper so networkx 2.5 (Debian bullseye) and 3.x produce the same file."""
+    return {
+        "directed": True,
+        "multigraph": False,
+        "graph": dict(graph.graph, format="probekit-callgraph", version=FORMAT_VERSION),
+        "nodes": [dict(attrs, id=name) for name, attrs in graph.nodes(data=True)],
+        "links": [dict(attrs, source=u, target=v) for u, v, attrs in graph.edges(data=True)],
+    }
+
+
+def to_json(graph: nx.DiGraph) -> str:
+    return json.dumps(to_node_link(graph), indent=1, sort_keys=True)
+
+
+def _dot_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_dot(graph: nx.DiGraph) -> str:
+    """Graphviz DOT; interrupt edges dashed, interrupt-only functions greyed."""
+    lines = ["digraph callgraph {", "  rankdir=LR;", '  node [shape=box, fontname="monospace", fontsize=10];',
+             '  edge [fontname="monospace", fontsize=9];']
+    for name, attrs in graph.nodes(data=True):
+        mod = f" [{attrs['module']}]" if attrs.get("module") else ""
+        label = f"{name}{mod}\n{attrs['calls']} calls, {fmt_us(attrs['total_us'])}"
+        style = ', style=filled, fillcolor="#eeeeee"' if attrs.get("irq") else ""
+        lines.append(f"  {_dot_quote(name)} [label={_dot_quote(label)}{style}];")
+    for u, v, attrs in graph.edges(data=True):
+        if attrs["calls"]:
+            label = f"{attrs['calls']}x {fmt_us(attrs['total_us'])}"
+            lines.append(f"  {_dot_quote(u)} -> {_dot_quote(v)} [label={_dot_quote(label)}];")
+        if attrs["irq_calls"]:
+            label = f"irq {attrs['irq_calls']}x {fmt_us(attrs['irq_total_us'])}"
+            lines.append(f"  {_dot_quote(u)} -> {_dot_quote(v)} "
+                         f"[label={_dot_quote(label)}, style=dashed, color=orange];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def to_svg(dot_text: str) -> bytes:
+    """Render DOT with Graphviz; RuntimeError with a one-line reason when it cannot."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise RuntimeError("SVG needs Graphviz `dot` (apt-get install graphviz); "
+                           "or use --format dot and render it elsewhere")
+    proc = subprocess.run([dot, "-Tsvg"], input=dot_text.encode(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, check=False)
+    if proc.returncode != 0:
+        reason = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise RuntimeError(f"dot failed: {reason[0] if reason else 'exit ' + str(proc.returncode)}")
+    return proc.stdout
+
+
+def folded(root: CallNode) -> Iterator[str]:
+    """Folded stacks (flamegraph.pl / speedscope): `a;b;c <self time in ns>` per call
+    path; interrupt work appears under a `[irq]` frame of the function it hit."""
+    def visit(node: CallNode, path: Tuple[str, ...]) -> Iterator[str]:
+        for interrupt, table in ((False, node.children), (True, node.irqs)):
+            for child in table.values():
+                here = path + (("[irq]",) if interrupt else ()) + (child.name,)
+                value = round(child.self_time * 1000)
+                if value > 0:
+                    yield ";".join(here) + f" {value}"
+                yield from visit(child, here)
+
+    return visit(root, ())
+
+
+# ---------------------------------------------------------------------------
+# Saved graphs and diffs.
+
+def load_json(text: str) -> nx.DiGraph:
+    """Read a graph written by to_json; ValueError when it is not one."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("graph", {}).get("format") != "probekit-callgraph":
+        raise ValueError("not a probekit call graph JSON (write one with --format json)")
+    graph = nx.DiGraph(**data["graph"])
+    for node in data.get("nodes", []):
+        attrs = dict(node)
+        graph.add_node(attrs.pop("id"), **attrs)
+    for link in data.get("links", []):
+        attrs = dict(link)
+        graph.add_edge(attrs.pop("source"), attrs.pop("target"), **attrs)
+    return graph
+
+
+def diff(before: nx.DiGraph, after: nx.DiGraph) -> Dict[str, List[Dict[str, Any]]]:
+    """Direct-call edges added and removed, and the time shift of edges in both."""
+    def calls(graph: nx.DiGraph) -> Dict[Tuple[str, str], Dict[str, Any]]:
+        return {(u, v): a for u, v, a in graph.edges(data=True) if a.get("calls")}
+
+    a, b = calls(before), calls(after)
+    added = [dict(caller=u, callee=v, calls=b[u, v]["calls"], total_us=b[u, v]["total_us"])
+             for u, v in b.keys() - a.keys()]
+    removed = [dict(caller=u, callee=v, calls=a[u, v]["calls"], total_us=a[u, v]["total_us"])
+               for u, v in a.keys() - b.keys()]
+    shifted = []
+    for key in a.keys() & b.keys():
+        ea, eb = a[key], b[key]
+        shifted.append(dict(caller=key[0], callee=key[1], calls_before=ea["calls"], calls_after=eb["calls"],
+                            avg_before_us=ea["avg_us"], avg_after_us=eb["avg_us"],
+                            avg_shift_us=eb["avg_us"] - ea["avg_us"],
+                            total_shift_us=eb["total_us"] - ea["total_us"]))
+    added.sort(key=lambda e: (-e["total_us"], e["caller"], e["callee"]))
+    removed.sort(key=lambda e: (-e["total_us"], e["caller"], e["callee"]))
+    shifted.sort(key=lambda e: (-abs(e["total_shift_us"]), e["caller"], e["callee"]))
+    return {"added": added, "removed": removed, "shifted": shifted}
+

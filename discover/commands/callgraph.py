@@ -1,0 +1,214 @@
+"""`discover callgraph`: what a kernel function really calls, live or from a saved trace."""
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import Any, Optional, Tuple
+
+import click
+
+from discover import callgraph as cg
+from discover.errors import UserError
+from discover.funcgraph import CallTree, FuncgraphParser
+
+FORMATS = ("tree", "json", "dot", "svg", "folded")
+
+EXAMPLES = """
+\b
+Examples:
+  discover callgraph nfs_file_read --workload 'dd if=/mnt/nfs/f of=/dev/null bs=64k'
+  discover callgraph nfs_file_read nfs_file_write --duration 10 --depth 6
+  discover callgraph 'nfs4_*' --comm dd --duration 5 --irqs
+  discover callgraph nfs_file_read --duration 5 --format json -o read.json
+  discover callgraph --from-file nfs3.nfs_file_read.trace            # no root, no tracefs
+  discover callgraph --from-file write.trace --format svg -o write.svg
+  discover callgraph nfs_file_read --from-file read.trace --format folded | flamegraph.pl > read.svg
+"""
+
+
+def parse_saved(path: str, pid: Optional[int], comm: Optional[str]) -> CallTree:
+    """Parse a saved trace, or say in one line why it cannot be used."""
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a directory, not a trace file")
+    parser = FuncgraphParser(pid=pid, comm=comm)
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            parser.feed(fh)
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    tree = parser.finish()
+    if tree.is_empty():
+        if tree.filtered_out:
+            if not parser.saw_pids:
+                raise UserError(f"{path}: no task ids in this trace (funcgraph-proc was off), "
+                                "cannot filter by --pid/--comm")
+            raise UserError(f"{path}: no calls by the task selected with --pid/--comm")
+        raise UserError(f"{path}: not a function_graph trace (no function entries or exits in "
+                        f"{parser.lines} lines)")
+    return tree
+
+
+def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: Optional[float],
+                 depth: Optional[int], pid: Optional[int], comm: Optional[str], irqs: bool,
+                 force: bool) -> CallTree:
+    """Trace the functions on this kernel and aggregate while trace_pipe streams."""
+    from rich.console import Console
+
+    try:
+        from discover.capture import CaptureOptions, live_capture
+    except ImportError:
+        raise UserError("live capture is not available in this installation (discover.capture "
+                        "missing); use --from-file TRACE") from None
+    opts = CaptureOptions(functions=list(functions), workload=workload, duration=duration,
+                          depth=depth or 0, pid=pid, comm=comm, irqs=irqs, force=force)
+    console = Console(stderr=True)
+    parser = FuncgraphParser()
+    with console.status("starting capture") as status:
+        def progress(p: Any) -> None:
+            status.update(f"capturing: {p.elapsed:.1f} s, {p.lines} lines, {p.lost} events lost")
+
+        with live_capture(opts, progress=progress) as lines:
+            parser.feed(lines)
+    tree = parser.finish()
+    if tree.is_empty():
+        raise UserError(f"no calls of {', '.join(functions)} were traced "
+                        "(did the workload reach them?)")
+    return tree
+
+
+def summary(tree: CallTree, source: str) -> str:
+    p = tree.parser
+    notes = [f"{p.lines} lines from {source}"]
+    if p.cut_start or p.cut_end:
+        notes.append(f"{p.cut_start} calls cut at trace start, {p.cut_end} at trace end")
+    if p.migrations:
+        notes.append(f"{p.migrations} task migrations followed")
+    lost = sum(p.lost.values())
+    if lost or p.lost_unknown:
+        notes.append(f"{lost} events lost" + (f" (+{p.lost_unknown} unknown)" if p.lost_unknown else ""))
+    if p.overruns:
+        notes.append(f"{p.overruns} overruns")
+    if p.malformed_count:
+        first = ", ".join(str(n) for n, _ in p.malformed[:5])
+        notes.append(f"{p.malformed_count} malformed lines (first at line {first})")
+    irq_calls = irq_time = 0.0
+    for node in tree.root.walk():
+        for handler in node.irqs.values():
+            irq_calls += handler.calls
+            irq_time += handler.total
+    if irq_calls:
+        notes.append(f"interrupt work: {int(irq_calls)} handler calls, {cg.fmt_us(irq_time)}, "
+                     "shown apart under the functions they hit")
+    if not p.timed:
+        notes.append("no duration column: times unavailable")
+    return "; ".join(notes)
+
+
+def write_output(data: Any, output: Optional[str]) -> None:
+    """Text or bytes to -o FILE or stdout."""
+    if output is None:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data)
+        return
+    try:
+        mode = "wb" if isinstance(data, bytes) else "w"
+        with open(output, mode) as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise UserError(f"{output}: {exc.strerror or exc}") from None
+
+
+@click.command("callgraph", epilog=EXAMPLES)
+@click.argument("functions", nargs=-1, metavar="FUNC...")
+@click.option("--workload", metavar="CMD", help="Run CMD and capture until it exits.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="S",
+              help="Capture for S seconds.")
+@click.option("--depth", type=click.IntRange(min=1), metavar="N",
+              help="Call depth: max_graph_depth live, tree depth with --from-file.")
+@click.option("--pid", type=int, help="Only this process (every thread).")
+@click.option("--comm", metavar="NAME", help="Only tasks with this command name.")
+@click.option("--irqs", is_flag=True,
+              help="Live: keep interrupts (funcgraph-irqs). Output: expand interrupt work in the tree.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tree", show_default=True)
+@click.option("-o", "--output", metavar="FILE", help="Write here instead of stdout.")
+@click.option("--from-file", "from_file", metavar="TRACE",
+              help="Read a saved function_graph trace (cat trace, trace_pipe or trace-cmd report).")
+@click.option("--min-time", type=click.FloatRange(min=0), default=0.0, metavar="US",
+              help="Hide calls under US microseconds in total.")
+@click.option("--min-calls", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Hide calls made fewer than N times.")
+@click.option("--force", is_flag=True, help="Live: take over tracefs even if another tracer is active.")
+def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Optional[float],
+              depth: Optional[int], pid: Optional[int], comm: Optional[str], irqs: bool, fmt: str,
+              output: Optional[str], from_file: Optional[str], min_time: float, min_calls: int,
+              force: bool) -> None:
+    """Show what FUNC really calls on this kernel: call counts, total/average/self time,
+    callees heaviest first, and the interrupt work that landed in it kept apart.
+
+    Live (root): sets up function_graph with set_graph_function=FUNC, streams trace_pipe
+    while the workload runs, and restores every tracefs setting afterwards. With
+    --from-file no root and no tracefs are needed; FUNC then narrows the output to the
+    subtrees of those functions.
+    """
+    if workload is not None and duration is not None:
+        raise UserError("give --workload or --duration, not both")
+    if pid is not None and comm is not None:
+        raise UserError("give --pid or --comm, not both")
+    if fmt == "svg" and output is None and sys.stdout.isatty():
+        raise UserError("SVG is binary: use -o FILE.svg")
+    if from_file is not None:
+        if workload is not None or duration is not None or force:
+            raise UserError("--workload/--duration/--force are for live capture, not --from-file")
+        tree = parse_saved(from_file, pid, comm)
+        source = from_file
+        prune_depth = depth
+    else:
+        if not functions:
+            raise UserError("name at least one function to trace (or use --from-file TRACE)")
+        tree = capture_live(functions, workload, duration, depth, pid, comm, irqs, force)
+        source = "live capture"
+        prune_depth = None
+    root = tree.root
+    if functions and from_file is not None:
+        try:
+            root = cg.select(root, functions)
+        except LookupError as exc:
+            raise UserError(str(exc)) from None
+    if prune_depth is not None or min_time or min_calls:
+        root = cg.prune(root, max_depth=None if prune_depth is None else prune_depth - 1,
+                        min_time=min_time, min_calls=min_calls)
+    note = summary(tree, source)
+    if fmt == "tree":
+        from rich.console import Console
+
+        title = f"calls of {', '.join(functions) or 'every traced function'}"
+        rendered = cg.render_tree(root, title, expand_irqs=irqs)
+        if output is None:
+            console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+        else:
+            console = Console(record=True, width=200, file=io.StringIO())
+        console.print(note, markup=False, highlight=False)
+        console.print(rendered)
+        if output is not None:
+            write_output(console.export_text(), output)
+        return
+    if fmt == "folded":
+        write_output("".join(line + "\n" for line in cg.folded(root)), output)
+        return
+    graph = cg.to_digraph(root, source=source, functions=list(functions), summary=note)
+    if fmt == "json":
+        write_output(cg.to_json(graph) + "\n", output)
+        return
+    dot_text = cg.to_dot(graph)
+    if fmt == "dot":
+        write_output(dot_text, output)
+        return
+    try:
+        write_output(cg.to_svg(dot_text), output)
+    except RuntimeError as exc:
+        raise UserError(str(exc)) from None
