@@ -33,6 +33,7 @@ A missing section is `null` plus a reason in "unavailable", never silently empty
 from __future__ import annotations
 
 import fnmatch
+import gzip
 import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
@@ -67,8 +68,11 @@ class KernelProfile:
         self.origin = origin
         self._modules_of: Dict[str, Set[Optional[str]]] = {}
         self._clones: Dict[str, List[str]] = {}
+        self._by_module: Dict[Optional[str], List[str]] = {}
         for name, module in data.get("filter_functions") or []:
-            self._modules_of.setdefault(name, set()).add(module)
+            if module not in self._modules_of.setdefault(name, set()):
+                self._modules_of[name].add(module)
+                self._by_module.setdefault(module, []).append(name)
             base = clone_base(name)
             if base != name:
                 self._clones.setdefault(base, []).append(name)
@@ -130,7 +134,8 @@ class KernelProfile:
         return [name for name in self._modules_of if fnmatch.fnmatchcase(name, pattern)]
 
     def functions_in(self, module: Optional[str]) -> List[str]:
-        return [name for name, mods in self._modules_of.items() if module in mods]
+        """Traceable functions of one module (None = vmlinux), in file order."""
+        return list(self._by_module.get(module, []))
 
     @property
     def has_blacklist(self) -> bool:
@@ -182,10 +187,13 @@ def check_profile(data: Any, origin: str) -> Dict[str, Any]:
 def load_profile(path: Path) -> KernelProfile:
     """Read a profile file; every problem is one UserError line."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":  # gzip: profiles are stored compressed as test fixtures
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such kernel profile") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise UserError(f"{path}: cannot read kernel profile: {exc}") from None
     try:
         data = json.loads(text)

@@ -13,6 +13,7 @@ nfs_atomic_open); then partial or deeper points.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -136,15 +137,19 @@ class Candidate(NamedTuple):
         return out
 
 
+OUTSIDE = "<outside the traced calls>"
+
+
 class CallGraphs:
-    """Call graphs (networkx node-link JSON from `discover callgraph --format json`)."""
+    """Call graphs as evidence: node-link JSON from `discover callgraph --format json`, or
+    raw function_graph traces (`*.trace`, `*.trace.gz`) captured with events enabled."""
 
     def __init__(self) -> None:
         self.edges: Dict[str, Dict[str, float]] = {}  # caller -> {callee: total time}
         self.modules: Dict[str, Optional[str]] = {}
         self.callers: Dict[str, Set[str]] = {}
-        #: event -> {(function, depth)} where it fired inside the traced calls
-        self.event_sites: Dict[str, Set[Tuple[str, int]]] = {}
+        #: event -> {(function or OUTSIDE, depth): times seen}
+        self.event_sites: Dict[str, Dict[Tuple[str, int], int]] = {}
         self.files: List[str] = []
 
     @classmethod
@@ -152,14 +157,39 @@ class CallGraphs:
         graphs = cls()
         if not directory.is_dir():
             raise UserError(f"{directory}: no such call-graph directory")
-        files = sorted(directory.glob("*.json"))
+        files = sorted(p for p in directory.iterdir()
+                       if p.name.endswith((".json", ".trace", ".trace.gz")))
         if not files:
-            raise UserError(f"{directory}: no call graphs (*.json from `discover callgraph --format json`)")
+            raise UserError(f"{directory}: no call graphs (*.json from `discover callgraph --format json`, "
+                            f"or function_graph *.trace files)")
         for path in files:
-            graphs.add(path)
+            if path.name.endswith(".json"):
+                graphs.add_json(path)
+            else:
+                graphs.add_trace(path)
         return graphs
 
-    def add(self, path: Path) -> None:
+    def _site(self, event: str, function: Optional[str], depth: int, count: int = 1) -> None:
+        sites = self.event_sites.setdefault(event.split(":")[-1], {})
+        key = (function or OUTSIDE, depth if function else -1)
+        sites[key] = sites.get(key, 0) + count
+
+    def _add_graph(self, nodes: Iterable[Dict[str, Any]], links: Iterable[Dict[str, Any]],
+                   with_events: bool) -> None:
+        for node in nodes:
+            name, module = _split_module(str(node.get("id")))
+            self.modules.setdefault(name, node.get("module") or module)
+            if with_events:
+                for event, count in (node.get("events") or {}).items():
+                    self._site(event, name, int(node.get("min_depth", -1)), int(count))
+        for link in links:
+            src = _split_module(str(link.get("source")))[0]
+            dst = _split_module(str(link.get("target")))[0]
+            weight = float(link.get("total_us", link.get("calls", 1)) or 0)
+            self.edges.setdefault(src, {})[dst] = self.edges.get(src, {}).get(dst, 0.0) + weight
+            self.callers.setdefault(dst, set()).add(src)
+
+    def add_json(self, path: Path) -> None:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
@@ -167,27 +197,29 @@ class CallGraphs:
         if not isinstance(data, dict) or "nodes" not in data:
             raise UserError(f"{path}: not a node-link call graph (no \"nodes\")")
         self.files.append(path.name)
-        ids: Dict[Any, str] = {}
-        for node in data["nodes"]:
-            raw = str(node.get("id"))
-            name, module = _split_module(raw)
-            name = str(node.get("function", name))
-            module = node.get("module", module)
-            ids[node.get("id")] = name
-            self.modules.setdefault(name, module)
-            for event, site in _node_events(node):
-                self.event_sites.setdefault(event, set()).add((name, site))
-        for ev in data.get("events", []) or []:
-            if isinstance(ev, dict) and "event" in ev and "function" in ev:
-                self.event_sites.setdefault(str(ev["event"]).split(":")[-1], set()).add(
-                    (_split_module(str(ev["function"]))[0], int(ev.get("depth", -1))))
-        for link in data.get("links", data.get("edges", [])):
-            src, dst = ids.get(link.get("source")), ids.get(link.get("target"))
-            if src is None or dst is None:
-                continue
-            weight = float(link.get("total_time", link.get("total", link.get("calls", 1))) or 0)
-            self.edges.setdefault(src, {})[dst] = self.edges.get(src, {}).get(dst, 0.0) + weight
-            self.callers.setdefault(dst, set()).add(src)
+        self._add_graph(data["nodes"], data.get("links", data.get("edges", [])), with_events=True)
+
+    def add_trace(self, path: Path) -> None:
+        """A function_graph trace: the parser places each event in the call it fired in."""
+        from discover.callgraph import to_digraph, to_node_link
+        from discover.funcgraph import FuncgraphParser
+
+        parser = FuncgraphParser(on_event=lambda ev: self._site(ev.name, ev.function, ev.depth))
+        opener = gzip.open if path.name.endswith(".gz") else open
+        try:
+            with opener(path, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
+                parser.feed(fh)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read trace: {exc}") from None
+        tree = parser.finish()
+        if tree.is_empty():
+            raise UserError(f"{path}: no function_graph calls in this trace")
+        self.files.append(path.name)
+        data = to_node_link(to_digraph(tree.root))
+        self._add_graph(data["nodes"], data["links"], with_events=False)
+
+    def sites(self, event: str) -> Dict[Tuple[str, int], int]:
+        return dict(self.event_sites.get(event, {}))
 
     def outermost(self, modules: Set[str]) -> List[str]:
         """Functions of `modules` not called from another function of `modules`: the fs entries."""
@@ -206,17 +238,6 @@ class CallGraphs:
 def _split_module(name: str) -> Tuple[str, Optional[str]]:
     match = re.match(r"^(\S+)\s+\[(\S+)\]$", name.strip())
     return (match.group(1), match.group(2)) if match else (name.strip(), None)
-
-
-def _node_events(node: Dict[str, Any]) -> Iterable[Tuple[str, int]]:
-    events = node.get("events") or {}
-    if isinstance(events, dict):
-        for event, info in events.items():
-            depth = int(info.get("depth", -1)) if isinstance(info, dict) else -1
-            yield str(event).split(":")[-1], depth
-    elif isinstance(events, list):
-        for event in events:
-            yield str(event).split(":")[-1], -1
 
 
 # ---------------------------------------------------------------------------------------
@@ -325,7 +346,9 @@ class Proposer:
         parts = []
         if function in self.established.get(op, ()):
             parts.append(f"used by {ESTABLISHED_BY}: a long-lived file_operations name")
-        if sym == "T":
+        if self._module_of(function) != "vmlinux":
+            pass  # kallsyms marks module symbols lowercase whether static or not: no signal
+        elif sym == "T":
             parts.append("global symbol")
         elif sym == "t":
             parts.append("static (file-local) symbol: may be renamed or inlined by a later kernel")
@@ -380,10 +403,37 @@ class Proposer:
             roles["error"] = "retval"
         return roles
 
-    def _event_sites(self, event: str) -> Optional[Set[Tuple[str, int]]]:
+    def _evidence(self, pair: EventPair, op: str) -> Tuple[str, List[str]]:
+        """Where the pair fired in the call graphs, and what that says about the choice."""
         if self.graphs is None:
-            return None
-        return self.graphs.event_sites.get(event, set())
+            return (f"no call graph given: that {pair.start}/{pair.end} bracket the operation is inferred "
+                    f"from their names; capture function_graph with the {pair.system} events enabled "
+                    f"and pass it with --callgraphs to check"), []
+        start, end = self.graphs.sites(pair.start), self.graphs.sites(pair.end)
+        if not start and not end:
+            return f"{pair.start}/{pair.end} did not fire in the given captures", []
+
+        def spell(event: str, sites: Dict[Tuple[str, int], int]) -> str:
+            return f"{event} fired " + ", ".join(
+                f"{n}x in {fn}" + (f" (depth {d})" if d >= 0 else "")
+                for (fn, d), n in sorted(sites.items(), key=lambda kv: -kv[1]))
+
+        evidence = "; ".join(spell(e, s) for e, s in ((pair.start, start), (pair.end, end)) if s)
+        notes: List[str] = []
+        inside = {fn for fn, _ in start} & {fn for fn, _ in end}
+        entries = set(self._entry_functions(op, KNOWLEDGE[op])[0])
+        bracketed = sorted(inside & entries)
+        if bracketed and pair.kind == "sync":
+            used = [fn for fn in bracketed if fn in self.established.get(op, ())]
+            notes.append(f"start and end fire inside {', '.join(bracketed)} itself: the pair times the same "
+                         f"call as a kprobe there, without depending on a function name")
+            if used:
+                notes.append(f"preferred over the kprobe on {', '.join(used)} that {ESTABLISHED_BY} use: "
+                             f"same window (evidence above), stable tracepoint ABI, no kprobe overhead")
+        if pair.kind == "async" and OUTSIDE in {fn for fn, _ in end}:
+            notes.append(f"{pair.end} fires outside the traced calls (RPC completion in another task): "
+                         f"start and end must be matched on {', '.join(pair.keys)}, not on the thread")
+        return evidence, notes
 
     # candidates -----------------------------------------------------------------------
     def _tracepoint(self, pair: EventPair, op: str, layer: str, know: OpKnowledge) -> Candidate:
@@ -399,19 +449,10 @@ class Proposer:
             args["bytes"] = "exit.res_count"
         if "error" in exit_fields:
             args["error"] = "exit.error"
-        sites = [self._event_sites(e) for e in (pair.start, pair.end)]
-        if sites[0] is None:
-            evidence = (f"no call graph given: that {pair.start}/{pair.end} bracket the operation is "
-                        f"inferred from their names; capture with the {pair.system} events enabled to check")
-        elif not sites[0] and not sites[1]:
-            evidence = f"{pair.start}/{pair.end} did not fire in the given call graphs"
-        else:
-            where = ", ".join(f"{e} in {fn} (depth {d})" for e, s in zip((pair.start, pair.end), sites)
-                              for fn, d in sorted(s or ()))
-            evidence = f"fires {where}"
+        evidence, notes = self._evidence(pair, op)
         async_note = ("async: the end fires in another task (RPC completion in rpciod/kworker); "
                       f"match on {', '.join(pair.keys)}") if pair.kind == "async" else "same task: match on tid"
-        reasons = [f"tracepoint pair {pair.system}:{pair.start} / {pair.system}:{pair.end}", async_note]
+        reasons = [f"tracepoint pair {pair.system}:{pair.start} / {pair.system}:{pair.end}", async_note] + notes
         if layer != "fs-entry":
             reasons.append("brackets only part of the operation or a deeper step: see coverage")
         module = self.fs if pair.system.startswith(self.fs) else pair.system
