@@ -1,0 +1,263 @@
+/* probekit latency probe core (kernel side of nfsslower / nfsdist / nfstop).
+ *
+ * This file is not compiled alone: probes/generate.py puts in front of it the
+ * generated constants (operation ids, struct member offsets from BTF, tool
+ * features) and `struct event`, and after it one small handler per attach
+ * point chosen on this kernel. Headers stay minimal on purpose: bcc compiles
+ * at start-up and every kernel header costs seconds under emulation; struct
+ * layouts come from BTF offsets instead of <linux/fs.h>. The generated part
+ * includes the one header needed, <uapi/linux/ptrace.h> (struct pt_regs).
+ *
+ * Generated constants used here:
+ *   NPOINTS, NOPS, TARGET_TGID (0 = every process), MIN_LAT_NS, MAX_LAT_NS,
+ *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS,
+ *   HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY), HAVE_DENTRY_NAME (OFF_DENTRY_NAME),
+ *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN.
+ */
+/* start of one operation on one thread: keyed by (thread, attach point) so that
+ * operations nesting on a thread (one traced function inside another) are each
+ * timed and counted */
+struct start_key {
+    u32 tid;
+    u32 point;
+};
+
+struct start_val {
+    u64 ts;
+    u64 ptr;      /* struct file * or struct dentry * for the file name, or 0 */
+    u64 offset;
+    u64 bytes;    /* bytes known at entry (tracepoint field), else 0 */
+    u64 fileid;
+};
+
+BPF_HASH(starts, struct start_key, struct start_val, 10240);
+
+#if HAVE_ASYNC
+/* starts whose end fires in another task (RPC completion in rpciod/kworker):
+ * matched on the spec's key fields instead of the thread */
+struct async_key {
+    u32 point;
+    u32 pad;
+    u64 k[NKEYS];
+};
+
+struct async_val {
+    struct start_val s;
+    u32 pid;
+    u32 pad;
+    char comm[COMM_LEN];
+};
+
+BPF_HASH(async_starts, struct async_key, struct async_val, 10240);
+#endif
+
+/* [0] deltas dropped as impossible (end before start, or above MAX_LAT_NS) */
+BPF_ARRAY(anomalies, u64, 1);
+
+#if WANT_EVENTS
+BPF_PERF_OUTPUT(events);
+#endif
+
+#if WANT_DIST
+struct dist_key {
+    u32 op;
+    u32 slot;
+};
+BPF_HISTOGRAM(dist, struct dist_key, NOPS * 64);
+BPF_ARRAY(op_bytes, u64, NOPS);
+#endif
+
+#if WANT_TOP
+struct top_key {
+    u32 tgid;
+    u32 op;
+};
+struct top_hist_key {
+    u32 tgid;
+    u32 op;
+    u32 slot;
+    u32 pad;
+};
+struct top_val {
+    u64 count;
+    u64 lat_ns;
+    u64 bytes;
+};
+BPF_HASH(top_stats, struct top_key, struct top_val, 10240);
+BPF_HASH(top_hist, struct top_hist_key, u64, 40960);
+#endif
+
+static __always_inline u64 read_ptr(u64 addr)
+{
+    u64 val = 0;
+    bpf_probe_read_kernel(&val, sizeof(val), (void *)addr);
+    return val;
+}
+
+static __always_inline int want_task(u64 pid_tgid)
+{
+    return TARGET_TGID == 0 || (u32)(pid_tgid >> 32) == TARGET_TGID;
+}
+
+static __always_inline void task_start(u32 point, struct start_val *v)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct start_key k;
+    if (!want_task(id))
+        return;
+    k.tid = (u32)id;
+    k.point = point;
+    v->ts = bpf_ktime_get_ns();
+    starts.update(&k, v);
+}
+
+static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
+{
+    u64 dentry = 0;
+#if HAVE_FILE_NAME
+    if (ptr_kind == PTR_FILE)
+        dentry = read_ptr(ptr + OFF_FILE_PATH_DENTRY);
+#endif
+    if (ptr_kind == PTR_DENTRY)
+        dentry = ptr;
+#if HAVE_DENTRY_NAME
+    if (dentry)
+        bpf_probe_read_kernel_str(dst, NAME_LEN, (void *)read_ptr(dentry + OFF_DENTRY_NAME));
+#endif
+}
+
+/* one finished operation: a sane delta feeds the histograms and, above the
+ * threshold, one event */
+static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 now,
+                                   u64 delta, struct start_val *s, int ptr_kind)
+{
+#if WANT_DIST
+    {
+        struct dist_key dk;
+        u64 *total;
+        u32 opi = op;
+        __builtin_memset(&dk, 0, sizeof(dk));
+        dk.op = op;
+        dk.slot = bpf_log2l(delta / DIST_UNIT_NS);
+        dist.increment(dk);
+        total = op_bytes.lookup(&opi);
+        if (total)
+            __sync_fetch_and_add(total, s->bytes);
+    }
+#endif
+#if WANT_TOP
+    {
+        struct top_key tk;
+        struct top_hist_key hk;
+        struct top_val zero;
+        struct top_val *tv;
+        __builtin_memset(&tk, 0, sizeof(tk));
+        __builtin_memset(&hk, 0, sizeof(hk));
+        __builtin_memset(&zero, 0, sizeof(zero));
+        tk.tgid = pid;
+        tk.op = op;
+        tv = top_stats.lookup_or_try_init(&tk, &zero);
+        if (tv) {
+            __sync_fetch_and_add(&tv->count, 1);
+            __sync_fetch_and_add(&tv->lat_ns, delta);
+            __sync_fetch_and_add(&tv->bytes, s->bytes);
+        }
+        hk.tgid = pid;
+        hk.op = op;
+        hk.slot = bpf_log2l(delta / 1000);
+        top_hist.increment(hk);
+    }
+#endif
+#if WANT_EVENTS
+    if (delta >= MIN_LAT_NS) {
+        struct event e;
+        __builtin_memset(&e, 0, sizeof(e));
+        e.end_ns = now;
+        e.lat_ns = delta;
+        e.bytes = s->bytes;
+        e.offset = s->offset;
+        e.fileid = s->fileid;
+        e.pid = pid;
+        e.op = op;
+        if (comm)
+            __builtin_memcpy(e.comm, comm, COMM_LEN);
+        else
+            bpf_get_current_comm(&e.comm, sizeof(e.comm));
+        if (s->ptr)
+            name_of(e.name, s->ptr, ptr_kind);
+        events.perf_submit(ctx, &e, sizeof(e));
+    }
+#endif
+}
+
+/* a delta is only trusted when the end is after the start and below MAX_LAT_NS:
+ * a missed entry has no start (nothing is printed), a clock oddity is counted */
+static __always_inline int sane_delta(u64 start, u64 now)
+{
+    if (start == 0 || now < start || now - start > MAX_LAT_NS) {
+        u32 zero = 0;
+        u64 *bad = anomalies.lookup(&zero);
+        if (bad)
+            __sync_fetch_and_add(bad, 1);
+        return 0;
+    }
+    return 1;
+}
+
+/* end of a same-thread operation; bytes_at_end >= 0 replaces the entry's byte count */
+static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_end, int ptr_kind)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct start_key k;
+    struct start_val s;
+    struct start_val *found;
+    u64 now;
+    k.tid = (u32)id;
+    k.point = point;
+    found = starts.lookup(&k);
+    if (!found)
+        return;
+    now = bpf_ktime_get_ns();
+    s = *found;
+    starts.delete(&k);
+    if (!sane_delta(s.ts, now))
+        return;
+    if (bytes_at_end >= 0)
+        s.bytes = bytes_at_end;
+    record(ctx, op, (u32)(id >> 32), 0, now, now - s.ts, &s, ptr_kind);
+}
+
+#if HAVE_ASYNC
+static __always_inline void async_start(struct async_key *k, struct start_val *s)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct async_val v;
+    if (!want_task(id))
+        return;
+    __builtin_memset(&v, 0, sizeof(v));
+    v.s = *s;
+    v.s.ts = bpf_ktime_get_ns();
+    v.pid = (u32)(id >> 32);
+    bpf_get_current_comm(&v.comm, sizeof(v.comm));
+    async_starts.update(k, &v);
+}
+
+static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s64 bytes_at_end)
+{
+    struct async_val *found = async_starts.lookup(k);
+    struct async_val v;
+    u64 now;
+    if (!found)
+        return;
+    now = bpf_ktime_get_ns();
+    v = *found;
+    async_starts.delete(k);
+    if (!sane_delta(v.s.ts, now))
+        return;
+    if (bytes_at_end >= 0)
+        v.s.bytes = bytes_at_end;
+    record(ctx, op, v.pid, v.comm, now, now - v.s.ts, &v.s, PTR_NONE);
+}
+#endif
+
+/* generated handlers follow */

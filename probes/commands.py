@@ -1,0 +1,266 @@
+"""nfsslower, nfsdist, nfstop: NFS latency tools generated from the probe spec.
+
+Output follows bcc's nfsslower / nfsdist (same columns, CSV header and histogram layout)
+so that they can replace Debian's bpfcc tools; nfstop is the per-process view no bcc tool
+offers. Commit (C) runs in kworker/rpciod context: -p PID never sees it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import click
+
+from discover.errors import UserError, run_cli
+from probes.generate import Tool
+from probes.histogram import buckets, format_log2, percentile
+from probes.runtime import Session, parse_ops
+from probes.spec import OPS
+
+OPS_HELP = ("Comma-separated operations (names or letters): "
+            + ", ".join(f"{name} ({letter})" for name, letter in OPS.items()) + ".")
+COMMIT_NOTE = ("Commit (C) runs in kworker/rpciod threads, not in the writing process: "
+               "with -p PID it is never shown.")
+
+
+def common(func: Any) -> Any:
+    func = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+                        help="Probe spec (default: probes/specs/nfs.toml).")(func)
+    func = click.option("-v", "--verbose", is_flag=True,
+                        help="Say which attach point each operation uses, and why others were skipped.")(func)
+    func = click.option("--ops", "ops_text", help=OPS_HELP)(func)
+    return func
+
+
+def _name(event: Dict[str, Any]) -> str:
+    if event["name"]:
+        return event["name"]
+    return f"[ino {event['fileid']}]" if event["fileid"] else "?"
+
+
+SLOWER_EXAMPLES = f"""
+\b
+{COMMIT_NOTE}
+\b
+Examples:
+  nfsslower                # trace NFS operations slower than 10 ms
+  nfsslower 1              # trace NFS operations slower than 1 ms
+  nfsslower 0              # trace every NFS operation (verbose output)
+  nfsslower -j 1           # ... 1 ms, parsable CSV output
+  nfsslower --json 5       # ... 5 ms, one JSON object per line
+  nfsslower -p 185         # trace PID 185 only
+  nfsslower --ops R,W -v   # reads and writes; show the attach points chosen
+"""
+
+
+@click.command("nfsslower", epilog=SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("min_ms", type=click.IntRange(min=0), default=10, required=False)
+@click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
+@click.option("-j", "--csv", "as_csv", is_flag=True, help="CSV output, times in microseconds (bcc's -j).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+@common
+def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, ops_text: Optional[str],
+              verbose: bool, spec_path: Optional[str]) -> None:
+    """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
+    (default 10; 0 traces all), with process, size, offset and file name."""
+    if as_csv and as_json:
+        raise UserError("choose one of -j/--csv and --json")
+    tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000)
+    session = Session("nfsslower", tool, parse_ops(ops_text), spec_path, verbose)
+
+    def show(event: Dict[str, Any]) -> None:
+        letter = session.letter(event["op"])
+        if as_json:
+            print(json.dumps({"end_us": event["end_ns"] // 1000, "comm": event["comm"], "pid": event["pid"],
+                              "op": session.op_name(event["op"]), "type": letter, "bytes": event["bytes"],
+                              "offset": event["offset"], "lat_us": event["lat_ns"] // 1000,
+                              "file": _name(event), "fileid": event["fileid"]}), flush=True)
+        elif as_csv:
+            print("%d,%s,%d,%s,%d,%d,%d,%s" % (event["end_ns"] // 1000, event["comm"], event["pid"], letter,
+                                               event["bytes"], event["offset"], event["lat_ns"] // 1000,
+                                               _name(event)), flush=True)
+        else:
+            print("%-8s %-14.14s %-6s %1s %-7s %-8d %7.2f %s" % (
+                time.strftime("%H:%M:%S"), event["comm"], event["pid"], letter, event["bytes"],
+                event["offset"] // 1024, event["lat_ns"] / 1e6, _name(event)), flush=True)
+
+    with session:
+        session.on_events(show)
+        if as_csv:
+            print("ENDTIME_us,TASK,PID,TYPE,BYTES,OFFSET_b,LATENCY_us,FILE", flush=True)
+        elif not as_json:
+            print("Tracing NFS operations... Ctrl-C to quit" if min_ms == 0 else
+                  f"Tracing NFS operations that are slower than {min_ms} ms... Ctrl-C to quit")
+            print("%-8s %-14s %-6s %1s %-7s %-8s %7s %s" % ("TIME", "COMM", "PID", "T", "BYTES", "OFF_KB",
+                                                            "LAT(ms)", "FILENAME"), flush=True)
+        else:
+            print(json.dumps({"tracing": session.probe.ops, "min_ms": min_ms}), flush=True)
+        session.poll_until_stopped()
+
+
+DIST_EXAMPLES = """
+\b
+Examples:
+  nfsdist              # summarize NFS operation latency as a histogram per operation
+  nfsdist 1 10         # print 1 second summaries, 10 times
+  nfsdist -mT 1        # 1s summaries, milliseconds, and timestamps
+  nfsdist -p 181       # trace PID 181 only
+  nfsdist --json 5 1   # one 5 s summary as JSON (counts, bytes, buckets per op)
+  nfsdist --ops open,getattr -v
+"""
+
+
+def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str) -> str:
+    ops: Dict[str, Any] = {}
+    for op, entry in data.items():
+        vals = buckets(entry["slots"])
+        hist = []
+        for i in range(1, len(vals)):
+            hist.append({"interval-start": (1 << i) >> 1 if i > 1 else 0,
+                         "interval-end": (1 << i) - 1, "count": vals[i]})
+        if vals:
+            hist.insert(0, {"interval-start": 0, "interval-end": 0, "count": vals[0]})
+        ops[op] = {"count": entry["count"], "bytes": entry["bytes"], "hist": hist}
+    return json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "val_type": unit, "ops": ops,
+                       "anomalies": session.anomalies()})
+
+
+@click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False)
+@click.argument("count", type=click.IntRange(min=1), default=99999999, required=False)
+@click.option("-T", "--notimestamp", "timestamp", is_flag=True, help="Include a timestamp on each output.")
+@click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds.")
+@click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
+@common
+def nfsdist(interval: int, count: int, timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
+            ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+    """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
+    log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
+    Commit runs in kworker threads: with -p it stays empty."""
+    unit = "msecs" if millis else "usecs"
+    tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000)
+    session = Session("nfsdist", tool, parse_ops(ops_text), spec_path, verbose)
+    with session:
+        if not as_json:
+            print("Tracing NFS operation latency... Hit Ctrl-C to end.", flush=True)
+        else:
+            print(json.dumps({"tracing": session.probe.ops, "val_type": unit}), flush=True)
+        remaining = count
+        stopping = False
+        while remaining > 0 and not stopping:
+            stopping = not session.wait(interval)
+            remaining -= 1
+            data = session.dist(clear=True)
+            if as_json:
+                print(_dist_json(session, data, unit), flush=True)
+                continue
+            print()
+            if timestamp:
+                print("%-8s\n" % time.strftime("%H:%M:%S"), end="")
+            for op, entry in data.items():
+                if entry["count"]:
+                    print(f"\noperation = {op}")
+                    for line in format_log2(buckets(entry["slots"]), unit):
+                        print(line)
+            sys.stdout.flush()
+
+
+TOP_EXAMPLES = f"""
+\b
+{COMMIT_NOTE}
+\b
+Examples:
+  nfstop               # per-process NFS ops/s, MB/s, avg and p99 latency, every 1 s
+  nfstop -i 5          # refresh every 5 seconds
+  nfstop -p 1234       # one process
+  nfstop --json -i 2   # one JSON object per interval
+"""
+
+
+def _top_rows(data: Dict[int, Dict[str, Dict[str, Any]]], seconds: float) -> List[Dict[str, Any]]:
+    rows = []
+    for tgid, per_op in data.items():
+        try:
+            with open(f"/proc/{tgid}/comm") as handle:
+                comm = handle.read().strip()
+        except OSError:
+            comm = "?"
+        ops = {}
+        for op, entry in per_op.items():
+            ops[op] = {"count": entry["count"], "bytes": entry["bytes"],
+                       "avg_ms": round(entry["lat_ns"] / entry["count"] / 1e6, 3) if entry["count"] else 0.0,
+                       "p99_ms": round(percentile(entry["slots"], 99) / 1000.0, 3)}
+        total = sum(e["count"] for e in per_op.values())
+        rows.append({"pid": tgid, "comm": comm, "ops_per_s": round(total / seconds, 1),
+                     "read_mb_s": round(per_op.get("read", {}).get("bytes", 0) / seconds / 1e6, 3),
+                     "write_mb_s": round(per_op.get("write", {}).get("bytes", 0) / seconds / 1e6, 3),
+                     "ops": ops})
+    rows.sort(key=lambda row: row["ops_per_s"], reverse=True)
+    return rows
+
+
+@click.command("nfstop", epilog=TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-i", "--interval", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
+@click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes.")
+@common
+def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_text: Optional[str],
+           verbose: bool, spec_path: Optional[str]) -> None:
+    """Per-process NFS activity: operations per second, read and write MB/s, and average
+    and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
+    session = Session("nfstop", Tool(top=True, tgid=pid or 0), parse_ops(ops_text), spec_path, verbose)
+    letters = dict(zip(session.probe.ops, session.probe.letters))
+    clear = not as_json and not noclear and sys.stdout.isatty()
+    with session:
+        if not as_json:
+            print(f"Tracing NFS operations per process, every {interval} s... Ctrl-C to end.", flush=True)
+        stopping = False
+        while not stopping:
+            started = time.monotonic()
+            stopping = not session.wait(interval)
+            rows = _top_rows(session.top(), max(time.monotonic() - started, 1e-3))
+            if as_json:
+                print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
+                                  "processes": rows}), flush=True)
+                continue
+            if clear:
+                print("\033[H\033[2J", end="")
+            header = "%-7s %-16s %8s %9s %9s" % ("PID", "COMM", "OPS/s", "RD_MB/s", "WR_MB/s")
+            header += "".join(" %15s" % f"{letters[op]} avg/p99 ms" for op in session.probe.ops)
+            print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+            print(header)
+            for row in rows:
+                line = "%-7d %-16.16s %8.1f %9.3f %9.3f" % (row["pid"], row["comm"], row["ops_per_s"],
+                                                           row["read_mb_s"], row["write_mb_s"])
+                for op in session.probe.ops:
+                    entry = row["ops"].get(op)
+                    line += " %15s" % (f"{entry['avg_ms']:.2f}/{entry['p99_ms']:.2f}" if entry else "-")
+                print(line)
+            sys.stdout.flush()
+
+
+def main_nfsslower() -> None:
+    run_cli("nfsslower", lambda: nfsslower.main(prog_name="nfsslower"))
+
+
+def main_nfsdist() -> None:
+    run_cli("nfsdist", lambda: nfsdist.main(prog_name="nfsdist"))
+
+
+def main_nfstop() -> None:
+    run_cli("nfstop", lambda: nfstop.main(prog_name="nfstop"))
+
+
+if __name__ == "__main__":
+    tools = {"nfsslower": main_nfsslower, "nfsdist": main_nfsdist, "nfstop": main_nfstop}
+    name = os.path.basename(sys.argv[1]) if len(sys.argv) > 1 else ""
+    if name not in tools:
+        sys.exit("usage: python3 -m probes.commands {nfsslower|nfsdist|nfstop} [ARGS]")
+    sys.argv = sys.argv[1:]
+    tools[name]()

@@ -1,0 +1,210 @@
+"""Generate the probe's eBPF C and its event decoder from a probe-spec selection.
+
+Why generated: the operation ids, letters and the event layout must agree between the
+kernel side and Python. Both come from here, once: `EVENT_FIELDS` gives the C
+`struct event` and the Python decoder; the operation table gives `#define OP_*` and the
+letters. The C template (bpf/probe.bpf.c) holds the shared kernel logic; this module
+adds the constants in front and one small handler per attach point after it.
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from probes.layout import ArgSource, KernelLayout
+from probes.select import Chosen
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "bpf" / "probe.bpf.c"
+
+NAME_LEN = 32   # bytes of file name kept per event (bcc's nfsslower keeps 32 too)
+COMM_LEN = 16   # TASK_COMM_LEN
+#: deltas above this are dropped as impossible (a wrapped or unmatched start), not printed
+MAX_LAT_NS = 3600 * 10**9
+
+#: (field, C type, array length): the one definition of the slow-event record.
+#: u64 first, then u32, then byte arrays, so the C struct has no implicit padding.
+EVENT_FIELDS: Tuple[Tuple[str, str, int], ...] = (
+    ("end_ns", "u64", 0), ("lat_ns", "u64", 0), ("bytes", "u64", 0), ("offset", "u64", 0),
+    ("fileid", "u64", 0), ("pid", "u32", 0), ("op", "u32", 0),
+    ("comm", "char", COMM_LEN), ("name", "char", NAME_LEN),
+)
+_PY_CODES = {"u64": "Q", "u32": "I", "char": "s"}
+_C_SIZES = {"u64": 8, "u32": 4, "char": 1}
+
+PTR_KINDS = {"none": 0, "file": 1, "dentry": 2}
+
+
+def event_c_struct() -> str:
+    lines = ["struct event {"]
+    for name, ctype, length in EVENT_FIELDS:
+        lines.append(f"    {ctype} {name}[{length}];" if length else f"    {ctype} {name};")
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def event_format() -> struct.Struct:
+    """Python decoder of `struct event`, built from the same table as the C struct."""
+    fmt = "=" + "".join(f"{length}s" if length else _PY_CODES[ctype] for _, ctype, length in EVENT_FIELDS)
+    size = sum(_C_SIZES[ctype] * (length or 1) for _, ctype, length in EVENT_FIELDS)
+    decoder = struct.Struct(fmt)
+    assert decoder.size == size and size % 8 == 0, "EVENT_FIELDS would need padding"
+    return decoder
+
+
+def decode_event(raw: bytes) -> Dict[str, Any]:
+    """One perf-buffer record as a dict keyed by EVENT_FIELDS names (strings decoded)."""
+    values = event_format().unpack_from(raw)
+    out: Dict[str, Any] = {}
+    for (name, ctype, _), value in zip(EVENT_FIELDS, values):
+        out[name] = value.split(b"\0", 1)[0].decode("utf-8", "replace") if ctype == "char" else value
+    return out
+
+
+class Tool(NamedTuple):
+    """Which kernel-side outputs one command needs (each costs BPF time per event)."""
+
+    events: bool = False
+    dist: bool = False
+    top: bool = False
+    tgid: int = 0
+    min_lat_ns: int = 0
+    dist_unit_ns: int = 1000
+
+
+class Point(NamedTuple):
+    """One attach point as the generator uses it."""
+
+    id: int
+    op: str
+    kind: str            # tracepoint | kprobe
+    match: str           # task | keys
+    entry: str
+    exit: str
+    keys: Tuple[str, ...]
+    args: Dict[str, str]  # role -> expression (spec's, or inferred from BTF)
+
+
+class Probe(NamedTuple):
+    c_text: str
+    ops: List[str]               # op id -> name
+    letters: List[str]           # op id -> letter
+    points: List[Point]
+    kprobes: List[Tuple[str, str, str]]  # (function, "entry"|"exit", handler name)
+    names: bool                  # file names available (BTF offsets found)
+
+
+def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout]) -> List[Point]:
+    points: List[Point] = []
+    for choice in chosen:
+        cand = choice.candidate
+        kind = "kprobe" if cand["kind"] in ("kprobe", "fentry") else "tracepoint"
+        for attach in choice.points:
+            args = dict(attach.get("args") or {})
+            if kind == "kprobe" and layout is not None and not args:
+                args = layout.infer_args(attach["entry"])
+                if choice.op in ("read", "write"):
+                    args.setdefault("bytes", "retval")
+            points.append(Point(len(points), choice.op, kind, cand["match"], attach["entry"],
+                                attach["exit"], tuple(cand.get("keys", ())), args))
+    return points
+
+
+def _param_expr(src: ArgSource) -> str:
+    expr = f"(u64)PT_REGS_PARM{src.param + 1}(ctx)"
+    for offset in src.derefs:
+        expr = f"read_ptr({expr} + {offset})"
+    return expr
+
+
+def _kprobe_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout]) -> Tuple[str, str]:
+    """(C text, pointer kind) for a kprobe/kretprobe pair timed on the same thread."""
+    body = ["    struct start_val v;", "    __builtin_memset(&v, 0, sizeof(v));"]
+    ptr_kind = "none"
+    if layout is not None:
+        for role, field in (("dentry", "ptr"), ("file", "ptr"), ("offset", "offset")):
+            expr = point.args.get(role)
+            if not expr or (field == "ptr" and ptr_kind != "none") or expr == "retval":
+                continue
+            src = layout.resolve(point.entry, expr)
+            if src is None:
+                continue
+            body.append(f"    v.{field} = {_param_expr(src)};")
+            if field == "ptr":
+                ptr_kind = role
+    bytes_end = "ret > 0 ? ret : 0" if point.args.get("bytes") == "retval" else "-1"
+    text = (f"int p{point.id}_entry(struct pt_regs *ctx)\n{{\n" + "\n".join(body) +
+            f"\n    task_start({point.id}, &v);\n    return 0;\n}}\n\n"
+            f"int p{point.id}_exit(struct pt_regs *ctx)\n{{\n"
+            f"    s64 ret = PT_REGS_RC(ctx);\n"
+            f"    task_end(ctx, {point.id}, {op_macro}, {bytes_end}, PTR_{ptr_kind.upper()});\n"
+            f"    return 0;\n}}\n")
+    return text, ptr_kind
+
+
+def _tp_start(point: Point) -> List[str]:
+    lines = ["    {", "        struct start_val v;", "        __builtin_memset(&v, 0, sizeof(v));"]
+    for role, field in (("fileid", "fileid"), ("offset", "offset"), ("bytes", "bytes")):
+        expr = point.args.get(role)
+        if expr and not expr.startswith("exit.") and expr != "retval":
+            lines.append(f"        v.{field} = args->{expr};")
+    if point.match == "keys":
+        lines += ["        struct async_key k;", "        __builtin_memset(&k, 0, sizeof(k));",
+                  f"        k.point = {point.id};"]
+        lines += [f"        k.k[{i}] = (u64)args->{key};" for i, key in enumerate(point.keys)]
+        lines.append("        async_start(&k, &v);")
+    else:
+        lines.append(f"        task_start({point.id}, &v);")
+    return lines + ["    }"]
+
+
+def _tp_end(point: Point, op_macro: str) -> List[str]:
+    expr = point.args.get("bytes", "")
+    bytes_end = f"(s64)args->{expr[len('exit.'):]}" if expr.startswith("exit.") else "-1"
+    if point.match == "keys":
+        lines = ["    {", "        struct async_key k;", "        __builtin_memset(&k, 0, sizeof(k));",
+                 f"        k.point = {point.id};"]
+        lines += [f"        k.k[{i}] = (u64)args->{key};" for i, key in enumerate(point.keys)]
+        return lines + [f"        async_end(args, &k, {op_macro}, {bytes_end});", "    }"]
+    return [f"    task_end(args, {point.id}, {op_macro}, {bytes_end}, PTR_NONE);"]
+
+
+def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout],
+             template: Path = TEMPLATE) -> Probe:
+    """The complete C text for bcc plus what the front end needs to attach and decode."""
+    ops = [c.op for c in chosen]
+    letters = [c.letter for c in chosen]
+    points = points_of(chosen, layout)
+    offsets = layout.name_offsets() if layout is not None else {}
+    nkeys = max([len(p.keys) for p in points if p.match == "keys"] or [1])
+    defines: List[Tuple[str, int]] = [("NPOINTS", len(points)), ("NOPS", max(len(ops), 1))]
+    defines += [(f"OP_{op.upper()}", i) for i, op in enumerate(ops)]
+    defines += [("TARGET_TGID", tool.tgid), ("MIN_LAT_NS", tool.min_lat_ns), ("MAX_LAT_NS", MAX_LAT_NS),
+                ("WANT_EVENTS", int(tool.events)), ("WANT_DIST", int(tool.dist)), ("WANT_TOP", int(tool.top)),
+                ("HAVE_ASYNC", int(any(p.match == "keys" for p in points))), ("NKEYS", nkeys),
+                ("DIST_UNIT_NS", tool.dist_unit_ns), ("NAME_LEN", NAME_LEN), ("COMM_LEN", COMM_LEN),
+                ("HAVE_FILE_NAME", int("OFF_FILE_PATH_DENTRY" in offsets)),
+                ("HAVE_DENTRY_NAME", int("OFF_DENTRY_NAME" in offsets))]
+    defines += [(f"PTR_{name.upper()}", value) for name, value in PTR_KINDS.items()]
+    defines += sorted(offsets.items())
+    head = ["/* generated by probes/generate.py from the probe spec: do not edit */",
+            "#include <uapi/linux/ptrace.h>"]
+    head += [f"#define {name} {value}{'ULL' if name.endswith('_NS') else ''}" for name, value in defines]
+    head.append(event_c_struct())
+    handlers: List[str] = []
+    kprobes: List[Tuple[str, str, str]] = []
+    tp_bodies: Dict[str, List[str]] = {}
+    for point in points:
+        op_macro = f"OP_{point.op.upper()}"
+        if point.kind == "kprobe":
+            text, _ = _kprobe_handlers(point, op_macro, layout)
+            handlers.append(text)
+            kprobes += [(point.entry, "entry", f"p{point.id}_entry"), (point.exit, "exit", f"p{point.id}_exit")]
+        else:
+            tp_bodies.setdefault(point.entry, []).extend(_tp_start(point))
+            tp_bodies.setdefault(point.exit, []).extend(_tp_end(point, op_macro))
+    for event, body in tp_bodies.items():
+        system, _, name = event.partition(":")
+        handlers.append(f"TRACEPOINT_PROBE({system}, {name})\n{{\n" + "\n".join(body) + "\n    return 0;\n}\n")
+    c_text = "\n".join(head) + "\n\n" + template.read_text() + "\n" + "\n".join(handlers)
+    return Probe(c_text, ops, letters, points, kprobes, bool(offsets))

@@ -1,0 +1,213 @@
+"""Kernel struct layouts for the generated probes, read from BTF (no kernel headers).
+
+Why: bcc compiles the probe C at start-up, and including <linux/fs.h> to follow
+`iocb->ki_filp->f_path.dentry->d_name.name` costs most of that time under emulation.
+The same chain is a handful of byte offsets, which the running kernel's BTF
+(/sys/kernel/btf/vmlinux and /sys/kernel/btf/<module>) states exactly. This module turns
+argument expressions (`iocb->ki_filp`, `path->dentry`) into (parameter index, offsets)
+and finds the offsets that lead from a file or dentry to its name.
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from discover.btf import (KIND_CONST, KIND_FUNC_PROTO, KIND_PTR, KIND_RESTRICT, KIND_STRUCT,
+                          KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, KIND_VOLATILE, Btf, BtfError)
+
+_SKIP = (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG)
+
+
+class ArgSource(NamedTuple):
+    """Where a value is read at a kprobe: parameter `param` (0-based), then `derefs`.
+
+    Each offset in `derefs` reads a pointer-sized value at (current + offset); no derefs
+    means the parameter itself. `struct_name` names what the final value points to
+    (`file`, `dentry`) when it is a struct pointer, for the name look-up.
+    """
+
+    param: int
+    derefs: Tuple[int, ...]
+    struct_name: str
+
+
+class KernelLayout:
+    """Function prototypes and struct member offsets from one kernel's BTF blobs."""
+
+    def __init__(self, vmlinux: Btf, modules: Dict[str, Btf]) -> None:
+        self.vmlinux = vmlinux
+        self.modules = modules
+
+    @classmethod
+    def live(cls, sysfs_btf: Path = Path("/sys/kernel/btf"),
+             modules: Tuple[str, ...] = ()) -> Optional["KernelLayout"]:
+        """The running kernel's BTF, or None when it has none (then probes carry no names)."""
+        try:
+            base = Btf((sysfs_btf / "vmlinux").read_bytes())
+        except (OSError, BtfError):
+            return None
+        blobs: Dict[str, Btf] = {}
+        for module in modules:
+            try:
+                blobs[module] = Btf((sysfs_btf / module).read_bytes(), base=base)
+            except (OSError, BtfError):
+                continue
+        return cls(base, blobs)
+
+    # raw records ----------------------------------------------------------
+    def _blob_for(self, function: str) -> Optional[Btf]:
+        for blob in list(self.modules.values()) + [self.vmlinux]:
+            if function in blob._func_ids:  # noqa: SLF001 - the reader's own FUNC index
+                return blob
+        return None
+
+    @staticmethod
+    def _raw(blob: Btf, type_id: int) -> Tuple[Btf, int, int, int, int, int]:
+        """(owner, record offset, name_off, kind, vlen, size_or_type) via the reader."""
+        return blob._record(type_id)  # noqa: SLF001 - offsets are not in its public API
+
+    def _strip(self, blob: Btf, type_id: int) -> int:
+        for _ in range(32):
+            if type_id == 0:
+                return 0
+            _, _, _, kind, _, ref = self._raw(blob, type_id)
+            if kind not in _SKIP:
+                return type_id
+            type_id = ref
+        return 0
+
+    def _struct_name(self, blob: Btf, type_id: int) -> str:
+        owner, _, name_off, kind, _, _ = self._raw(blob, type_id)
+        return owner._str(name_off) if kind in (KIND_STRUCT, KIND_UNION) else ""  # noqa: SLF001
+
+    def params(self, function: str) -> Optional[List[Tuple[str, int]]]:
+        """(name, type id) of each parameter of `function`, or None when BTF lacks it."""
+        blob = self._blob_for(function)
+        if blob is None:
+            return None
+        func_id = blob._func_ids[function]  # noqa: SLF001
+        proto = self._raw(blob, func_id)[5]
+        owner, off, _, kind, vlen, _ = self._raw(blob, proto)
+        if kind != KIND_FUNC_PROTO:
+            return None
+        out = []
+        for i in range(vlen):
+            name_off, type_id = struct.unpack_from(owner._end + "II", owner._data, off + 12 + 8 * i)  # noqa: SLF001
+            out.append((owner._str(name_off), type_id))  # noqa: SLF001
+        return out
+
+    def _member(self, blob: Btf, struct_id: int, name: str) -> Optional[Tuple[int, int]]:
+        """(byte offset, member type id) of `name` in a struct/union, looking into anonymous members."""
+        struct_id = self._strip(blob, struct_id)
+        owner, off, _, kind, vlen, _ = self._raw(blob, struct_id)
+        if kind not in (KIND_STRUCT, KIND_UNION):
+            return None
+        kind_flag = struct.unpack_from(owner._end + "I", owner._data, off + 4)[0] >> 31  # noqa: SLF001
+        for i in range(vlen):
+            name_off, member_type, bits = struct.unpack_from(owner._end + "III", owner._data,  # noqa: SLF001
+                                                             off + 12 + 12 * i)
+            bit_offset = bits & 0xFFFFFF if kind_flag else bits
+            member_name = owner._str(name_off)  # noqa: SLF001
+            if member_name == name:
+                return bit_offset // 8, member_type
+            if not member_name:
+                inner = self._member(blob, member_type, name)
+                if inner is not None:
+                    return bit_offset // 8 + inner[0], inner[1]
+        return None
+
+    def _pointee(self, blob: Btf, type_id: int) -> Optional[int]:
+        type_id = self._strip(blob, type_id)
+        if type_id == 0:
+            return None
+        _, _, _, kind, _, ref = self._raw(blob, type_id)
+        return self._strip(blob, ref) if kind == KIND_PTR else None
+
+    def member_path(self, blob: Btf, struct_id: int, path: List[str]) -> Optional[Tuple[int, int]]:
+        """Byte offset of `a.b.c` (embedded members only) inside a struct, and its type id."""
+        offset = 0
+        type_id = struct_id
+        for name in path:
+            found = self._member(blob, type_id, name)
+            if found is None:
+                return None
+            offset += found[0]
+            type_id = found[1]
+        return offset, type_id
+
+    def resolve(self, function: str, expr: str) -> Optional[ArgSource]:
+        """`iocb->ki_filp` or `path->dentry` or `file` at `function`'s entry, or None."""
+        params = self.params(function)
+        if params is None:
+            return None
+        blob = self._blob_for(function)
+        assert blob is not None
+        parts = expr.split("->")
+        index = next((i for i, (name, _) in enumerate(params) if name == parts[0]), None)
+        if index is None:
+            return None
+        type_id = params[index][1]
+        derefs: List[int] = []
+        for member in parts[1:]:
+            target = self._pointee(blob, type_id)
+            if target is None:
+                return None
+            found = self.member_path(blob, target, member.split("."))
+            if found is None:
+                return None
+            derefs.append(found[0])
+            type_id = found[1]
+        target = self._pointee(blob, type_id)
+        return ArgSource(index, tuple(derefs), self._struct_name(blob, target) if target else "")
+
+    def infer_args(self, function: str) -> Dict[str, str]:
+        """Roles from parameter types when the spec names none (it was proposed without BTF).
+
+        A `struct kiocb *` gives the file and offset, a `struct file *` the file, a
+        `struct dentry *` or `struct path *` the name; the first match per role wins.
+        """
+        params = self.params(function)
+        blob = self._blob_for(function)
+        if params is None or blob is None:
+            return {}
+        roles: Dict[str, str] = {}
+        for name, type_id in params:
+            target = self._pointee(blob, type_id)
+            struct_name = self._struct_name(blob, target) if target else ""
+            if struct_name == "kiocb":
+                roles.setdefault("file", f"{name}->ki_filp")
+                roles.setdefault("offset", f"{name}->ki_pos")
+            elif struct_name == "file":
+                roles.setdefault("file", name)
+            elif struct_name == "dentry":
+                roles.setdefault("dentry", name)
+            elif struct_name == "path":
+                roles.setdefault("dentry", f"{name}->dentry")
+        return roles
+
+    def name_offsets(self) -> Dict[str, int]:
+        """OFF_FILE_PATH_DENTRY (file.f_path.dentry) and OFF_DENTRY_NAME (dentry.d_name.name)."""
+        out: Dict[str, int] = {}
+        ids = _struct_ids(self.vmlinux, ("file", "dentry"))
+        if "file" in ids:
+            found = self.member_path(self.vmlinux, ids["file"], ["f_path", "dentry"])
+            if found is not None:
+                out["OFF_FILE_PATH_DENTRY"] = found[0]
+        if "dentry" in ids:
+            found = self.member_path(self.vmlinux, ids["dentry"], ["d_name", "name"])
+            if found is not None:
+                out["OFF_DENTRY_NAME"] = found[0]
+        return out
+
+
+def _struct_ids(blob: Btf, names: Tuple[str, ...]) -> Dict[str, int]:
+    """Type ids of complete structs by name (one pass; forward declarations are not structs)."""
+    wanted = set(names)
+    out: Dict[str, int] = {}
+    for name, type_id in blob.named_types(KIND_STRUCT):
+        if name in wanted and name not in out:
+            out[name] = type_id
+            if len(out) == len(wanted):
+                break
+    return out

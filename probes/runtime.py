@@ -1,0 +1,200 @@
+"""The bcc front end shared by nfsslower, nfsdist and nfstop: choose, compile, attach, detach.
+
+Why one place: every tool must pick attach points the same way on the running kernel
+(first spec candidate present, --verbose says which, warn for an uncovered operation,
+fail in one line when nothing is covered), and must detach cleanly on Ctrl-C, SIGTERM
+and SIGHUP. bcc is imported only here and only when a tool starts, so the package (and
+its tests) work on hosts without bcc or kprobes.
+"""
+from __future__ import annotations
+
+import ctypes
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from discover.errors import UserError
+from probes.generate import MAX_LAT_NS, Probe, Tool, decode_event, generate
+from probes.layout import KernelLayout
+from probes.select import KernelFacts, Selection, select
+from probes.spec import OPS, load_spec
+
+DEFAULT_SPEC = Path(__file__).resolve().parent / "specs" / "nfs.toml"
+BTF_DIR = Path("/sys/kernel/btf")
+
+
+
+
+def parse_ops(text: Optional[str]) -> List[str]:
+    """`--ops read,write` (names or letters) -> op names in the spec's canonical order."""
+    if not text:
+        return list(OPS)
+    letters = {letter: name for name, letter in OPS.items()}
+    wanted = []
+    for item in (part.strip() for part in text.split(",")):
+        name = letters.get(item.upper(), item.lower())
+        if name not in OPS:
+            raise UserError(f"--ops: unknown operation {item!r} (known: {', '.join(OPS)} or {''.join(OPS.values())})")
+        wanted.append(name)
+    return [op for op in OPS if op in wanted]
+
+
+def sane_latency_ns(value: int) -> Optional[int]:
+    """A latency the tools may print: None for anything negative-looking or absurd.
+
+    The kernel side already drops such deltas; this guards the user side too, since a
+    u64 that wrapped (end before start) reads as ~585 years.
+    """
+    if value < 0 or value > MAX_LAT_NS:
+        return None
+    return value
+
+
+def import_bpf() -> Any:
+    try:
+        from bcc import BPF  # type: ignore[import-not-found]
+    except ImportError:
+        raise UserError("bcc's Python module is missing: apt-get install python3-bpfcc") from None
+    return BPF
+
+
+def describe(selection: Selection) -> List[str]:
+    lines = []
+    for c in selection.chosen:
+        points = ", ".join(p["entry"] if p["entry"] == p["exit"] else f"{p['entry']} -> {p['exit']}"
+                           for p in c.points)
+        lines.append(f"{c.op} ({c.letter}): candidate {c.index + 1} {c.candidate['kind']}/"
+                     f"{c.candidate['match']}: {points}")
+        lines += [f"    skipped {why}" for why in c.skipped]
+    return lines
+
+
+class Session:
+    """One attached probe. Use as a context manager: leaving it always detaches."""
+
+    def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec_path: Optional[str],
+                 verbose: bool) -> None:
+        self.prog = prog
+        self.verbose = verbose
+        spec = load_spec(Path(spec_path) if spec_path else DEFAULT_SPEC)
+        facts = KernelFacts.live()
+        self.selection = select(spec, facts, ops)
+        for op, why in self.selection.uncovered.items():
+            self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
+        if not self.selection.chosen:
+            raise UserError(f"none of {', '.join(ops)} can be traced on {facts.release} "
+                            f"(NFS modules loaded? see --verbose)")
+        if verbose:
+            for line in describe(self.selection):
+                self.warn(line)
+        modules = sorted({m for c in self.selection.chosen for p in c.points
+                          for m in p.get("module", "").split(",") if m and m != "vmlinux"})
+        layout = KernelLayout.live(BTF_DIR, tuple(modules))
+        if layout is None:
+            self.warn("warning: no kernel BTF: file names and offsets are not shown")
+        self.probe: Probe = generate(self.selection.chosen, tool, layout)
+        self.bpf: Any = None
+        self._old_handlers: Dict[int, Any] = {}
+        #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
+        #: arrive while bcc runs a Python callback, where an exception would be lost
+        self.stopped = False
+
+    def _stop(self, _signum: int, _frame: Any) -> None:
+        self.stopped = True
+
+    def warn(self, message: str) -> None:
+        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "Session":
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            self._old_handlers[sig] = signal.signal(sig, self._stop)
+        try:
+            bpf_class = import_bpf()
+            try:
+                self.bpf = bpf_class(text=self.probe.c_text)
+            except Exception as exc:  # bcc raises bare Exception on compile/load failure
+                raise UserError(f"cannot load the generated probe: {str(exc).splitlines()[0]}") from None
+            for function, end, handler in self.probe.kprobes:
+                try:
+                    if end == "entry":
+                        self.bpf.attach_kprobe(event=function, fn_name=handler)
+                    else:
+                        self.bpf.attach_kretprobe(event=function, fn_name=handler)
+                except Exception as exc:
+                    raise UserError(f"cannot attach to {function}: {str(exc).splitlines()[0]}") from None
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        if self.bpf is not None:
+            self.bpf.cleanup()
+            self.bpf = None
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+
+    # reading ----------------------------------------------------------------
+    def on_events(self, callback: Callable[[Dict[str, Any]], None]) -> None:
+        def handle(_cpu: int, data: Any, size: int) -> None:
+            event = decode_event(ctypes.string_at(data, size))
+            if sane_latency_ns(event["lat_ns"]) is not None:
+                callback(event)
+        self.bpf["events"].open_perf_buffer(handle, page_cnt=64)
+
+    def poll_until_stopped(self) -> None:
+        while not self.stopped:
+            self.bpf.perf_buffer_poll(timeout=250)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds` in short steps; False as soon as a stop signal came."""
+        deadline = time.monotonic() + seconds
+        while not self.stopped:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.2))
+        return False
+
+    def op_name(self, op_id: int) -> str:
+        return self.probe.ops[op_id]
+
+    def letter(self, op_id: int) -> str:
+        return self.probe.letters[op_id]
+
+    def anomalies(self) -> int:
+        return int(self.bpf["anomalies"][ctypes.c_int(0)].value)
+
+    def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+        """Per op: {'slots': {slot: count}, 'count': n, 'bytes': total}."""
+        out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0} for op in self.probe.ops}
+        table = self.bpf["dist"]
+        for key, value in table.items():
+            entry = out[self.op_name(key.op)]
+            entry["slots"][int(key.slot)] = entry["slots"].get(int(key.slot), 0) + int(value.value)
+            entry["count"] += int(value.value)
+        byte_table = self.bpf["op_bytes"]
+        for op_id, op in enumerate(self.probe.ops):
+            out[op]["bytes"] = int(byte_table[ctypes.c_int(op_id)].value)
+        if clear:
+            table.clear()
+            for op_id in range(len(self.probe.ops)):
+                byte_table[ctypes.c_int(op_id)] = ctypes.c_ulonglong(0)
+        return out
+
+    def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:
+        """Per tgid, per op: count, lat_ns, bytes, slots (usec log2); both maps cleared."""
+        out: Dict[int, Dict[str, Dict[str, Any]]] = {}
+        stats, hist = self.bpf["top_stats"], self.bpf["top_hist"]
+        for key, value in stats.items():
+            out.setdefault(int(key.tgid), {})[self.op_name(key.op)] = {
+                "count": int(value.count), "lat_ns": int(value.lat_ns), "bytes": int(value.bytes), "slots": {}}
+        for key, value in hist.items():
+            entry = out.get(int(key.tgid), {}).get(self.op_name(key.op))
+            if entry is not None:
+                entry["slots"][int(key.slot)] = int(value.value)
+        stats.clear()
+        hist.clear()
+        return out

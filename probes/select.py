@@ -1,0 +1,164 @@
+"""Pick, per operation, the first spec candidate whose attach points exist on this kernel.
+
+Why separate from the bcc front end: the choice only needs what tracefs and /proc say
+(available_filter_functions, available_events, loaded modules), so it is tested on the
+host against real captures, and the tools print it with --verbose before compiling.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set
+
+from discover.errors import UserError
+
+TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+
+
+class KernelFacts:
+    """What a kernel offers for attaching: traceable functions, tracepoints, modules."""
+
+    def __init__(self, functions: Iterable[str], events: Iterable[str], modules: Iterable[str],
+                 release: str = "?", tracefs: Optional[Path] = None) -> None:
+        self.functions: Set[str] = set(functions)
+        self.events: Set[str] = set(events)
+        self.modules: Set[str] = set(modules)
+        self.release = release
+        self.tracefs = tracefs
+
+    @staticmethod
+    def parse_filter_functions(text: str) -> Set[str]:
+        """Names from available_filter_functions (`nfs_file_read [nfs]` -> nfs_file_read)."""
+        return {line.split()[0] for line in text.splitlines() if line.strip()}
+
+    @staticmethod
+    def parse_modules(text: str) -> Set[str]:
+        """Module names from /proc/modules or `lsmod` output (header line skipped)."""
+        return {line.split()[0] for line in text.splitlines()
+                if line.strip() and line.split()[0] != "Module"}
+
+    @classmethod
+    def from_tracefs(cls, tracefs: Path, modules_text: str, release: str = "?") -> "KernelFacts":
+        try:
+            functions = cls.parse_filter_functions(
+                (tracefs / "available_filter_functions").read_text(errors="replace"))
+            events = {line.strip() for line in (tracefs / "available_events").read_text().splitlines()
+                      if line.strip()}
+        except OSError as exc:
+            raise UserError(f"cannot read {exc.filename}: {exc.strerror} (run as root)") from None
+        return cls(functions, events, cls.parse_modules(modules_text), release, tracefs)
+
+    @classmethod
+    def live(cls) -> "KernelFacts":
+        import os
+        for tracefs in TRACEFS_DIRS:
+            if (tracefs / "available_events").exists():
+                break
+        else:
+            raise UserError("tracefs not found at /sys/kernel/tracing (mount it: "
+                            "mount -t tracefs nodev /sys/kernel/tracing), or not root")
+        try:
+            modules_text = Path("/proc/modules").read_text()
+        except OSError:
+            modules_text = ""
+        return cls.from_tracefs(tracefs, modules_text, os.uname().release)
+
+    def event_fields(self, event: str) -> Optional[Set[str]]:
+        """Field names of SYSTEM:EVENT from its format file, None when not readable here."""
+        if self.tracefs is None:
+            return None
+        system, _, name = event.partition(":")
+        try:
+            text = (self.tracefs / "events" / system / name / "format").read_text()
+        except OSError:
+            return None
+        fields = set()
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("field:"):
+                decl = line[len("field:"):].split(";")[0].strip()
+                fields.add(decl.split("[")[0].split()[-1])
+        return fields
+
+    def has(self, name: str, kind: str) -> bool:
+        if kind == "tracepoint":
+            return name in self.events
+        return name in self.functions
+
+
+class Chosen(NamedTuple):
+    """The candidate used for one operation and the attach points present for it."""
+
+    op: str
+    letter: str
+    index: int              # position of the candidate in the spec's list
+    candidate: Dict[str, Any]
+    points: List[Dict[str, Any]]
+    skipped: List[str]      # why earlier candidates / optional points were not used
+
+
+class Selection(NamedTuple):
+    chosen: List[Chosen]
+    uncovered: Dict[str, str]  # op -> why no candidate works
+
+
+def _missing_reason(point: Dict[str, Any], facts: KernelFacts, kind: str, end: str) -> str:
+    name = point[end]
+    module = point.get("module", "")
+    if module and module != "vmlinux" and facts.modules and module.split(",")[0] not in facts.modules:
+        return f"{name}: module {module} not loaded"
+    where = "available_events" if kind == "tracepoint" else "available_filter_functions"
+    return f"{name}: not in {where}"
+
+
+def _point_missing(point: Dict[str, Any], kind: str, facts: KernelFacts) -> Optional[str]:
+    for end in ("entry", "exit"):
+        if not facts.has(point[end], kind):
+            return _missing_reason(point, facts, kind, end)
+    return None
+
+
+def _fields_missing(point: Dict[str, Any], cand: Dict[str, Any], facts: KernelFacts) -> Optional[str]:
+    """A tracepoint whose format lacks a key field cannot be matched (format readable only live)."""
+    if cand["kind"] != "tracepoint":
+        return None
+    for end, fields_needed in (("entry", cand.get("keys", [])), ("exit", cand.get("keys", []))):
+        fields = facts.event_fields(point[end])
+        if fields is None:
+            continue
+        absent = [f for f in fields_needed if f not in fields]
+        if absent:
+            return f"{point[end]}: no field {', '.join(absent)}"
+    return None
+
+
+def select(spec: Dict[str, Any], facts: KernelFacts, ops: Sequence[str]) -> Selection:
+    """For each requested op, the first candidate with all required points present."""
+    chosen: List[Chosen] = []
+    uncovered: Dict[str, str] = {}
+    for op in ops:
+        entry = spec["ops"].get(op)
+        if entry is None:
+            uncovered[op] = "not in the probe spec"
+            continue
+        skipped: List[str] = []
+        for index, cand in enumerate(entry["candidates"]):
+            present: List[Dict[str, Any]] = []
+            blocker = None
+            notes = []
+            for point in cand["attach"]:
+                why = _point_missing(point, cand["kind"], facts) or _fields_missing(point, cand, facts)
+                if why is None:
+                    present.append(point)
+                elif point.get("optional", False):
+                    notes.append(f"optional {why}")
+                else:
+                    blocker = why
+                    break
+            label = f"#{index + 1} {cand['kind']} {'+'.join(p['entry'] for p in cand['attach'])}"
+            if blocker is None and present:
+                chosen.append(Chosen(op, entry["letter"], index, cand, present, skipped + notes))
+                break
+            skipped.append(f"{label}: {blocker or 'no attach point present'}")
+        else:
+            uncovered[op] = "; ".join(skipped) or "no candidates"
+    return Selection(chosen, uncovered)
