@@ -138,6 +138,7 @@ class Candidate(NamedTuple):
 
 
 OUTSIDE = "<outside the traced calls>"
+CUT = "<a call cut at the start of the trace>"
 
 
 class CallGraphs:
@@ -171,7 +172,9 @@ class CallGraphs:
 
     def _site(self, event: str, function: Optional[str], depth: int, count: int = 1) -> None:
         sites = self.event_sites.setdefault(event.split(":")[-1], {})
-        key = (function or OUTSIDE, depth if function else -1)
+        if function == "?":  # the parser's placeholder for a call whose entry was cut off
+            function = CUT
+        key = (function or OUTSIDE, depth if function and function != CUT else -1)
         sites[key] = sites.get(key, 0) + count
 
     def _add_graph(self, nodes: Iterable[Dict[str, Any]], links: Iterable[Dict[str, Any]],
@@ -591,6 +594,8 @@ def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]]) -> Dic
         "schema": SCHEMA, "version": VERSION, "filesystem": proposer.fs,
         "kernel": prof.release, "modules": proposer.modules, "generated_by": "discover propose",
     }
+    if proposer.graphs is not None:
+        spec["callgraphs"] = proposer.graphs.files
     ops: Dict[str, Any] = {}
     for op, cands in proposals.items():
         usable = [c.spec() for c in cands if c.usable]
