@@ -43,6 +43,14 @@ class BtfParam(NamedTuple):
     type: str
 
 
+class BtfMember(NamedTuple):
+    name: str
+    type: str
+    offset: int  # bytes from the start of the struct
+    size: int
+    signed: bool
+
+
 class BtfFunction(NamedTuple):
     """One FUNC record: what fentry/fexit would see."""
 
@@ -254,16 +262,40 @@ class Btf:
         """The type a typedef, pointer or modifier refers to (a typedef's target)."""
         return self._record(type_id)[5]
 
-    def members(self, type_id: int) -> List[BtfParam]:
-        """(name, C type) of a struct or union's members; empty for other kinds."""
+    def members(self, type_id: int) -> List["BtfMember"]:
+        """Members of a struct or union (name, C type, byte offset, size, signed); empty for other kinds."""
         owner, off, _, kind, vlen, _ = self._record(type_id)
         if kind not in (KIND_STRUCT, KIND_UNION):
             return []
+        kind_flag = (struct.unpack_from(owner._end + "I", owner._data, off + 4)[0] >> 31) & 1
         out = []
         for i in range(vlen):
-            name_off, member_type, _ = struct.unpack_from(owner._end + "III", owner._data, off + 12 + 12 * i)
-            out.append(BtfParam(owner._str(name_off), self._spell(member_type, 1)))
+            name_off, member_type, offset = struct.unpack_from(owner._end + "III", owner._data, off + 12 + 12 * i)
+            bits = offset & 0xFFFFFF if kind_flag else offset
+            size, signed = self.size_of(member_type)
+            out.append(BtfMember(owner._str(name_off), self._spell(member_type, 1), bits // 8, size, signed))
         return out
+
+    def size_of(self, type_id: int) -> Tuple[int, bool]:
+        """(bytes, signed) of a type, through typedefs and modifiers (0 for void and functions)."""
+        for _ in range(32):
+            if type_id == 0:
+                return 0, False
+            owner, off, _, kind, _vlen, ref = self._record(type_id)
+            if kind == KIND_INT:
+                encoding = struct.unpack_from(owner._end + "I", owner._data, off + 12)[0] >> 24
+                return ref, bool(encoding & 1)
+            if kind in (KIND_STRUCT, KIND_UNION, KIND_ENUM, KIND_ENUM64, KIND_FLOAT):
+                return ref, False
+            if kind == KIND_PTR:
+                return 8, False
+            if kind == KIND_ARRAY:
+                elem, _index_type, nelems = struct.unpack_from(owner._end + "III", owner._data, off + 12)
+                return self.size_of(elem)[0] * nelems, False
+            if kind not in (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG):
+                return 0, False
+            type_id = ref
+        return 0, False
 
     def functions(self) -> Iterator[BtfFunction]:
         for name in self._func_ids:

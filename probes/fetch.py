@@ -156,9 +156,10 @@ class PrivateApt:
         return parts
 
     def exists(self, package: str) -> bool:
+        """A real package with a downloadable version (not a name only other packages mention)."""
         proc = subprocess.run(["apt-cache", *self.options(), "show", "--no-all-versions", package],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return proc.returncode == 0
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return proc.returncode == 0 and "\nFilename:" in "\n" + proc.stdout
 
     def download(self, packages: List[str], dest: Path) -> None:
         self._run("apt-get", ["download", *packages], cwd=dest)
@@ -204,10 +205,20 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
         known = sorted({".".join(a.split(".")[:2]) for a in releases}, key=abi_sort_key)
         raise UserError(f"no Debian amd64 kernel {wanted} in {', '.join(SUITES)} "
                         f"(available: {', '.join(known)})")
-    if abi in cached and not refresh:
-        return cached[abi]
-    image = releases[abi].packages[0]
-    packages = [image] + apt.split_parts(image, abi)
+    # backports indexes keep signed images of older ABIs whose modules packages are gone:
+    # take the newest ABI whose every part can still be downloaded
+    for abi in sorted((a for a in releases if abi_matches(a, wanted)), key=abi_sort_key, reverse=True):
+        if abi in cached and not refresh:
+            return cached[abi]
+        image = releases[abi].packages[0]
+        packages = [image] + apt.split_parts(image, abi)
+        if all(apt.exists(p) for p in packages[1:]):
+            break
+        if log:
+            log(f"skipping {abi}: some of {', '.join(packages[1:])} are no longer in the archive")
+    else:
+        raise UserError(f"no complete Debian amd64 kernel {wanted}: the archive lists images whose "
+                        f"modules packages are gone")
     dest = kernels_dir() / abi
     partial = kernels_dir() / f".{abi}.partial"
     shutil.rmtree(partial, ignore_errors=True)

@@ -14,7 +14,9 @@ says so (in "unavailable" and "package.notes"):
   prototypes.
 
 Module functions are "traceable" when the module's `__mcount_loc` table holds a call site
-inside them (the same table ftrace builds available_filter_functions from). Module
+inside them (the same table ftrace builds available_filter_functions from) outside
+`.init.text` (freed after loading). On Debian 6.1.0-50 this reproduces the live
+available_filter_functions of nfs, nfsv3, nfsv4 and sunrpc exactly (tests/test_kernelpkg.py). Module
 tracepoints come from `__tracepoint_<event>` symbols; their system and event class are
 read by following `__event_<event>` -> trace_event_call.class -> trace_event_class.system
 through the module's relocations; their record fields from BTF `trace_event_raw_<class>`.
@@ -320,7 +322,10 @@ def read_module(path: str, data: bytes) -> ModuleInfo:
         pos = bisect.bisect_right(starts[shndx], addr) - 1
         if pos >= 0 and entries[pos][0] <= addr < entries[pos][0] + max(entries[pos][1], 1):
             traced.add(entries[pos][2])
-    functions = [(s[0], s[2] != STB_LOCAL, i in traced) for i, s in enumerate(syms) if s[1] == STT_FUNC and s[3]]
+    # __init code is freed once the module is loaded, and ftrace drops its call sites with it
+    init_sections = {i for n, i in elf.index.items() if n.startswith(".init.")}
+    functions = [(s[0], s[2] != STB_LOCAL, i in traced and s[3] not in init_sections)
+                 for i, s in enumerate(syms) if s[1] == STT_FUNC and s[3]]
     return ModuleInfo(name, path, functions, bool(mcount), _module_events(elf, syms), elf.section_bytes(".BTF"))
 
 
@@ -391,6 +396,15 @@ def _btf_record(func, module: Optional[str]) -> Dict[str, Any]:
             "params": [[p.name, p.type] for p in func.params], "linkage": func.linkage}
 
 
+def _field(member) -> Dict[str, Any]:
+    """A trace_event_raw_<class> member as a tracefs format field (the common_* header excluded)."""
+    name, ftype = member.name, member.type
+    if name.startswith("__data_loc_"):  # dynamic arrays/strings: a u32 offset/length word
+        name, ftype = name[len("__data_loc_"):], f"__data_loc {ftype}"
+    return {"name": name, "type": ftype, "offset": member.offset, "size": member.size,
+            "signed": member.signed, "common": False}
+
+
 def _tracepoint_records(btf: Btf, events: Dict[str, Optional[str]]) -> Dict[str, Dict[str, Any]]:
     """Per event: TP_PROTO from `btf_trace_<event>`, record fields from `trace_event_raw_<class>`."""
     protos = dict(btf.named_types(KIND_TYPEDEF, "btf_trace_"))
@@ -401,8 +415,7 @@ def _tracepoint_records(btf: Btf, events: Dict[str, Optional[str]]) -> Dict[str,
         raw_id = raws.get(f"trace_event_raw_{klass or event}")
         out[event] = {
             "proto": btf.type_name(btf.referenced(proto_id)) if proto_id else None,
-            "fields": None if raw_id is None else [
-                {"name": m.name, "type": m.type} for m in btf.members(raw_id) if m.name not in ("ent", "__data")],
+            "fields": None if raw_id is None else [_field(m) for m in btf.members(raw_id) if m.name not in ("ent", "__data")],
         }
     return out
 

@@ -1,0 +1,136 @@
+"""`probes`: the command-line entry point for Debian kernel fetching and compatibility reports."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Tuple
+
+import click
+
+from discover.errors import UserError, run_cli
+
+
+def _log(msg: str) -> None:
+    click.echo(f"probes: {msg}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def probes() -> None:
+    """Probe specs on many kernels: fetch Debian kernels, profile them, report compatibility."""
+
+
+@probes.command("fetch-kernel")
+@click.argument("version")
+@click.option("--refresh", is_flag=True, help="Ask the mirror again even if a matching kernel is cached.")
+def fetch_kernel_cmd(version: str, refresh: bool) -> None:
+    """Download a Debian amd64 kernel's packages into ~/.cache/probekit/kernels/ and print the directory.
+
+    VERSION is a Debian kernel version: 5.10 (bullseye), 6.1 (bookworm), 6.12
+    (bookworm-backports/trixie), 6.16..7.x (trixie-backports, sid), or a full ABI such as
+    6.1.0-50 or 7.2.13+deb14. The newest match wins; a cached match is used without asking
+    the mirror (use --refresh to look again). apt runs with its own sources.list, lists and
+    archive cache under ~/.cache/probekit/apt/: the system's apt setup is not touched.
+
+    \b
+    Examples:
+      probes fetch-kernel 6.1            # newest bookworm 6.1 kernel
+      probes fetch-kernel 7.2            # sid's 7.2 (split packages: base, binary, modules)
+      probes fetch-kernel 6.12.95+deb12 --refresh
+    """
+    from probes.fetch import fetch_kernel
+    click.echo(str(fetch_kernel(version, refresh=refresh, log=_log)))
+
+
+@probes.command("kernel-profile")
+@click.argument("package", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the profile JSON.")
+@click.option("--btf-function", "functions", multiple=True, help="Record this function's BTF prototype (repeatable).")
+@click.option("--btf-module", "modules", multiple=True, help="Record all BTF prototypes of this module (repeatable).")
+def kernel_profile_cmd(package: Path, output: Path, functions: Tuple[str, ...], modules: Tuple[str, ...]) -> None:
+    """Write a kernel profile (docs/kernel-profile.md) from a Debian kernel package.
+
+    PACKAGE is a .deb, a directory of .deb files (one kernel, e.g. a 7.x kernel's split
+    packages) or a directory of extracted packages. The profile holds what a package can
+    tell (flagged `package.subset`): config, functions, tracepoints, BTF prototypes.
+
+    \b
+    Examples:
+      probes kernel-profile ~/.cache/probekit/kernels/6.1.0-50 -o /tmp/6.1.json --btf-module nfs
+      probes kernel-profile linux-image-5.10.0-32-amd64-unsigned_5.10.223-1_amd64.deb -o 5.10.json
+    """
+    from discover.profile import dump_profile
+    from probes.kernelpkg import profile_from_package
+    data = profile_from_package([package], functions, modules)
+    dump_profile(data, output)
+    for note in data["package"]["notes"]:
+        _log(f"note: {note}")
+    _log(f"wrote {output} ({data['uname']['release']}, {len(data['filter_functions'])} functions)")
+
+
+@probes.command("compat")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--kernel", "kernels", multiple=True, required=True,
+              help="A Debian kernel version (6.12), a .deb or directory, a profile JSON, or `live` (repeatable).")
+@click.option("--reference", help="Kernel to compare signatures and tracepoint fields against "
+                                  "(a --kernel value or its label; default: the spec's kernel if given, else the first).")
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "html", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+@click.option("--lab-results", type=click.Path(dir_okay=False, path_type=Path),
+              help="JSON of lab runs (docs/compat.md) to mark cells verified in a VM.")
+def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], fmt: str,
+               output: Optional[Path], lab_results: Optional[Path]) -> None:
+    """Which attach points of SPEC exist and still mean the same on each kernel.
+
+    For every attach point and kernel: ok, absent, only compiler copies (.isra/.constprop/
+    .part/.cold), not found (possibly inlined), not traceable, in which module, signature or
+    tracepoint fields changed against the reference, duplicate static names. Per operation:
+    the candidate the generated tool would pick there (the first usable one), or UNCOVERED.
+
+    \b
+    Examples:
+      probes compat probes/specs/nfs.toml --kernel 5.10 --kernel 6.1 --kernel 6.12 --kernel 7.2
+      probes compat probes/specs/nfs.toml --kernel 6.1 --kernel /tmp/lab-6.1.json --reference 6.1 --format md
+      probes compat probes/specs/nfs.toml --kernel 6.1 --kernel 7.3 --format html -o nfs-compat.html
+    """
+    import json
+
+    from probes.compat import build_report, load_kernel, render, spec_attach_points, spec_functions
+    from probes.spec import load_spec
+    spec_data = load_spec(spec)
+    functions = spec_functions(spec_data)
+    modules = sorted({p.module for p in spec_attach_points(spec_data) if p.module and p.module != "vmlinux"})
+    loaded = []
+    for arg in kernels:
+        _log(f"loading kernel {arg}")
+        kernel = load_kernel(arg, functions, modules, log=_log)
+        if any(k.label == kernel.label for _a, k in loaded):
+            raise UserError(f"--kernel {arg}: kernel {kernel.label} given twice")
+        loaded.append((arg, kernel))
+    ref = None
+    wanted = reference or spec_data.get("kernel")
+    if wanted:
+        for arg, kernel in loaded:
+            if wanted in (arg, kernel.label, kernel.profile.release):
+                ref = kernel
+        if ref is None and reference:
+            raise UserError(f"--reference {reference}: not one of the --kernel values")
+    if ref is None:
+        ref = loaded[0][1]
+    lab = None
+    if lab_results:
+        try:
+            lab = json.loads(lab_results.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{lab_results}: not lab results JSON ({exc})") from None
+    report = build_report(spec_data, [k for _a, k in loaded], ref, str(spec), lab)
+    text = render(report, fmt)
+    if output:
+        output.write_text(text)
+        _log(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+def main() -> None:
+    run_cli("probes", lambda: probes.main(standalone_mode=False))

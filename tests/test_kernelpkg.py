@@ -1,0 +1,123 @@
+"""Kernel profiles from a real Debian package (6.1.0-50), checked against the live lab profile."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from debian_kernels import ABI_61, LAB_61, kernel_dir, profile_61
+from discover.profile import KernelProfile, load_profile
+from probes.kernelpkg import PackageError, decompress_vmlinuz, iter_package_files, profile_from_package
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _deb() -> Path:
+    return next(kernel_dir(ABI_61).glob("linux-image-*.deb"))
+
+
+def test_identity_config_and_vmlinux_btf() -> None:
+    data = profile_61()
+    prof = KernelProfile(data)
+    assert prof.release == "6.1.0-50-amd64"
+    assert "Debian 6.1." in data["uname"]["version"]
+    assert prof.config("CONFIG_NFS_FS") == "m" and prof.config("CONFIG_DEBUG_INFO_BTF") == "y"
+    assert data["source"]["how"] == "package" and data["package"]["subset"] is True
+    vfs_read = prof.btf_function("vfs_read")
+    assert vfs_read["module"] is None
+    assert vfs_read["prototype"] == "ssize_t vfs_read(struct file *file, char *buf, size_t count, loff_t *pos)"
+    assert prof.function_modules("vfs_read") == {None}
+    assert data["unavailable"]["kprobe_blacklist"]
+    assert any("System.map" in note for note in data["package"]["notes"])
+
+
+def test_module_functions_btf_and_tracepoints() -> None:
+    prof = KernelProfile(profile_61())
+    assert prof.function_modules("nfs_file_read") == {"nfs"}
+    assert prof.btf_function("nfs_getattr")["params"][0] == ["mnt_userns", "struct user_namespace *"]
+    assert prof.btf_function("nfs_read_folio")["prototype"] == "int nfs_read_folio(struct file *file, struct folio *folio)"
+    # every nfs function's prototype, because --btf-module nfs was asked for
+    assert len([f for f in prof.data["btf"]["functions"].values() if f["module"] == "nfs"]) > 400
+    getattr_enter = prof.event("nfs", "nfs_getattr_enter")
+    assert getattr_enter["module"] == "nfs" and getattr_enter["class"] == "nfs_inode_event"
+    assert [f["name"] for f in getattr_enter["fields"]] == ["dev", "fhandle", "fileid", "version"]
+    assert getattr_enter["proto"] == "void (*)(void *, const struct inode *)"
+    assert "rpc_task_begin" in prof.events["sunrpc"]
+    assert prof.data["package"]["modules"]["nfs"]["path"].endswith("kernel/fs/nfs/nfs.ko")
+
+
+def test_package_reproduces_the_live_lab_profile() -> None:
+    """Same kernel ABI booted in the lab: the package must predict its traceable functions and events."""
+    live = load_profile(LAB_61 / "profile.json.gz")
+    pkg = KernelProfile(profile_61())
+    assert live.release == pkg.release
+    for module in ("nfs", "nfsv3", "nfsv4", "sunrpc"):
+        assert set(pkg.functions_in(module)) == set(live.functions_in(module)), module
+    for system in ("nfs", "nfs4", "sunrpc"):
+        assert set(pkg.events[system]) == set(live.events[system]), system
+        for name, event in live.events[system].items():
+            live_fields = [f["name"] for f in event["fields"] if not f["common"]]
+            pkg_fields = [f["name"] for f in pkg.events[system][name]["fields"]]
+            assert pkg_fields == live_fields, name
+            live_offsets = [f["offset"] for f in event["fields"] if not f["common"]]
+            assert [f["offset"] for f in pkg.events[system][name]["fields"]] == live_offsets, name
+
+
+def test_truncated_package_is_one_error(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.deb"
+    with open(_deb(), "rb") as src:
+        cut.write_bytes(src.read(20 << 20))
+    with pytest.raises(PackageError, match="truncated"):
+        profile_from_package([cut])
+
+
+def test_corrupt_package_is_one_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.deb"
+    raw = bytearray(_deb().read_bytes()[: 30 << 20])
+    raw[5 << 20:(5 << 20) + 4096] = bytes(4096)  # zero 4 KiB inside the xz stream
+    bad.write_bytes(bytes(raw) + _deb().read_bytes()[30 << 20:])
+    with pytest.raises(PackageError, match="corrupt"):
+        profile_from_package([bad])
+
+
+def test_not_a_package(tmp_path: Path) -> None:
+    text = tmp_path / "notes.deb"
+    text.write_text("not an archive\n")
+    with pytest.raises(PackageError, match="not a Debian package"):
+        profile_from_package([text])
+    with pytest.raises(PackageError, match="bzImage"):
+        decompress_vmlinuz(b"\0" * 4096, "x")
+
+
+def test_modules_without_kernel_image_warns(tmp_path: Path) -> None:
+    """Extracted packages lacking vmlinuz (so no base BTF): symbol tables only, said in the notes."""
+    wanted = ("kernel/fs/nfs/nfs.ko", "boot/config-")
+    for rel, data in iter_package_files(_deb(), lambda p: p.endswith(wanted[0]) or wanted[1] in p):
+        target = tmp_path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    data = profile_from_package([tmp_path], ["nfs_file_read"])
+    prof = KernelProfile(data)
+    assert data["btf"] is None and "vmlinux" in data["unavailable"]
+    assert any("no kernel image" in note for note in data["package"]["notes"])
+    assert prof.function_modules("nfs_file_read") == {"nfs"}
+    assert prof.event("nfs", "nfs_getattr_enter")["fields"] is None
+
+
+def _probes(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "probes", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.deb"
+    with open(_deb(), "rb") as src:
+        cut.write_bytes(src.read(1 << 20))
+    for args in (["kernel-profile", str(cut), "-o", str(tmp_path / "p.json")],
+                 ["kernel-profile", str(tmp_path / "missing.deb"), "-o", str(tmp_path / "p.json")]):
+        res = _probes(*args)
+        assert res.returncode == 1
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.startswith("probes: error: ")
