@@ -12,13 +12,13 @@ from typing import List, Optional
 
 from discover.errors import UserError
 
-#: console lines after which the guest cannot be trusted (label, pattern)
+#: console lines after which the guest cannot be trusted (label, pattern), most specific first
 TROUBLE = [
     ("kernel panic", re.compile(r"Kernel panic - not syncing")),
     ("kernel oops", re.compile(r"\bOops(?:: |\s*\[#?\d)|\binvalid opcode: |general protection fault")),
-    ("kernel BUG", re.compile(r"\bBUG: ")),
     ("soft lockup", re.compile(r"soft lockup - CPU#")),
     ("hard lockup", re.compile(r"Watchdog detected hard LOCKUP")),
+    ("kernel BUG", re.compile(r"\bBUG: ")),
     ("RCU stall", re.compile(r"rcu: INFO: .* detected stalls|rcu_.* detected stalls")),
     ("hung task", re.compile(r"blocked for more than \d+ seconds")),
 ]

@@ -150,12 +150,18 @@ class QemuLab(Lab):
 
     # -- the exact QEMU command line --------------------------------------------------------
 
-    def guest_vcpus(self) -> int:
-        """1 vCPU on 7.x kernels (function_graph with 2 vCPUs panicked there), else 2."""
+    def guest_vcpus(self, accel: str = "tcg") -> int:
+        """1 vCPU under TCG and on 7.x kernels, else 2.
+
+        Enabling function_graph patches kernel text on every CPU: under TCG with 2 vCPUs a
+        guest soft-locked and hung (trace-cmd re-enabling the tracer on 6.1), and a 7.x
+        guest panicked; with 1 vCPU both worked. Two host cores gain little under TCG.
+        """
         if self.vcpus:
             return self.vcpus
         release = self.image.kernel_release if self.image else self.kernel
-        return 1 if release.split(".")[0].isdigit() and int(release.split(".")[0]) >= 7 else 2
+        major = release.split(".")[0]
+        return 1 if accel == "tcg" or (major.isdigit() and int(major) >= 7) else 2
 
     def plan_nodes(self) -> List[Node]:
         """Name the guests of the topology and pick their ports (before anything starts)."""
@@ -176,7 +182,7 @@ class QemuLab(Lab):
         argv = [
             "qemu-system-x86_64", "-name", f"probekit-{self.name}-{node.name}",
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-m", str(self.memory_mib), "-smp", str(self.guest_vcpus()),
+            "-m", str(self.memory_mib), "-smp", str(self.guest_vcpus(accel)),
             "-kernel", str(self.image.vmlinuz), "-initrd", str(self.image.initrd),
             "-append", " ".join(cmdline),
             "-drive", f"file={d / (node.name + '.qcow2')},if=virtio,format=qcow2,cache=unsafe,discard=unmap",
@@ -193,7 +199,7 @@ class QemuLab(Lab):
         if accel == "kvm":
             argv += ["-accel", "kvm", "-cpu", "host"]
         else:
-            argv += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+            argv += ["-accel", "tcg", "-cpu", "max"]
         if self.topology == "pair":
             mode = "listen" if node.name == "server" else "connect"
             argv += ["-netdev", f"socket,id=link,{mode}=127.0.0.1:{self.link_port}",
@@ -271,7 +277,7 @@ class QemuLab(Lab):
                                     start_new_session=True)
             self.pids[node.name] = proc.pid
             self.watches[node.name] = ConsoleWatch(node.name, self.console_log(node.name))
-            self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus()} vCPU, "
+            self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus(accel)} vCPU, "
                           f"pid {proc.pid}, console {self.console_log(node.name)})")
             if self.topology == "pair" and node.name == "server":
                 time.sleep(1.0)  # the server's socket netdev listens before the client connects

@@ -15,7 +15,8 @@ mkdir -p "$out"
 
 # --- remember and restore ---------------------------------------------------------------
 saved_tracer=$(cat "$T/current_tracer")
-saved_buffer=$(cat "$T/buffer_size_kb")
+# "7 (expanded: 1408)" before the first tracer use: the expanded size is what to restore
+saved_buffer=$(sed -e 's/.*expanded: \([0-9]*\).*/\1/' "$T/buffer_size_kb")
 saved_on=$(cat "$T/tracing_on")
 saved_options=$(cat "$T/trace_options")
 restore() {
@@ -40,8 +41,9 @@ defaults() {
     echo "$saved_buffer" > "$T/buffer_size_kb"
 }
 
-# --- the workload (labs/guest/workload.sh): small, so each trace stays well under 2 MB
+# --- the workload (labs/guest/workload.sh), 128 KiB per file: each trace stays under 2 MB
 here=$(cd "$(dirname "$0")" && pwd)
+export PROBEKIT_WORKLOAD_BLOCKS=2
 prepare() { sh "$here/workload.sh" prepare "$1"; }
 workload() { sh "$here/workload.sh" all "$1"; }
 
@@ -117,16 +119,17 @@ if [ -e "$T/options/funcgraph-retval" ]; then
     opt funcgraph-retval; capture /mnt/nfs3 nfs_file_read retval; defaults
 fi
 
-# trace-cmd last: it resets the tracer to nop itself when done
-restore
-trap - EXIT
+# trace-cmd last, while function_graph is still the current tracer: re-enabling the tracer
+# after a switch to nop is what hung a 2-vCPU TCG guest
 if command -v trace-cmd > /dev/null; then
+    echo 0 > "$T/tracing_on"
+    : > "$T/set_graph_function"
+    : > "$T/trace"
     sync; echo 3 > /proc/sys/vm/drop_caches
     ( cd /tmp && trace-cmd record -q -p function_graph -g nfs_file_read -o /tmp/fixture.dat \
         dd if=/mnt/nfs3/work/probekit/read.bin of=/dev/null bs=64k status=none > /dev/null 2>&1 )
     trace-cmd report -i /tmp/fixture.dat > "$out/nfs3.nfs_file_read.trace-cmd.trace" 2>/dev/null
     rm -f /tmp/fixture.dat
     echo "nfs3.nfs_file_read.trace-cmd: $(wc -c < "$out/nfs3.nfs_file_read.trace-cmd.trace") bytes"
-    restore
 fi
 uname -r > "$out/uname-r.txt"

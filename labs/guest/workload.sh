@@ -3,6 +3,7 @@
 # Usage: workload.sh STEP MOUNT
 #   prepare  create MOUNT/work/probekit/{read.bin (256 KiB), small.txt}
 #   write    256 KiB in 64 KiB blocks + fsync, then 8 x 4 KiB O_SYNC writes
+# PROBEKIT_WORKLOAD_BLOCKS (default 4) sets the number of 64 KiB blocks written and read.
 #   read     drop caches, then read read.bin in 64 KiB blocks
 #   stat     5 x stat small.txt
 #   open     3 x cat small.txt
@@ -10,15 +11,16 @@
 set -eu
 step=${1:?usage: workload.sh STEP MOUNT}
 d=${2:?usage: workload.sh STEP MOUNT}/work/probekit
+blocks=${PROBEKIT_WORKLOAD_BLOCKS:-4}
 
 case "$step" in
 prepare)
     mkdir -p "$d"
-    dd if=/dev/urandom of="$d/read.bin" bs=64k count=4 conv=fsync status=none
+    dd if=/dev/urandom of="$d/read.bin" bs=64k count=$blocks conv=fsync status=none
     echo hello > "$d/small.txt"
     ;;
 write)
-    dd if=/dev/zero of="$d/write.bin" bs=64k count=4 conv=fsync status=none
+    dd if=/dev/zero of="$d/write.bin" bs=64k count=$blocks conv=fsync status=none
     i=0
     while [ $i -lt 8 ]; do
         dd if=/dev/zero of="$d/sync.bin" bs=4k count=1 seek=$i oflag=sync conv=notrunc status=none
