@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from discover import funcgraph as fg
-from tests.funcgraph_fixtures import ALL, EVENTS, OPEN, READ, WRITE, call_line_count, lines
+from funcgraph_fixtures import ALL, EVENTS, OPEN, READ, WRITE, call_line_count, lines
 
 
 def flat(node: fg.CallNode, path: Tuple[str, ...] = (), out: Dict = None, digits: int = 12) -> Dict:

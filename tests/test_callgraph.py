@@ -1,0 +1,111 @@
+"""Call graphs from the real captures: DiGraph counts, pruning, outputs, diffs; lab captures."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+
+import networkx as nx
+
+from discover import callgraph as cg
+from discover import funcgraph as fg
+from funcgraph_fixtures import LAB, READ, WRITE, lines, naive_direct_calls
+
+EVENTS_FG = LAB / "6.1.0-50-amd64" / "function_graph" / "nfs-ops.events.trace.gz"
+
+
+def graph_of(path):
+    return cg.to_digraph(fg.parse_file(str(path)).root)
+
+
+def test_direct_callee_edges_equal_the_calls_in_the_trace():
+    graph = graph_of(READ)
+    direct, entered = naive_direct_calls(READ, "nfs_file_read")
+    assert graph.nodes["nfs_file_read"]["calls"] == entered
+    own = {v: a["calls"] for _, v, a in graph.out_edges("nfs_file_read", data=True) if a["calls"]}
+    assert own == {k: v for k, v in direct.items() if not fg.IRQ_ENTRY.match(k)}
+
+
+def test_interrupt_edges_are_kept_apart():
+    graph = graph_of(READ)
+    into = [a for _, _, a in graph.in_edges("__sysvec_apic_timer_interrupt", data=True)]
+    assert into and all(a["kind"] == "interrupt" and a["calls"] == 0 for a in into)
+    assert sum(a["irq_calls"] for a in into) == sum(
+        1 for t in lines(READ) if "__sysvec_apic_timer_interrupt() {" in t)
+    assert graph.nodes["__sysvec_apic_timer_interrupt"]["irq"] is True
+    assert graph.graph["roots"] == ["nfs_file_read"]
+
+
+def test_prune_by_depth_calls_and_time():
+    root = fg.parse_file(str(WRITE)).root
+    pruned = cg.prune(root, max_depth=1)
+    assert all(not c.children for top in pruned.children.values() for c in top.children.values())
+    busy = cg.prune(root, min_calls=100)
+    assert all(n.calls >= 100 for n in busy.walk() if n is not busy)
+    slow = cg.prune(root, min_time=1000.0)
+    assert all(n.total >= 1000.0 for n in slow.walk() if n is not slow)
+
+
+def test_json_round_trip_and_networkx_reads_it():
+    graph = graph_of(WRITE)
+    text = cg.to_json(graph)
+    back = cg.load_json(text)
+    assert set(back.edges) == set(graph.edges)
+    assert back.nodes["nfs_file_write"]["calls"] == graph.nodes["nfs_file_write"]["calls"]
+    data = json.loads(text)
+    try:
+        again = nx.node_link_graph(data, edges="links")
+    except TypeError:  # networkx < 3.4
+        again = nx.node_link_graph(data)
+    assert set(again.edges) == set(graph.edges)
+
+
+def test_folded_stacks_add_up_to_the_root_time():
+    tree = fg.parse_file(str(READ))
+    rows = list(cg.folded(tree.root))
+    assert all(re.match(r"^[^ ]+ \d+$", r) for r in rows)
+    assert any(";[irq];__sysvec_apic_timer_interrupt" in r for r in rows)
+    total_ns = sum(int(r.rsplit(" ", 1)[1]) for r in rows)
+    root_ns = tree.root.children["nfs_file_read"].total * 1000
+    # Self time is clamped at 0 where the tracer timed children a little longer than their
+    # parent, so the stacks can only add up to slightly more than the root's time.
+    assert root_ns - len(rows) <= total_ns <= root_ns * 1.005
+
+
+def test_dot_and_svg():
+    dot = cg.to_dot(graph_of(READ))
+    assert dot.startswith("digraph callgraph {") and '"nfs_file_read" -> "generic_file_read_iter"' in dot
+    assert "style=dashed" in dot
+    if shutil.which("dot"):
+        assert b"<svg" in cg.to_svg(dot)
+
+
+def test_diff_read_against_write():
+    a, b = graph_of(READ), graph_of(WRITE)
+    report = cg.diff(a, b)
+    ea = {(u, v) for u, v, d in a.edges(data=True) if d["calls"]}
+    eb = {(u, v) for u, v, d in b.edges(data=True) if d["calls"]}
+    assert {(e["caller"], e["callee"]) for e in report["added"]} == eb - ea
+    assert {(e["caller"], e["callee"]) for e in report["removed"]} == ea - eb
+    assert len(report["shifted"]) == len(ea & eb)
+
+
+def test_lab_capture_with_nfs_events_as_comments():
+    """6.1.0-50 lab capture: function_graph with the nfs events on, seven graph functions,
+    starting in the middle of calls. Events are kept with the function they fired in."""
+    text = gzip.open(EVENTS_FG, "rt").readlines()
+    tree = fg.parse_lines(text)
+    parser = tree.parser
+    assert parser.malformed_count == 0
+    comments = [t for t in text if re.search(r"\|  +/\* \w+: ", t)]
+    assert parser.event_count == len(comments) > 0
+    inside = [e for e in parser.events if e.name == "nfs_getattr_enter"]
+    assert inside and all(e.function in ("nfs_getattr", None) for e in inside)
+    assert any(e.function == "nfs_getattr" for e in inside)
+    getattr_events = sum(n.events.get("nfs_getattr_enter", 0) for n in tree.root.walk()
+                         if n.name == "nfs_getattr" and n.events)
+    assert getattr_events == sum(1 for e in inside if e.function == "nfs_getattr")
+    assert sum(n.cut_start for n in tree.root.walk()) >= 1
+    names = {n.name for n in tree.root.walk()}
+    assert "?" not in names or parser.cut_start > 0

@@ -1,0 +1,92 @@
+"""`discover callgraph` / `discover diff` from the command line, on the real captures."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from discover.cli import discover
+from discover import funcgraph as fg
+from funcgraph_fixtures import EVENTS, READ, REPO, WRITE, lines, naive_direct_calls
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "discover", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_tree_shows_own_callees_with_trace_counts_and_interrupts_apart():
+    """Done-when of issue 2."""
+    result = CliRunner().invoke(discover, ["callgraph", "--from-file", str(READ), "--format", "tree"])
+    assert result.exit_code == 0, result.output
+    out = result.output.splitlines()
+    direct, entered = naive_direct_calls(READ, "nfs_file_read")
+    top = next(line for line in out if re.match(r"^└── nfs_file_read \[nfs\]", line))
+    assert f" {entered}x " in top
+    shown = {}
+    for line in out:
+        m = re.match(r"^    [├└]── (\S+)(?: \[\w+\])?  (\d+)x ", line)
+        if m:
+            shown[m.group(1)] = int(m.group(2))
+    assert shown == {k: v for k, v in direct.items() if not fg.IRQ_ENTRY.match(k)}
+    # every timer interrupt sits under an "interrupt work" branch, none among own callees
+    timer_lines = [i for i, line in enumerate(out) if "__sysvec_apic_timer_interrupt" in line]
+    assert timer_lines
+    for i in timer_lines:
+        indent = len(out[i]) - len(out[i].lstrip(" │├└─"))
+        parent = next(out[j] for j in range(i - 1, -1, -1)
+                      if len(out[j]) - len(out[j].lstrip(" │├└─")) < indent)
+        assert "interrupt work" in parent
+    shown_irqs = sum(int(re.search(r"  (\d+)x ", out[i]).group(1)) for i in timer_lines)
+    assert shown_irqs == sum(1 for t in lines(READ) if "__sysvec_apic_timer_interrupt() {" in t)
+
+
+@pytest.mark.parametrize("fmt,check", [
+    ("json", lambda s: '"format": "probekit-callgraph"' in s),
+    ("dot", lambda s: s.startswith("digraph")),
+    ("folded", lambda s: s.splitlines()[0].startswith("nfs_file_write")),
+])
+def test_formats(tmp_path, fmt, check):
+    target = tmp_path / f"out.{fmt}"
+    result = CliRunner().invoke(discover, ["callgraph", "nfs_file_write", "--from-file", str(WRITE),
+                                           "--format", fmt, "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    assert check(target.read_text())
+
+
+def test_diff_command(tmp_path):
+    for name, path in (("a", READ), ("b", WRITE)):
+        r = CliRunner().invoke(discover, ["callgraph", "--from-file", str(path), "--format", "json",
+                                          "-o", str(tmp_path / f"{name}.json")])
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(discover, ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json"])
+    assert r.exit_code == 0
+    assert '"added"' in r.output and "generic_perform_write" in r.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["callgraph", "--from-file", "/nonexistent/trace"], "no such file"),
+    (["callgraph", "--from-file", str(EVENTS)], "not a function_graph trace"),
+    (["callgraph", "no_such_function", "--from-file", str(READ)], "not called in this trace"),
+    (["callgraph", "--from-file", str(READ), "--format", "png"], "Invalid value"),
+    (["callgraph", "f", "--workload", "true", "--duration", "1"], "not both"),
+    (["callgraph", "--from-file", str(READ), "--pid", "1"], "no task ids"),
+    (["diff", str(READ), str(WRITE)], "not valid JSON"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    result = run(*args)
+    assert result.returncode != 0
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["callgraph", "diff"])
+def test_help_ends_with_real_examples(command):
+    result = CliRunner().invoke(discover, [command, "--help"])
+    tail = result.output.rstrip().splitlines()
+    start = next(i for i, line in enumerate(tail) if line.strip() == "Examples:")
+    examples = tail[start + 1:]
+    assert examples and all(line.strip().startswith("discover ") for line in examples)
