@@ -18,7 +18,9 @@ class KernelFacts:
     """What a kernel offers for attaching: traceable functions, tracepoints, modules."""
 
     def __init__(self, functions: Iterable[str], events: Iterable[str], modules: Iterable[str],
-                 release: str = "?", tracefs: Optional[Path] = None) -> None:
+                 release: str = "?", tracefs: Optional[Path] = None,
+                 formats: Optional[Dict[str, Set[str]]] = None) -> None:
+        self.formats = formats or {}
         self.functions: Set[str] = set(functions)
         self.events: Set[str] = set(events)
         self.modules: Set[str] = set(modules)
@@ -62,8 +64,24 @@ class KernelFacts:
             modules_text = ""
         return cls.from_tracefs(tracefs, modules_text, os.uname().release)
 
+    @classmethod
+    def from_profile(cls, profile: Any) -> "KernelFacts":
+        """From a `discover snapshot` profile (discover.profile.KernelProfile): another kernel."""
+        data = profile.data
+        events: Set[str] = set()
+        formats: Dict[str, Set[str]] = {}
+        for system, names in (data.get("events") or {}).items():
+            for name, info in names.items():
+                events.add(f"{system}:{name}")
+                if info and info.get("fields"):
+                    formats[f"{system}:{name}"] = {f["name"] for f in info["fields"]}
+        functions = {name for name, _module in data.get("filter_functions") or []}
+        return cls(functions, events, (data.get("modules") or {}).keys(), profile.release, None, formats)
+
     def event_fields(self, event: str) -> Optional[Set[str]]:
-        """Field names of SYSTEM:EVENT from its format file, None when not readable here."""
+        """Field names of SYSTEM:EVENT from its format, None when not known here."""
+        if event in self.formats:
+            return self.formats[event]
         if self.tracefs is None:
             return None
         system, _, name = event.partition(":")
