@@ -208,6 +208,9 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
     if fmt == "dot":
         write_output(dot_text, output)
         return
+    if graph.number_of_nodes() > 300:
+        click.echo(f"discover: note: {graph.number_of_nodes()} functions; Graphviz may take minutes "
+                   "(narrow with --depth, --min-time or --min-calls)", err=True)
     try:
         write_output(cg.to_svg(dot_text), output)
     except RuntimeError as exc:
