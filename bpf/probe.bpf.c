@@ -82,6 +82,7 @@ struct top_val {
     u64 count;
     u64 lat_ns;
     u64 bytes;
+    char comm[COMM_LEN];  /* the process may be gone when user space reads the map */
 };
 BPF_HASH(top_stats, struct top_key, struct top_val, 10240);
 BPF_HASH(top_hist, struct top_hist_key, u64, 40960);
@@ -158,6 +159,12 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
         tk.op = op;
         tv = top_stats.lookup_or_try_init(&tk, &zero);
         if (tv) {
+            if (tv->count == 0) {
+                if (comm)
+                    __builtin_memcpy(tv->comm, comm, COMM_LEN);
+                else
+                    bpf_get_current_comm(&tv->comm, sizeof(tv->comm));
+            }
             __sync_fetch_and_add(&tv->count, 1);
             __sync_fetch_and_add(&tv->lat_ns, delta);
             __sync_fetch_and_add(&tv->bytes, s->bytes);

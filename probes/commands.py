@@ -184,11 +184,7 @@ Examples:
 def _top_rows(data: Dict[int, Dict[str, Dict[str, Any]]], seconds: float) -> List[Dict[str, Any]]:
     rows = []
     for tgid, per_op in data.items():
-        try:
-            with open(f"/proc/{tgid}/comm") as handle:
-                comm = handle.read().strip()
-        except OSError:
-            comm = "?"
+        comm = next((e["comm"] for e in per_op.values() if e.get("comm")), "?")
         ops = {}
         for op, entry in per_op.items():
             ops[op] = {"count": entry["count"], "bytes": entry["bytes"],

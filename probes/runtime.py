@@ -185,12 +185,13 @@ class Session:
         return out
 
     def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:
-        """Per tgid, per op: count, lat_ns, bytes, slots (usec log2); both maps cleared."""
+        """Per tgid, per op: count, lat_ns, bytes, comm, slots (usec log2); both maps cleared."""
         out: Dict[int, Dict[str, Dict[str, Any]]] = {}
         stats, hist = self.bpf["top_stats"], self.bpf["top_hist"]
         for key, value in stats.items():
             out.setdefault(int(key.tgid), {})[self.op_name(key.op)] = {
-                "count": int(value.count), "lat_ns": int(value.lat_ns), "bytes": int(value.bytes), "slots": {}}
+                "count": int(value.count), "lat_ns": int(value.lat_ns), "bytes": int(value.bytes),
+                "comm": bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"), "slots": {}}
         for key, value in hist.items():
             entry = out.get(int(key.tgid), {}).get(self.op_name(key.op))
             if entry is not None:

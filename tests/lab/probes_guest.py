@@ -24,7 +24,7 @@ MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
 N_READS, READ_SIZE = 4, 65536
 M_WRITES, WRITE_SIZE = 8, 1 << 20
 K_STATS = 5
-N_FSYNCS = 2
+GAP_S = 4.0  # quiet seconds between latency phases
 
 
 def tool(args: List[str], log: str) -> subprocess.Popen:
@@ -122,9 +122,26 @@ def check_counts() -> Dict[str, Any]:
 
 
 def latency_phase(mount: str, tag: str) -> Dict[str, Any]:
-    started = time.time()
+    """One workload run with its wall and monotonic (= bpf_ktime_get_ns) time span."""
+    started, mono = time.time(), time.monotonic()
     issued = workload(mount, tag)
-    return {"issued": issued, "start": started, "end": time.time()}
+    return {"issued": issued, "start": started, "end": time.time(), "mono_start": mono,
+            "mono_end": time.monotonic()}
+
+
+def by_phase(result: Dict[str, Any], phases: Dict[str, Any]) -> None:
+    """Label nfsslower events (monotonic end time) and nfsdist intervals (wall second) by phase.
+
+    Phases are GAP_S apart and nothing else touches NFS, so an interval printed at wall
+    second T (covering about T-1..T+1) belongs to the delay phase when T >= its start - 1.
+    """
+    delay_wall = phases["delay"]["start"]
+    delay_mono = phases["delay"]["mono_start"]
+    for event in result["nfsslower"]["events"]:
+        event["phase"] = "delay" if event["end_us"] / 1e6 >= delay_mono else "nodelay"
+    for interval in result["nfsdist"]["intervals"]:
+        printed = time.mktime(time.strptime(interval["ts"], "%Y-%m-%d %H:%M:%S"))
+        interval["phase"] = "delay" if printed >= delay_wall - 1 else "nodelay"
 
 
 def check_latency(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
@@ -138,14 +155,20 @@ def check_latency(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
     phases: Dict[str, Any] = {}
     try:
         phases["nodelay"] = latency_phase(MOUNTS["nfs3"], "nodelay")
-        time.sleep(2.5)
+        time.sleep(GAP_S)
         subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", f"{delay_ms}ms"], check=True)
         phases["delay"] = latency_phase(MOUNTS["nfs3"], "delay")
     finally:
         subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
-    time.sleep(2.5)
-    return {"delay_ms": delay_ms, "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
-            "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log)}
+    time.sleep(GAP_S)
+    result = {"delay_ms": delay_ms, "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
+              "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log)}
+    result["nfsslower"]["events"] = [json.loads(line) for line in result["nfsslower"]["lines"]
+                                     if line.startswith("{") and '"lat_us"' in line]
+    result["nfsdist"]["intervals"] = [json.loads(line) for line in result["nfsdist"]["lines"]
+                                      if line.startswith("{") and '"ops"' in line]
+    by_phase(result, phases)
+    return result
 
 
 def check_top() -> Dict[str, Any]:

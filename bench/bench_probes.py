@@ -1,0 +1,198 @@
+"""Our generated nfsslower against Debian's nfsslower-bpfcc, side by side in one lab guest.
+
+Measures, in the same guest on the same workload:
+- BPF cost per event: kernel.bpf_stats_enabled=1, then run_time_ns / run_cnt summed over
+  each tool's programs (bpftool prog show, programs owned by the tool's pid), over one
+  fixed workload; target ratio ours/bcc <= 1.0.
+- start-up time to first event: spawn -> first event line while a workload keeps issuing
+  getattrs; bcc compiles its C at start (70-125 s under TCG); target ratio <= 0.5.
+
+  python3 bench/bench_probes.py            # host: boot the QEMU lab (6.1), run, tear down
+  python3 bench/bench_probes.py --lab NAME # host: use a lab that is already up
+  python3 bench/bench_probes.py --in-guest # inside a guest (root, bcc, NFS mounts)
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MOUNTS = ("/mnt/nfs3", "/mnt/nfs42")
+OURS = [sys.executable, "-m", "probes.commands", "nfsslower"]
+BCC = ["/usr/sbin/nfsslower-bpfcc"]
+
+
+def workload(rounds: int) -> int:
+    """Fixed mix per mount: stat, 4 KiB pread, 4 KiB write, fsync every 10 rounds."""
+    issued = 0
+    for mount in MOUNTS:
+        work = os.path.join(mount, "work", "bench")
+        os.makedirs(work, exist_ok=True)
+        path = os.path.join(work, "data.bin")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        for i in range(rounds):
+            os.stat(path)
+            os.pwrite(fd, b"x" * 4096, i * 4096)
+            os.pread(fd, 4096, i * 4096)
+            issued += 3
+            if i % 10 == 9:
+                os.fsync(fd)
+                issued += 1
+        os.close(fd)
+    return issued
+
+
+def prog_stats() -> Dict[int, Dict[str, Any]]:
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], stdout=subprocess.PIPE, check=True,
+                         universal_newlines=True).stdout
+    return {p["id"]: p for p in json.loads(out)}
+
+
+def owned_by(prog: Dict[str, Any], pid: int) -> bool:
+    return any(owner.get("pid") == pid for owner in prog.get("pids", []))
+
+
+def start(cmd: List[str], log: str) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=PROJECT, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def wait_for(log: str, proc: subprocess.Popen, predicate: Any, timeout: float = 600) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        with open(log) as handle:
+            if predicate(handle.read().splitlines()):
+                return time.monotonic() - started
+        if proc.poll() is not None:
+            raise RuntimeError(f"{log}: exited {proc.returncode}: {open(log).read()[-1500:]}")
+        time.sleep(0.2)
+    raise RuntimeError(f"{log}: timed out")
+
+
+def event_lines(lines: List[str]) -> List[str]:
+    """Lines after the `TIME COMM ...` header (both tools print the same header)."""
+    for i, line in enumerate(lines):
+        if line.startswith("TIME ") and "FILENAME" in line:
+            return lines[i + 1:]
+    return []
+
+
+def startup(cmd: List[str], name: str) -> float:
+    """Seconds from spawn to the first event, with getattrs issued all along."""
+    stop = threading.Event()
+
+    def keep_busy() -> None:
+        path = os.path.join(MOUNTS[0], "work")
+        while not stop.is_set():
+            os.stat(path)
+            time.sleep(0.1)
+
+    busy = threading.Thread(target=keep_busy, daemon=True)
+    busy.start()
+    log = f"/tmp/bench-{name}-startup.out"
+    proc = start(cmd + ["0"], log)
+    try:
+        return wait_for(log, proc, lambda lines: len(event_lines(lines)) > 0)
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(60)
+
+
+def cost(cmd: List[str], name: str, rounds: int) -> Dict[str, Any]:
+    """BPF run time per program run over one workload, for one tool at its default threshold."""
+    log = f"/tmp/bench-{name}-cost.out"
+    proc = start(cmd, log)
+    try:
+        wait_for(log, proc, lambda lines: any(line.startswith("TIME ") for line in lines))
+        before = prog_stats()
+        issued = workload(rounds)
+        time.sleep(1)
+        after = prog_stats()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    run_ns = runs = 0
+    progs = 0
+    for prog_id, prog in after.items():
+        if not owned_by(prog, proc.pid):
+            continue
+        progs += 1
+        old = before.get(prog_id, {})
+        run_ns += prog.get("run_time_ns", 0) - old.get("run_time_ns", 0)
+        runs += prog.get("run_cnt", 0) - old.get("run_cnt", 0)
+    return {"programs": progs, "run_time_ns": run_ns, "run_cnt": runs, "issued_ops": issued,
+            "ns_per_run": run_ns / runs if runs else None}
+
+
+def in_guest(rounds: int) -> Dict[str, Any]:
+    subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
+    try:
+        res: Dict[str, Any] = {"kernel": os.uname().release}
+        res["startup_s"] = {"ours": startup(OURS, "ours"), "bcc": startup(BCC, "bcc")}
+        res["cost"] = {"ours": cost(OURS, "ours", rounds), "bcc": cost(BCC, "bcc", rounds)}
+    finally:
+        subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
+    ours, bcc = res["cost"]["ours"], res["cost"]["bcc"]
+    res["ratios"] = {
+        "startup_ours_over_bcc": res["startup_s"]["ours"] / res["startup_s"]["bcc"],
+        "cost_per_event_ours_over_bcc": (ours["ns_per_run"] / bcc["ns_per_run"]
+                                         if ours["ns_per_run"] and bcc["ns_per_run"] else None),
+        "total_bpf_ns_ours_over_bcc": ours["run_time_ns"] / bcc["run_time_ns"] if bcc["run_time_ns"] else None,
+    }
+    return res
+
+
+def report(res: Dict[str, Any]) -> str:
+    ours, bcc, ratio = res["cost"]["ours"], res["cost"]["bcc"], res["ratios"]
+    per = lambda c: f"{c['ns_per_run']:.0f} ns/run" if c["ns_per_run"] else "n/a"
+    return "\n".join([
+        f"bench_probes on {res['kernel']} (same guest, same workload)",
+        f"  start-up to first event: ours {res['startup_s']['ours']:.1f} s, nfsslower-bpfcc "
+        f"{res['startup_s']['bcc']:.1f} s -> ratio {ratio['startup_ours_over_bcc']:.2f} (target <= 0.5)",
+        f"  BPF cost per event: ours {per(ours)} ({ours['run_cnt']} runs, {ours['programs']} progs), "
+        f"bcc {per(bcc)} ({bcc['run_cnt']} runs, {bcc['programs']} progs) -> ratio "
+        f"{ratio['cost_per_event_ours_over_bcc']:.2f} (target <= 1.0)" if ratio["cost_per_event_ours_over_bcc"]
+        else "  BPF cost per event: not measured",
+        f"  total BPF time for the workload: ours/bcc {ratio['total_bpf_ns_ours_over_bcc']:.2f} "
+        f"(ours also times fsync and commit)" if ratio["total_bpf_ns_ours_over_bcc"] else "",
+    ])
+
+
+def on_host(lab_name: Optional[str], rounds: int) -> int:
+    sys.path.insert(0, PROJECT)
+    from labs.cli import attach_lab
+    from labs.qemu import QemuLab
+    lab = attach_lab(lab_name) if lab_name else QemuLab(kernel="6.1", topology="single", name="bench-probes",
+                                                       ssh=False, progress=print)
+    if not lab_name:
+        lab.up()
+    try:
+        share = getattr(lab, "guest_project_dir", "/opt/probekit")
+        res = lab.run(f"cd {share} && python3 bench/bench_probes.py --in-guest --rounds {rounds}", timeout=1800)
+        if res.exit_code != 0:
+            print(res.stdout, res.stderr, file=sys.stderr)
+            return 1
+        data = json.loads(res.stdout.strip().splitlines()[-1])
+        print(report(data))
+        print(json.dumps(data))
+        return 0
+    finally:
+        if not lab_name:
+            lab.down()
+
+
+def main(argv: List[str]) -> int:
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 100
+    if "--in-guest" in argv:
+        print(json.dumps(in_guest(rounds)))
+        return 0
+    return on_host(argv[argv.index("--lab") + 1] if "--lab" in argv else None, rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
