@@ -1,0 +1,441 @@
+"""VagrantLab: the NFS lab through python-vagrant, the repository's Vagrantfile and vagrant-libvirt.
+
+Here (and in CI) the Vagrantfile runs in its local mode (PROBEKIT_VAGRANT_LOCAL=1):
+the box comes from labs/images.py via labs/vagrant_box.py, QEMU runs under TCG
+with direct kernel boot, and the guests have no host network at all: the nodes
+share a QEMU socket link on 127.0.0.1 and SSH arrives through a restricted
+user-mode NIC forwarded on 127.0.0.1. Commands, put and get use plain ssh/scp
+with the ssh-config vagrant reports. The lab's state (ports, box, ssh-config)
+lives in the cache so `labs run` in a later process finds the lab `labs up` made.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Union
+
+from discover.errors import UserError
+from labs.base import CLIENT, SERVER, CommandResult, Lab
+
+REPO = Path(__file__).resolve().parent.parent
+#: libvirt domain and volume names start with this, then the lab name.
+DOMAIN_PREFIX = "probekit_"
+#: Vagrant machine names of the lab roles (the Vagrantfile defines them).
+MACHINES = {SERVER: "nfs-server", CLIENT: "nfs-client"}
+#: Address of the server on the socket link (the Vagrantfile's NODES).
+SERVER_LINK_IP = "10.77.0.1"
+#: Where the project tree is unpacked in the guests (the QEMU backend's 9p mount point).
+GUEST_PROJECT = "/opt/probekit"
+GUEST_PROVISION = "/usr/local/lib/probekit/provision"
+#: No panic=: a panicked guest halts with its message on the console, where the watcher sees it.
+BASE_CMDLINE = "root=/dev/vda rw console=ttyS0,115200 net.ifnames=0 systemd.show_status=1"
+#: Console lines that end a boot at once, with the log, instead of a boot_timeout wait.
+CONSOLE_FAILURES = ("Kernel panic", "Oops:", "BUG: ", "end Kernel panic", "watchdog: BUG")
+SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20",
+               "-o", "IdentitiesOnly=yes"]
+
+
+def state_dir(name: str = "default") -> Path:
+    from labs.images import cache_root
+    return cache_root() / "vagrant" / name
+
+
+def domain_prefix(name: str) -> str:
+    return f"{DOMAIN_PREFIX}{name}_"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def project_tarball() -> bytes:
+    """The project's tracked and new (not ignored) files as a gzip tarball."""
+    listing = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
+                             capture_output=True, check=True).stdout.decode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for rel in sorted(filter(None, listing.split("\0"))):
+            path = REPO / rel
+            if path.is_file():
+                tar.add(path, arcname=rel, recursive=False)
+    return buf.getvalue()
+
+
+class VagrantLab(Lab):
+    """Server + client (or one node serving both) under vagrant-libvirt, no host network."""
+
+    backend = "vagrant"
+
+    def __init__(self, kernel: str = "6.1", topology: str = "pair", name: str = "default",
+                 progress: Callable[[str], None] = print) -> None:
+        if topology not in ("pair", "single"):
+            raise UserError(f"unknown topology {topology!r} (choose pair or single)")
+        self.kernel = kernel
+        self.topology = topology
+        self.name = name
+        self.dir = state_dir(name)
+        self.state_file = self.dir / "state.json"
+        #: console and vagrant stderr logs: kept after down, for the failure they explain
+        self.logs = self.dir.parent / "logs" / name
+        self.state: Dict[str, object] = (json.loads(self.state_file.read_text())
+                                         if self.state_file.exists() else {})
+        self.progress = progress
+        self.timings: Dict[str, float] = {}
+
+    @classmethod
+    def attach(cls, name: str = "default", progress: Callable[[str], None] = print) -> "VagrantLab":
+        """The lab an earlier `labs up` started (from its state.json)."""
+        state_file = state_dir(name) / "state.json"
+        if not state_file.exists():
+            raise UserError(f"no vagrant lab {name!r} is up (run `labs up --backend vagrant` first)")
+        state = json.loads(state_file.read_text())
+        return cls(kernel=str(state["kernel"]), topology=str(state["topology"]), name=name,
+                   progress=progress)
+
+    # -- vagrant plumbing -------------------------------------------------------------
+
+    def machines(self) -> List[str]:
+        """Vagrant machines this topology boots (single: the server serves itself)."""
+        return [MACHINES[SERVER]] if self.topology == "single" else [MACHINES[SERVER], MACHINES[CLIENT]]
+
+    def machine(self, node: str) -> str:
+        if node not in MACHINES:
+            raise UserError(f"unknown node {node!r} (choose {SERVER} or {CLIENT})")
+        return MACHINES[SERVER] if self.topology == "single" else MACHINES[node]
+
+    def vagrant_env(self) -> Dict[str, str]:
+        """Environment that puts the Vagrantfile in local mode with this lab's values."""
+        st = self.state
+        env = dict(os.environ)
+        env.update({
+            "PROBEKIT_VAGRANT_LOCAL": "1",
+            "PROBEKIT_BOX": str(st["box"]),
+            "PROBEKIT_KERNEL": str(st["vmlinuz"]),
+            "PROBEKIT_INITRD": str(st["initrd"]),
+            "PROBEKIT_CMDLINE": BASE_CMDLINE,
+            "PROBEKIT_SSH_KEY": str(st["ssh_key"]),
+            "PROBEKIT_SSH_PORT_SERVER": str(st["ssh_port_server"]),
+            "PROBEKIT_SSH_PORT_CLIENT": str(st["ssh_port_client"]),
+            "PROBEKIT_LINK_PORT": str(st["link_port"]),
+            "PROBEKIT_CONSOLE_DIR": str(st["console_dir"]),
+            "PROBEKIT_DOMAIN_PREFIX": domain_prefix(self.name),
+            "VAGRANT_DOTFILE_PATH": str(self.dir / "dotfile"),
+            "VAGRANT_DEFAULT_PROVIDER": "libvirt",
+            "VAGRANT_CHECKPOINT_DISABLE": "1",
+            "VAGRANT_BOX_UPDATE_CHECK_DISABLE": "1",
+            "LIBVIRT_DEFAULT_URI": "qemu:///system",
+        })
+        return env
+
+    def vagrant(self):  # -> vagrant.Vagrant (imported lazily)
+        """python-vagrant on the repository's Vagrantfile; vagrant's stderr goes to a log."""
+        # python-vagrant warns on import when vagrant is missing: import only when used.
+        if not shutil.which("vagrant"):
+            raise UserError("vagrant is not installed: run `bash scripts/setup`")
+        import vagrant
+        self.logs.mkdir(parents=True, exist_ok=True)
+        return vagrant.Vagrant(root=str(REPO), env=self.vagrant_env(), quiet_stdout=True,
+                               err_cm=vagrant.make_file_cm(str(self.stderr_log), mode="a"))
+
+    @property
+    def stderr_log(self) -> Path:
+        return self.logs / "vagrant-stderr.log"
+
+    def _save_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps(self.state, indent=2) + "\n")
+
+    # -- Lab interface ----------------------------------------------------------------
+
+    def up(self) -> None:
+        from labs.images import build_image
+        from labs.libvirt_daemons import ensure_daemons
+        from labs.vagrant_box import ensure_box
+
+        ensure_daemons()
+        if self.state.get("ssh"):
+            if self.state.get("kernel") != self.kernel or self.state.get("topology") != self.topology:
+                raise UserError(f"vagrant lab {self.name!r} is already up (kernel {self.state.get('kernel')}, "
+                                f"{self.state.get('topology')}): `labs down --name {self.name}` first")
+            if set(self.status().values()) == {"running"}:
+                return  # already up: `up` twice is harmless (the integration run calls it)
+            self.down()
+        started = time.monotonic()
+        image = build_image(self.kernel, progress=self.progress)
+        box = ensure_box(image, progress=self.progress)
+        self.timings["image_and_box_s"] = time.monotonic() - started
+        console_dir = self.logs
+        console_dir.mkdir(parents=True, exist_ok=True)
+        self.stderr_log.unlink(missing_ok=True)
+        self.state = {
+            "kernel": self.kernel, "topology": self.topology, "box": box.name,
+            "vmlinuz": str(box.vmlinuz), "initrd": str(box.initrd),
+            "ssh_key": str(image.ssh_private_key), "kernel_release": image.kernel_release,
+            "ssh_port_server": free_port(), "ssh_port_client": free_port(),
+            "link_port": free_port(), "console_dir": str(console_dir),
+            "machines": self.machines(), "ssh": {},
+        }
+        self._save_state()
+        try:
+            self._vagrant_up_all()
+            t0 = time.monotonic()
+            self._read_ssh_config()
+            self._provision_nfs()
+            self._copy_project()
+            self.timings["provision_s"] = time.monotonic() - t0
+        except BaseException:
+            self.progress("[vagrant] up failed: destroying what was created")
+            self.down()
+            raise
+
+    def _vagrant_up_all(self) -> None:
+        """Server first; the client's `vagrant up` starts once the server's QEMU runs.
+
+        The server's end of the socket link listens from QEMU's start, so the client can
+        boot while the server still boots: on two cores the pair is up in about the
+        time of one node instead of two.
+        """
+        errors: List[BaseException] = []
+
+        def up(name: str, domain_started: threading.Event) -> None:
+            started = time.monotonic()
+            try:
+                self._vagrant_up(name, domain_started)
+            except BaseException as exc:  # re-raised below, in the calling thread
+                errors.append(exc)
+            finally:
+                domain_started.set()
+                self.timings[f"vagrant_up_{name}_s"] = round(time.monotonic() - started, 1)
+
+        server, *others = self.machines()
+        server_started = threading.Event()
+        thread = threading.Thread(target=up, args=(server, server_started), daemon=True)
+        thread.start()
+        server_started.wait()
+        for name in others:
+            if not errors:
+                up(name, threading.Event())
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    def _vagrant_up(self, name: str, domain_started: threading.Event) -> None:
+        """`vagrant up NAME`, ended early (with the console tail) on a kernel panic or oops."""
+        self.progress(f"[vagrant] up {name} (TCG, this takes minutes)")
+        console = self.console_logs()[name]
+        console.unlink(missing_ok=True)
+        failure: List[str] = []
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch_console,
+                                   args=(name, console, failure, done), daemon=True)
+        watcher.start()
+        try:
+            for line in self.vagrant().up(vm_name=name, provider="libvirt", stream_output=True):
+                if "Waiting for domain to get an IP address" in line:
+                    domain_started.set()  # QEMU runs: the socket link's server end listens
+                if "Progress:" not in line:  # the box upload's percentage, redrawn in place
+                    self.progress(f"[vagrant] {line.rstrip()}")
+        except subprocess.CalledProcessError as exc:
+            errors = self.stderr_log.read_text(errors="replace").strip().splitlines()[-6:] \
+                if self.stderr_log.exists() else []
+            tail = console.read_text(errors="replace").splitlines()[-8:] if console.exists() else []
+            why = failure[0] if failure else f"vagrant up {name} exited {exc.returncode}"
+            raise UserError(f"{why}: {' | '.join(errors)}; console {console}: "
+                            + " | ".join(tail)) from None
+        finally:
+            done.set()
+            watcher.join()
+
+    def _watch_console(self, name: str, console: Path, failure: List[str],
+                       done: threading.Event) -> None:
+        """Stop the domain when its console shows a panic/oops, so `vagrant up` fails now."""
+        while not done.wait(2.0):
+            if not console.exists():
+                continue
+            text = console.read_text(errors="replace")
+            hit = next((m for m in CONSOLE_FAILURES if m in text), None)
+            if hit:
+                failure.append(f"{name}: guest kernel reported {hit!r}")
+                subprocess.run(["virsh", "-c", "qemu:///system", "destroy",
+                                domain_prefix(self.name) + name],
+                               capture_output=True)
+                return
+
+    def _read_ssh_config(self) -> None:
+        """Record user/port/key from `vagrant ssh-config` (what later commands use)."""
+        handle = self.vagrant()
+        ssh: Dict[str, Dict[str, str]] = {}
+        for name in self.machines():
+            conf = handle.conf(vm_name=name)
+            ssh[name] = {"host": conf["HostName"], "port": conf["Port"], "user": conf["User"],
+                         "key": conf["IdentityFile"].strip('"')}
+            if ssh[name]["host"] != "127.0.0.1":
+                raise UserError(f"{name}: vagrant reports SSH at {ssh[name]['host']}, not 127.0.0.1")
+        self.state["ssh"] = ssh
+        self._save_state()
+
+    def _provision_nfs(self) -> None:
+        """Export on the server, mount NFSv3 and v4.2 on the client (the image's scripts)."""
+        res = self.run(f"sh {GUEST_PROVISION}/server.sh", node=SERVER, timeout=300)
+        if res.exit_code != 0:
+            raise UserError(f"server.sh failed on the server: {res.stderr.strip()[-300:]}")
+        server = "127.0.0.1" if self.topology == "single" else SERVER_LINK_IP
+        res = self.run(f"sh {GUEST_PROVISION}/client.sh {server}", node=CLIENT, timeout=300)
+        if res.exit_code != 0:
+            raise UserError(f"client.sh failed on the client: {res.stderr.strip()[-300:]}")
+
+    def _copy_project(self) -> None:
+        """Unpack the project tree in every guest (synced folders would need host networking)."""
+        tarball = self.dir / "project.tar.gz"
+        tarball.write_bytes(project_tarball())
+        for name in self.machines():
+            node = SERVER if name == MACHINES[SERVER] else CLIENT
+            self.put(tarball, "/tmp/probekit-project.tar.gz", node=node)
+            res = self.run(f"rm -rf {GUEST_PROJECT} && mkdir -p {GUEST_PROJECT} && "
+                           f"tar -xzf /tmp/probekit-project.tar.gz -C {GUEST_PROJECT} && "
+                           "rm -f /tmp/probekit-project.tar.gz", node=node, timeout=300)
+            if res.exit_code != 0:
+                raise UserError(f"unpacking the project on {name} failed: {res.stderr.strip()}")
+
+    def _ssh_target(self, node: str) -> Dict[str, str]:
+        ssh = self.state.get("ssh") or {}
+        conf = ssh.get(self.machine(node)) if isinstance(ssh, dict) else None
+        if not conf:
+            raise UserError("no vagrant lab is up: run `labs up --backend vagrant` first")
+        return conf
+
+    def ssh_argv(self, node: str) -> List[str]:
+        """ssh to a node as the box user, over the 127.0.0.1 forward (for `labs shell` too)."""
+        conf = self._ssh_target(node)
+        return ["ssh", *SSH_OPTIONS, "-i", conf["key"], "-p", str(conf["port"]),
+                f"{conf['user']}@{conf['host']}"]
+
+    def ssh_command(self, node: str = CLIENT) -> List[str]:
+        """Interactive root shell on a node (`labs shell`)."""
+        argv = self.ssh_argv(node)
+        return argv[:1] + ["-t"] + argv[1:] + ["sudo -i"]
+
+    def run(self, cmd: Union[str, Sequence[str]], node: str = CLIENT,
+            timeout: float = 600.0) -> CommandResult:
+        remote = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        argv = self.ssh_argv(node) + ["sudo -n sh -c " + shlex.quote(remote)]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            return CommandResult(124, out, f"timed out after {timeout:.0f} s on {node}\n")
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def _scp(self, node: str, src: str, dst: str) -> None:
+        conf = self._ssh_target(node)
+        argv = ["scp", "-q", *SSH_OPTIONS, "-i", conf["key"], "-P", str(conf["port"]), src, dst]
+        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise UserError(f"scp {src} -> {dst} failed: {proc.stderr.strip()}")
+
+    def _remote(self, node: str, path: str) -> str:
+        conf = self._ssh_target(node)
+        return f"{conf['user']}@{conf['host']}:{path}"
+
+    def put(self, local: Path, remote: str, node: str = CLIENT) -> None:
+        """scp as the box user into /tmp, then move into place as root."""
+        if not Path(local).is_file():
+            raise UserError(f"no such file: {local}")
+        staging = f"/tmp/.probekit-put-{os.getpid()}-{time.monotonic_ns()}"
+        self._scp(node, str(local), self._remote(node, staging))
+        res = self.run(f"mkdir -p \"$(dirname {shlex.quote(remote)})\" && "
+                       f"mv -f {staging} {shlex.quote(remote)} && chown root:root {shlex.quote(remote)}",
+                       node=node, timeout=120)
+        if res.exit_code != 0:
+            raise UserError(f"put {remote} on {node} failed: {res.stderr.strip()}")
+
+    def get(self, remote: str, local: Path, node: str = CLIENT) -> None:
+        """Copy as root to a box-user-readable file in /tmp, then scp it out."""
+        staging = f"/tmp/.probekit-get-{os.getpid()}-{time.monotonic_ns()}"
+        conf = self._ssh_target(node)
+        res = self.run(f"cp {shlex.quote(remote)} {staging} && chown {conf['user']} {staging}",
+                       node=node, timeout=120)
+        if res.exit_code != 0:
+            raise UserError(f"get {remote} from {node} failed: {res.stderr.strip()}")
+        Path(local).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._scp(node, self._remote(node, staging), str(local))
+        finally:
+            self.run(f"rm -f {staging}", node=node, timeout=60)
+
+    def down(self) -> None:
+        """`vagrant destroy -f`, then make sure no domain, volume or process of ours is left."""
+        from labs.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
+
+        if self.state_file.exists() and self.state.get("box"):
+            ensure_daemons()
+            self.progress("[vagrant] destroy -f")
+            try:
+                self.vagrant().destroy()
+            except subprocess.CalledProcessError as exc:
+                self.progress(f"[vagrant] destroy exited {exc.returncode}; removing leftovers directly")
+        leftovers = remove_leftovers(domain_prefix(self.name))
+        if leftovers:
+            self.progress("[vagrant] removed leftovers: " + ", ".join(leftovers))
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.state = {}
+        if not lab_domains(DOMAIN_PREFIX):
+            stop_daemons_started_by_us()
+
+    def status(self) -> Dict[str, str]:
+        words = {"running": "running", "shutoff": "stopped", "paused": "stopped",
+                 "not_created": "absent"}
+        if not self.state.get("box"):
+            return {SERVER: "absent", CLIENT: "absent"}
+        from labs.libvirt_daemons import LIBVIRTD, socket_answers
+        if not socket_answers(LIBVIRTD.sock):
+            return {SERVER: "absent", CLIENT: "absent"}
+        states = {s.name: words.get(s.state, s.state) for s in self.vagrant().status()}
+        return {node: states.get(self.machine(node), "absent") for node in (SERVER, CLIENT)}
+
+    def console_logs(self) -> Dict[str, Path]:
+        """Per machine, the serial console log libvirt writes (for failure reports)."""
+        console_dir = Path(str(self.state.get("console_dir") or self.logs))
+        return {name: console_dir / f"{name}.log" for name in self.machines()}
+
+
+def _virsh(*args: str) -> List[str]:
+    proc = subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True)
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+
+
+def lab_domains(prefix: str) -> List[str]:
+    return [d for d in _virsh("list", "--all", "--name") if d.startswith(prefix)]
+
+
+def lab_volumes(prefix: str) -> List[str]:
+    """Per-machine volumes of ours (the box's base volume is a cache and stays)."""
+    names = [row.split()[0] for row in _virsh("vol-list", "default")[2:]]  # under a 2-line header
+    return [v for v in names if v.startswith(prefix) and "_vagrant_box_image_" not in v]
+
+
+def remove_leftovers(prefix: str) -> List[str]:
+    """Destroy/undefine lab domains and delete their volumes that a failed run left."""
+    removed = []
+    for dom in lab_domains(prefix):
+        _virsh("destroy", dom)
+        _virsh("undefine", dom, "--nvram")
+        removed.append(f"domain {dom}")
+    for vol in lab_volumes(prefix):
+        _virsh("vol-delete", vol, "--pool", "default")
+        removed.append(f"volume {vol}")
+    return removed
