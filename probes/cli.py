@@ -95,18 +95,16 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
     """
     import json
 
-    from probes.compat import build_report, load_kernel, render, spec_attach_points, spec_functions
+    from probes.compat import build_report, load_kernels, render, spec_attach_points, spec_functions
     from probes.spec import load_spec
     spec_data = load_spec(spec)
     functions = spec_functions(spec_data)
     modules = sorted({p.module for p in spec_attach_points(spec_data) if p.module and p.module != "vmlinux"})
-    loaded = []
-    for arg in kernels:
-        _log(f"loading kernel {arg}")
-        kernel = load_kernel(arg, functions, modules, log=_log)
-        if any(k.label == kernel.label for _a, k in loaded):
+    loaded = load_kernels(kernels, functions, modules, log=_log)
+    labels = [k.label for _a, k in loaded]
+    for arg, kernel in loaded:
+        if labels.count(kernel.label) > 1:
             raise UserError(f"--kernel {arg}: kernel {kernel.label} given twice")
-        loaded.append((arg, kernel))
     ref = None
     wanted = reference or spec_data.get("kernel")
     if wanted:

@@ -160,13 +160,24 @@ class Cell(NamedTuple):
         return {"status": self.status, "module": self.module, "notes": self.notes, "prototype": self.prototype}
 
 
+def filter_entries(profile: KernelProfile, names: Set[str]) -> Dict[str, List[Optional[str]]]:
+    """name -> module of each available_filter_functions line with that name (duplicates kept)."""
+    out: Dict[str, List[Optional[str]]] = {}
+    for name, module in profile.data.get("filter_functions") or []:
+        if name in names:
+            out.setdefault(name, []).append(module)
+    return out
+
+
 def function_cell(kernel: Kernel, name: str, reference: Optional[Kernel], seen_elsewhere: bool,
-                  point: Optional[AttachPoint] = None) -> Cell:
+                  point: Optional[AttachPoint] = None,
+                  entries: Optional[List[Optional[str]]] = None) -> Cell:
     prof = kernel.profile
     notes: List[str] = []
     func = prof.btf_function(name)
     proto = func.get("prototype") if func else None
-    entries = [m for n, m in (prof.data.get("filter_functions") or []) if n == name] if prof.traceable(name) else []
+    if entries is None:
+        entries = filter_entries(prof, {name}).get(name, [])
     if not entries:
         clones = prof.clones(name)
         if clones:
@@ -323,11 +334,14 @@ def build_report(spec: Dict[str, Any], kernels: Sequence[Kernel], reference: Opt
         return _event(kernel.profile, point.name)[1] is not None
 
     cells: Dict[str, Dict[str, Cell]] = {k.label: {} for k in kernels}
+    names = {p.name for p in points if p.kind == "function"}
+    entries = {k.label: filter_entries(k.profile, names) for k in kernels}
     for point in points:
         for kernel in kernels:
             elsewhere = any(exists(other, point) for other in kernels if other is not kernel)
             if point.kind == "function":
-                cell = function_cell(kernel, point.name, reference, elsewhere, point)
+                cell = function_cell(kernel, point.name, reference, elsewhere, point,
+                                     entries[kernel.label].get(point.name, []))
             else:
                 cell = tracepoint_cell(kernel, point.name, reference, elsewhere, point)
             cells[kernel.label][point.name] = cell
@@ -563,6 +577,48 @@ def short_label(release: str) -> str:
     return release[:-len("-amd64")] if release.endswith("-amd64") else release
 
 
+def _analyse(paths: List[Path], functions: List[str]) -> None:
+    """Worker: fill the profile cache for one kernel's packages (runs in a child process)."""
+    from probes.kernelpkg import cached_profile_from_package
+    cached_profile_from_package(paths, functions, [])
+
+
+def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str], log=None) -> List[Tuple[str, Kernel]]:
+    """load_kernel for each --kernel value; packages not yet profiled are analysed in parallel.
+
+    Analysing one package is CPU-bound (decompressing ~400 MB of modules), so several
+    kernels go to a process pool of one worker per core before being loaded in order.
+    """
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from probes.fetch import fetch_kernel
+    resolved = []
+    for arg in args:
+        if arg != "live" and not Path(arg).exists() and re.match(r"^\d+\.\d+", arg):
+            resolved.append(str(fetch_kernel(arg, log=log)))
+        else:
+            resolved.append(arg)
+    packages = [r for r in resolved if r != "live" and (Path(r).is_dir() or (Path(r).is_file() and _is_deb(Path(r))))]
+    if len(packages) > 1:
+        workers = min(len(packages), os.cpu_count() or 1)
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_analyse, [Path(p)], sorted(functions)) for p in packages]
+            for future in futures:
+                future.result()  # re-raises a worker's UserError here, as one line
+    out = []
+    for arg, res in zip(args, resolved):
+        if log:
+            log(f"loading kernel {arg}")
+        out.append((arg, load_kernel(res, functions, modules, log=log)))
+    return out
+
+
+def _is_deb(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(8) == b"!<arch>\n"
+
+
 def load_kernel(arg: str, functions: Set[str], modules: Sequence[str], log=None) -> Kernel:
     """A Kernel from what --kernel names: live, a profile JSON, a .deb/directory, or a version."""
     from discover.profile import load_profile
@@ -575,7 +631,7 @@ def load_kernel(arg: str, functions: Set[str], modules: Sequence[str], log=None)
         prof = KernelProfile(data, origin="live")
         return Kernel(prof.release, prof)
     path = Path(arg)
-    if path.suffix == ".json" or (path.is_file() and path.read_bytes()[:1] == b"{"):
+    if path.is_file() and not _is_deb(path):  # a profile JSON (maybe gzipped); else one-line error
         prof = load_profile(path)
         return Kernel(prof.release, prof)
     if path.exists():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import fnmatch
 import gzip
 import hashlib
 import io
@@ -461,12 +462,19 @@ def _collect(paths: Sequence[Path]) -> _Collected:
     return got
 
 
+#: what a cached package profile records prototypes of, so that most specs need no re-analysis:
+#: every function of the filesystem and RPC modules, and the VFS/page-cache entry points
+DEFAULT_BTF_MODULE_DIRS = ("/kernel/fs/", "/kernel/net/sunrpc/")
+
+
 def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
-                         btf_modules: Iterable[str] = ()) -> Dict[str, Any]:
+                         btf_modules: Iterable[str] = (), btf_module_dirs: Sequence[str] = (),
+                         vmlinux_globs: Sequence[str] = ()) -> Dict[str, Any]:
     """A kernel profile (dict) from one kernel's packages.
 
     `btf_functions`: names whose BTF prototypes to record (wherever they live);
-    `btf_modules`: modules all of whose BTF functions to record.
+    `btf_modules`: modules all of whose BTF functions to record, also every module whose
+    path contains one of `btf_module_dirs`; `vmlinux_globs`: vmlinux functions to record.
     """
     origin = ", ".join(p.name for p in paths)
     got = _collect(paths)
@@ -513,7 +521,7 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
     if vmlinux_btf is not None:
         for fname in vmlinux_btf.function_names():
             filter_functions.append([fname, None])
-            if fname in wanted_funcs:
+            if fname in wanted_funcs or any(fnmatch.fnmatchcase(fname, g) for g in vmlinux_globs):
                 func = vmlinux_btf.function(fname)
                 if func is not None:
                     btf_funcs[fname] = _btf_record(func, None)
@@ -521,7 +529,8 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
 
     events: Dict[str, Dict[str, Dict[str, Any]]] = {}
     module_files: Dict[str, Dict[str, Any]] = {}
-    wanted_modules = set(btf_modules)
+    wanted_modules = set(btf_modules) | {m.name for m in got.modules
+                                         if any(d in "/" + m.path for d in btf_module_dirs)}
     no_btf, no_mcount = [], []
     btf_read = ["vmlinux"] if vmlinux_btf is not None else []
     for mod in got.modules:
@@ -530,12 +539,13 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
         if not mod.traceability_known:
             no_mcount.append(mod.name)
         for fname, is_global, traceable in mod.functions:
-            if traceable or not mod.traceability_known:
+            listed = traceable or not mod.traceability_known
+            if listed:
                 filter_functions.append([fname, mod.name])
-            elif fname not in symbols:
-                symbols.setdefault(fname, "notrace")
             if fname in wanted_funcs or mod.name in wanted_modules:
-                symbols[fname] = "T" if is_global else "t"
+                # "notrace": in the symbol table without an ftrace call site (compat reports it)
+                if listed or fname not in symbols:
+                    symbols[fname] = ("T" if is_global else "t") if listed else "notrace"
         mod_btf: Optional[Btf] = None
         needs_btf = mod.events or mod.name in wanted_modules or (names_here & wanted_funcs)
         if mod.btf is None:
@@ -594,32 +604,63 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
 
 # --------------------------------------------------------------------------- cache
 
-def _cache_key(paths: Sequence[Path], btf_functions: Iterable[str], btf_modules: Iterable[str]) -> str:
+def _cache_key(paths: Sequence[Path]) -> str:
     h = hashlib.sha256()
     for path in paths:
-        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        if path.is_dir():
+            files = sorted(path.glob("*.deb")) or sorted(f for f in path.rglob("*") if f.is_file())
+        else:
+            files = [path]
         for f in files:
-            if f.is_file():
-                st = f.stat()
-                h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    h.update("\0".join(sorted(btf_functions)).encode() + b"\1" + "\0".join(sorted(btf_modules)).encode())
-    h.update(b"kernelpkg-1")
+            st = f.stat()
+            h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    h.update(b"kernelpkg-2")
     return h.hexdigest()[:24]
+
+
+def _lacks_prototypes(data: Dict[str, Any], functions: Iterable[str]) -> List[str]:
+    """Asked-for functions that exist in a module with BTF (or vmlinux) but have no recorded prototype."""
+    if data.get("btf") is None:
+        return []
+    recorded = data["btf"]["functions"]
+    with_btf = set(data["btf"]["modules"]) | {m for m, info in data["package"]["modules"].items() if info["btf"]}
+    where: Dict[str, Optional[str]] = {}
+    wanted = set(functions)
+    for name, module in data["filter_functions"]:
+        if name in wanted:
+            where.setdefault(name, module)
+    return [f for f, m in where.items() if f not in recorded and (m is None or m in with_btf)]
 
 
 def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
                                 btf_modules: Iterable[str] = (), cache_dir: Optional[Path] = None) -> Dict[str, Any]:
-    """profile_from_package, memoised on disk by file identity (path, size, mtime) and request."""
+    """profile_from_package, memoised on disk by file identity (path, size, mtime).
+
+    The cached profile holds the prototypes of every filesystem/sunrpc module function and
+    of the VFS entry points (DEFAULT_BTF_MODULE_DIRS, discover.snapshot's vmlinux globs),
+    so another spec rarely needs a new analysis; when it asks for others, the package is
+    analysed again with them added and the cache entry replaced.
+    """
+    from discover.snapshot import DEFAULT_VMLINUX_GLOBS
     from probes.fetch import cache_root
-    funcs, mods = sorted(set(btf_functions)), sorted(set(btf_modules))
-    cache_dir = cache_dir or cache_root() / "profiles"
-    target = cache_dir / f"{_cache_key(paths, funcs, mods)}.json"
+    cache_dir = cache_dir or Path(os.environ.get("PROBEKIT_PROFILE_CACHE", cache_root() / "profiles"))
+    target = cache_dir / f"{_cache_key(paths)}.json"
+    funcs, mods = set(btf_functions), set(btf_modules)
+    data: Optional[Dict[str, Any]] = None
     if target.is_file():
         try:
-            return check_profile(json.loads(target.read_text()), str(target))
+            data = check_profile(json.loads(target.read_text()), str(target))
         except (ValueError, UserError):
             target.unlink()
-    data = profile_from_package(paths, funcs, mods)
+            data = None
+    if data is not None:
+        have_mods = set((data.get("btf") or {}).get("modules") or [])
+        shipped_btf = {m for m, info in data["package"]["modules"].items() if info["btf"]}
+        if not _lacks_prototypes(data, funcs) and not (mods & shipped_btf) - have_mods:
+            return data
+        funcs |= set((data.get("btf") or {}).get("functions") or {})
+        mods |= have_mods - {"vmlinux"}
+    data = profile_from_package(paths, sorted(funcs), sorted(mods), DEFAULT_BTF_MODULE_DIRS, DEFAULT_VMLINUX_GLOBS)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
