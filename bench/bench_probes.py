@@ -23,8 +23,9 @@ from typing import Any, Dict, List, Optional
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOUNTS = ("/mnt/nfs3", "/mnt/nfs42")
-OURS = [sys.executable, "-m", "probes.commands", "nfsslower"]
-BCC = ["/usr/sbin/nfsslower-bpfcc"]
+#: both unbuffered (-u): bcc's tool prints to a file block-buffered otherwise
+OURS = [sys.executable, "-u", "-m", "probes.commands", "nfsslower"]
+BCC = [sys.executable, "-u", "/usr/sbin/nfsslower-bpfcc"]
 
 
 def workload(rounds: int) -> int:

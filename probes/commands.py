@@ -41,6 +41,19 @@ def _name(event: Dict[str, Any]) -> str:
     return f"[ino {event['fileid']}]" if event["fileid"] else "?"
 
 
+#: bcc nfsslower's column header and CSV header, unchanged
+SLOWER_HEADER = "%-8s %-14s %-6s %1s %-7s %-8s %7s %s" % ("TIME", "COMM", "PID", "T", "BYTES", "OFF_KB",
+                                                         "LAT(ms)", "FILENAME")
+CSV_HEADER = "ENDTIME_us,TASK,PID,TYPE,BYTES,OFFSET_b,LATENCY_us,FILE"
+
+
+def slower_row(clock: str, comm: str, pid: int, letter: str, nbytes: int, offset: int, lat_ns: int,
+               name: str) -> str:
+    """One nfsslower line in bcc's layout (offset in KiB, latency in ms with 2 decimals)."""
+    return "%-8s %-14.14s %-6s %1s %-7s %-8d %7.2f %s" % (clock, comm, pid, letter, nbytes, offset // 1024,
+                                                         lat_ns / 1e6, name)
+
+
 SLOWER_EXAMPLES = f"""
 \b
 {COMMIT_NOTE}
@@ -83,19 +96,17 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, ops_
                                                event["bytes"], event["offset"], event["lat_ns"] // 1000,
                                                _name(event)), flush=True)
         else:
-            print("%-8s %-14.14s %-6s %1s %-7s %-8d %7.2f %s" % (
-                time.strftime("%H:%M:%S"), event["comm"], event["pid"], letter, event["bytes"],
-                event["offset"] // 1024, event["lat_ns"] / 1e6, _name(event)), flush=True)
+            print(slower_row(time.strftime("%H:%M:%S"), event["comm"], event["pid"], letter, event["bytes"],
+                             event["offset"], event["lat_ns"], _name(event)), flush=True)
 
     with session:
         session.on_events(show)
         if as_csv:
-            print("ENDTIME_us,TASK,PID,TYPE,BYTES,OFFSET_b,LATENCY_us,FILE", flush=True)
+            print(CSV_HEADER, flush=True)
         elif not as_json:
             print("Tracing NFS operations... Ctrl-C to quit" if min_ms == 0 else
                   f"Tracing NFS operations that are slower than {min_ms} ms... Ctrl-C to quit")
-            print("%-8s %-14s %-6s %1s %-7s %-8s %7s %s" % ("TIME", "COMM", "PID", "T", "BYTES", "OFF_KB",
-                                                            "LAT(ms)", "FILENAME"), flush=True)
+            print(SLOWER_HEADER, flush=True)
         else:
             print(json.dumps({"tracing": session.probe.ops, "min_ms": min_ms}), flush=True)
         session.poll_until_stopped()
@@ -131,7 +142,7 @@ def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str) -> 
 @click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False)
 @click.argument("count", type=click.IntRange(min=1), default=99999999, required=False)
-@click.option("-T", "--notimestamp", "timestamp", is_flag=True, help="Include a timestamp on each output.")
+@click.option("-T", "--timestamp", "timestamp", is_flag=True, help="Include a timestamp on each output.")
 @click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds.")
 @click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")

@@ -20,7 +20,9 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file
 MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
 
 #: the known workload: N reads of 64 KiB, M writes of 1 MiB (more than wsize, so the
-#: flush is UNSTABLE and the kernel issues COMMIT by itself), K stats, opens, fsyncs
+#: flush is UNSTABLE and the kernel issues COMMIT by itself), K stats, 4 opens (first
+#: lookup, cached dentry, 2 creates), 2 fsyncs, and one O_SYNC 4 KiB write whose fsync
+#: runs nested inside the write
 N_READS, READ_SIZE = 4, 65536
 M_WRITES, WRITE_SIZE = 8, 1 << 20
 K_STATS = 5
@@ -80,6 +82,16 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     for i in range(N_READS):
         issued["read_bytes"] += len(os.pread(fd, READ_SIZE, i * READ_SIZE))
         issued["read"] += 1
+    os.close(fd)
+    fd = os.open(src, os.O_RDONLY)                               # open of a cached dentry
+    issued["open"] += 1
+    os.close(fd)
+    # an O_SYNC write: the fsync runs nested inside the write, on the same thread
+    fd = os.open(os.path.join(work, "sync.bin"), os.O_WRONLY | os.O_CREAT | os.O_SYNC, 0o644)
+    issued["open"] += 1
+    issued["write_bytes"] += os.write(fd, b"s" * 4096)
+    issued["write"] += 1
+    issued["fsync"] += 1
     os.close(fd)
     big = os.path.join(work, f"write-{time.monotonic_ns()}.bin")
     fd = os.open(big, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # open that creates
