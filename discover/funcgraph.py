@@ -45,7 +45,7 @@ _DUR = r"(?P<mark>[ +!#*@$]) (?P<dur>\d+(?:\.\d+)?) us +\|  "
 _FILL = r"(?P<fill> {14}\|  )"
 # Columns the kernel prints before the function column, each optional, in order
 # (trace_functions_graph.c: abs time, rel time, cpu, proc, latency flags, duration).
-_KERNEL_LINE = re.compile(
+_KERNEL_HEAD_SRC = (
     r"(?:(?P<abs> *\d+\.\d+) \|  )?"
     r"(?:(?P<rel> *\d+) us \|  )?"
     r"(?P<tend>)"
@@ -53,13 +53,14 @@ _KERNEL_LINE = re.compile(
     r"(?: *(?P<comm>[^|\s][^|]*?)-(?P<pid>\d+) * \| )?"
     r"(?: (?P<lat>[^\s|]{3,8}) \| )?"
     r"(?:" + _DUR + "|" + _FILL + r")?"
-    r"(?P<indent> *)(?P<body>.*?)[\r\n]*$",
-    re.S,
 )
+# The body part always matches, so the columns split exactly as _KERNEL_HEAD splits them.
+_KERNEL_LINE = re.compile(_KERNEL_HEAD_SRC + r"(?P<indent> *)(?P<body>[^\r\n]*)", re.S)
+_KERNEL_HEAD = re.compile(_KERNEL_HEAD_SRC, re.S)
 # trace-cmd report (and the plain `trace` format of non-graph events).
 _TRACECMD_LINE = re.compile(
     r"\s*(?P<comm>[^|]+?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
-    r"(?:(?P<lat>[^\s:]+)\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>[\w.:-]+?):\s?(?P<rest>.*?)[\r\n]*$",
+    r"(?:(?P<lat>[^\s:]+)\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>[\w.:-]+?):\s?(?P<rest>[^\r\n]*)",
     re.S,
 )
 _TRACECMD_GRAPH = re.compile(
@@ -101,35 +102,51 @@ IRQ_ENTRY = re.compile(
 
 
 class Line:
-    """One parsed line (only the fields its kind uses are set)."""
+    """One parsed line (only the fields its kind uses are set; the rest keep the
+    class defaults, which keeps the general path cheap)."""
 
-    __slots__ = ("kind", "cpu", "pid", "comm", "ts", "dur", "depth", "name", "module", "tail",
-                 "retval", "text", "count", "cacheable", "tend", "body_at", "dialect", "timed")
+    cpu: Optional[int] = None
+    pid: Optional[int] = None
+    comm: Optional[str] = None
+    ts: Optional[float] = None
+    dur: Optional[float] = None
+    depth = 0
+    name: Optional[str] = None
+    module: Optional[str] = None
+    tail: Optional[str] = None
+    retval: Optional[str] = None
+    text: Optional[str] = None
+    count = 0
+    cacheable = False
+    tend = 0
+    body_at = -1
+    dialect = "kernel"
+    timed = False
+    FIELDS = ("kind", "cpu", "pid", "comm", "ts", "dur", "depth", "name", "module", "tail",
+              "retval", "text", "count", "cacheable", "tend", "body_at", "dialect", "timed")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.cpu: Optional[int] = None
-        self.pid: Optional[int] = None
-        self.comm: Optional[str] = None
-        self.ts: Optional[float] = None
-        self.dur: Optional[float] = None
-        self.depth = 0
-        self.name: Optional[str] = None
-        self.module: Optional[str] = None
-        self.tail: Optional[str] = None
-        self.retval: Optional[str] = None
-        self.text: Optional[str] = None
-        self.count = 0
-        self.cacheable = False
-        self.tend = 0
-        self.body_at = -1
-        self.dialect = "kernel"
-        self.timed = False
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.FIELDS
                            if getattr(self, k) not in (None, 0, False, -1, "kernel"))
         return f"Line({fields})"
+
+
+_IRQ_NAMES: Dict[str, bool] = {}
+
+
+def is_irq_entry(name: Optional[str]) -> bool:
+    """Is this a hard-interrupt entry point (see IRQ_ENTRY)? Memoised: asked per call line."""
+    if name is None:
+        return False
+    known = _IRQ_NAMES.get(name)
+    if known is None:
+        known = IRQ_ENTRY.match(name) is not None
+        if len(_IRQ_NAMES) < 100000:
+            _IRQ_NAMES[name] = known
+    return known
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -142,20 +159,20 @@ def _parse_body(rec: Line, indent: str, body: str) -> Line:
         rec.kind = MALFORMED
         return rec
     rec.depth = len(indent) // 2
-    if body.startswith("}"):
+    first = body[:1]
+    if first == "}":
         m = _EXIT.match(body)
         if m is None:
             rec.kind = MALFORMED
             return rec
         rec.kind = EXIT
-        rec.tail = m.group("name")
-        rec.module = m.group("mod")
-        note = (m.group("note") or "") + m.group("trail")
-        r = _RETVAL.search(note)
-        rec.retval = r.group("ret") if r else None
-        rec.cacheable = r is None
+        rec.tail, rec.module, note, trail = m.group("name", "mod", "note", "trail")
+        if "ret=" in trail or (note and "ret=" in note):
+            r = _RETVAL.search((note or "") + trail)
+            rec.retval = r.group("ret") if r else None
+        rec.cacheable = rec.retval is None
         return rec
-    if body.startswith("/*"):
+    if first == "/" and body.startswith("/*"):
         m = _COMMENT.match(body)
         if m is None:
             rec.kind = MALFORMED
@@ -167,13 +184,12 @@ def _parse_body(rec: Line, indent: str, body: str) -> Line:
     if m is None:
         rec.kind = MALFORMED
         return rec
-    rec.kind = LEAF if m.group("kind") == ";" else ENTRY
-    rec.name = m.group("name")
-    rec.module = m.group("mod")
-    trail = m.group("trail")
-    r = _RETVAL.search(trail)
-    rec.retval = r.group("ret") if r else None
-    rec.cacheable = not m.group("args") and r is None
+    rec.name, rec.module, kind, args, trail = m.group("name", "mod", "kind", "args", "trail")
+    rec.kind = LEAF if kind == ";" else ENTRY
+    if "ret=" in trail:
+        r = _RETVAL.search(trail)
+        rec.retval = r.group("ret") if r else None
+    rec.cacheable = not args and rec.retval is None
     return rec
 
 
@@ -188,6 +204,9 @@ def parse_line(line: str) -> Line:
         if m:
             rec.cpu = int(m.group("cpu"))
         return rec
+    m = _KERNEL_LINE.match(line)
+    if m is not None and (m.group("dur") is not None or m.group("fill") is not None):
+        return _kernel_call_line(m)  # the usual case: a duration column, then the function
     m = _LOST.match(stripped)
     if m:
         rec = Line(LOST)
@@ -224,28 +243,31 @@ def parse_line(line: str) -> Line:
     m = _KERNEL_LINE.match(line)
     if m is None:
         return Line(MALFORMED)
+    return _kernel_call_line(m)
+
+
+def _kernel_call_line(m: "re.Match[str]") -> Line:
     rec = Line(MALFORMED)
-    rec.cpu = _int(m.group("cpu"))
-    rec.pid = _int(m.group("pid"))
-    rec.comm = m.group("comm")
-    ts = m.group("abs")
+    cpu, pid, comm, ts, rel, dur, fill, indent, body = m.group(
+        "cpu", "pid", "comm", "abs", "rel", "dur", "fill", "indent", "body")
+    if cpu is not None:
+        rec.cpu = int(cpu)
+    if pid is not None:
+        rec.pid = int(pid)
+        rec.comm = comm
     if ts is not None:
         rec.ts = float(ts)
-    elif m.group("rel") is not None:
-        rec.ts = int(m.group("rel")) / 1e6
-    dur = m.group("dur")
+    elif rel is not None:
+        rec.ts = int(rel) / 1e6
     if dur is not None:
         rec.dur = float(dur)
         rec.timed = True
-    elif m.group("fill") is not None:
-        rec.dur = 0.0
-        rec.timed = True
     else:
         rec.dur = 0.0
+        rec.timed = fill is not None
     rec.tend = m.end("tend")
     rec.body_at = m.start("indent")
-    _parse_body(rec, m.group("indent"), m.group("body"))
-    return rec
+    return _parse_body(rec, indent, body)
 
 
 def _parse_tracecmd(m: "re.Match[str]") -> Line:
@@ -287,7 +309,7 @@ class CallNode:
 
     __slots__ = ("name", "module", "irq", "placeholder", "calls", "total", "ctotal", "max",
                  "cut_start", "cut_end", "children", "irqs", "events",
-                 "leaves", "entries", "exitkey", "durs", "add")
+                 "leaves", "entries", "exitkey", "durs", "add", "smaps")
 
     def __init__(self, name: str, module: Optional[str] = None, irq: bool = False) -> None:
         self.name = name
@@ -309,6 +331,17 @@ class CallNode:
         self.exitkey: Optional[str] = None
         self.durs: List[float] = []
         self.add = self.durs.append
+        # The same memory for lines inside an off-by-one interrupt region (see _Task),
+        # per shift: [leaves, entries, exitkey].
+        self.smaps: Optional[Dict[int, list]] = None
+
+    def shifted_maps(self, shift: int) -> list:
+        if self.smaps is None:
+            self.smaps = {}
+        maps = self.smaps.get(shift)
+        if maps is None:
+            maps = self.smaps[shift] = [{}, {}, None]
+        return maps
 
     @property
     def self_time(self) -> float:
@@ -453,7 +486,6 @@ class FuncgraphParser:
         self.irq_shifts = 0
         self.cut_start = 0
         self.cut_end = 0
-        self.dialects: Dict[str, int] = {}
         self.timed = True
         self.saw_pids = False
         self._nodes: List[CallNode] = [self.root]
@@ -483,45 +515,56 @@ class FuncgraphParser:
 
     def _run(self, chunk: List[str]) -> None:
         slow = self._slow
-        fast = self.fast
         lane = self._lane
         task = self._task
-        pfx = lane.prefixes if (lane is not None and lane.body_at >= 0) else _NO_MATCH
+        pfx = lane.prefixes if (lane is not None and lane.body_at >= 0 and self.fast) else _NO_MATCH
         tend = lane.tend if lane is not None else 0
         bat = lane.body_at if lane is not None else 0
         if task is not None:
             cur, ctime, stack = task.cur, task.ctime, task.stack
         else:
             cur, ctime, stack = self.root, 0.0, []
-        lm, em, xk = cur.leaves, cur.entries, cur.exitkey
-        if lane is None or lane.irq_pending or (task is not None and task.shift):
+        sh = task.shift if task is not None else 0
+        if sh:
+            lm, em, xk = cur.shifted_maps(sh)
+        else:
+            lm, em, xk = cur.leaves, cur.entries, cur.exitkey
+        if lane is None or lane.irq_pending:
             lm = em = _NO_MATCH
             xk = None
         base = self.lines
         pos = 0
+        learn = self._learn_prefix
         for line in chunk:
-            if fast:
-                dur = pfx.get(line[tend:bat])
-                if dur is not None and (not tend or _time_ok(line, tend)):
-                    body = line[bat:]
-                    if body == xk:
-                        cur.add(dur)
-                        cur.ctotal += ctime
-                        cur, ctime = stack.pop()
-                        ctime += dur
+            dur = pfx.get(line[tend:bat])
+            if dur is None and pfx is not _NO_MATCH:
+                dur = learn(line)
+            if dur is not None and (not tend or _time_ok(line, tend)):
+                body = line[bat:]
+                add = lm.get(body)
+                if add is not None:  # leaf: the commonest line
+                    add(dur)
+                    ctime += dur
+                    continue
+                if body == xk:  # the current call's exit
+                    cur.add(dur)
+                    cur.ctotal += ctime
+                    cur, ctime = stack.pop()
+                    ctime += dur
+                    if sh:
+                        lm, em, xk = cur.shifted_maps(sh)
+                    else:
                         lm, em, xk = cur.leaves, cur.entries, cur.exitkey
-                        continue
-                    add = lm.get(body)
-                    if add is not None:
-                        add(dur)
-                        ctime += dur
-                        continue
-                    node = em.get(body)
-                    if node is not None:
-                        stack.append((cur, ctime))
-                        cur, ctime = node, 0.0
+                    continue
+                node = em.get(body)
+                if node is not None:  # entry of a call with callees
+                    stack.append((cur, ctime))
+                    cur, ctime = node, 0.0
+                    if sh:
+                        lm, em, xk = node.shifted_maps(sh)
+                    else:
                         lm, em, xk = node.leaves, node.entries, node.exitkey
-                        continue
+                    continue
             # General path: save the task's state, parse the line fully, reload.
             if task is not None:
                 task.cur, task.ctime = cur, ctime
@@ -531,18 +574,41 @@ class FuncgraphParser:
             task = self._task
             if task is not None:
                 cur, ctime, stack = task.cur, task.ctime, task.stack
-            if lane is None or lane.body_at < 0:
+            if lane is None or lane.body_at < 0 or not self.fast:
                 pfx = _NO_MATCH
                 tend = bat = 0
             else:
                 pfx, tend, bat = lane.prefixes, lane.tend, lane.body_at
-            if task is None or lane is None or lane.irq_pending or task.shift:
+            sh = task.shift if task is not None else 0
+            if task is None or lane is None or lane.irq_pending:
                 lm = em = _NO_MATCH
                 xk = None
+            elif sh:
+                lm, em, xk = cur.shifted_maps(sh)
             else:
                 lm, em, xk = cur.leaves, cur.entries, cur.exitkey
         if task is not None:
             task.cur, task.ctime = cur, ctime
+
+    def _learn_prefix(self, line: str) -> Optional[float]:
+        """A prefix not seen yet (usually a new duration value) in the current lane's exact
+        layout: remember its duration so the body can still take the fast path."""
+        lane = self._lane
+        m = _KERNEL_HEAD.match(line)
+        if m is None or lane is None or m.end() != lane.body_at or m.end("tend") != lane.tend:
+            return None
+        dur = m.group("dur")
+        if dur is None and m.group("fill") is None:
+            return None
+        cpu, pid = m.group("cpu"), m.group("pid")
+        if (int(cpu) if cpu is not None else None) != lane.cpu or \
+                (int(pid) if pid is not None else None) != lane.pid:
+            return None
+        prefixes = lane.prefixes
+        if len(prefixes) >= _PREFIX_CACHE_MAX:
+            prefixes.clear()
+        value = prefixes[line[lane.tend:lane.body_at]] = float(dur) if dur is not None else 0.0
+        return value
 
     def _flush(self) -> None:
         for node in self._nodes:
@@ -557,8 +623,6 @@ class FuncgraphParser:
             rec = Line(MALFORMED)
         kind = rec.kind
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
-        if rec.kind in CALL_KINDS or kind in (COMMENT, EVENT):
-            self.dialects[rec.dialect] = self.dialects.get(rec.dialect, 0) + 1
         if kind in CALL_KINDS:
             self._call(rec, line)
         elif kind is COMMENT or kind is EVENT:
@@ -672,10 +736,14 @@ class FuncgraphParser:
         return best
 
     def _irq_start(self, rec: Line, lane: _Lane) -> bool:
-        return rec.kind is not EXIT and (lane.irq_pending or IRQ_ENTRY.match(rec.name or "") is not None)
+        return rec.kind is not EXIT and (lane.irq_pending or is_irq_entry(rec.name))
 
-    def _shifted(self, task: _Task, rec: Line, lane: _Lane) -> None:
-        """Apply or end an off-by-one interrupt region (see _Task), or start one."""
+    def _shifted(self, task: _Task, rec: Line, lane: _Lane) -> bool:
+        """Apply or end an off-by-one interrupt region (see _Task), or start one (True).
+
+        Whether a line is inside a region depends only on its text and the node it
+        follows, so region lines are remembered per node and shift (shifted_maps); the
+        line that starts a region is never remembered."""
         if task.shift:
             d = rec.depth
             base = task.irq_base
@@ -683,7 +751,7 @@ class FuncgraphParser:
                 len(task.stack) > task.irq_height if rec.kind is EXIT else self._irq_start(rec, lane)))
             if inside:
                 rec.depth = d + task.shift
-                return
+                return False
             task.shift = 0
         if self._irq_start(rec, lane) and not self._fits(task, rec) and not task.cur.irq:
             shift = len(task.stack) - rec.depth
@@ -691,15 +759,17 @@ class FuncgraphParser:
                 task.shift, task.irq_base, task.irq_height = shift, rec.depth, len(task.stack)
                 rec.depth += shift
                 self.irq_shifts += 1
+                return True
+        return False
 
     def _call(self, rec: Line, line: str) -> None:
         if not rec.timed:
             self.timed = False
         lane = self._lane_for(rec)
         task = self._task_for(rec, lane)
-        self._shifted(task, rec, lane)
-        if rec.pid is None and not self._fits(task, rec):
-            other = self._migrated(rec, task)
+        started = self._shifted(task, rec, lane)
+        if not self._fits(task, rec):
+            other = self._migrated(rec, task) if rec.pid is None else None
             if other is not None:
                 self.migrations += 1
                 for cpu, bound in list(self._cpu_task.items()):
@@ -708,14 +778,14 @@ class FuncgraphParser:
                 if not task.stack and task in self._anon:
                     self._anon.remove(task)
                 self._cpu_task[rec.cpu] = task = other
-        if not self._fits(task, rec):
-            self.resyncs += 1
-            self._resync(task, rec)
+            else:
+                self.resyncs += 1
+                self._resync(task, rec)
         self._tick += 1
         task.seen = self._tick
         lane.task = task
         self._lane, self._task = lane, task
-        cacheable = rec.cacheable and rec.dialect == "kernel" and not lane.irq_pending and not task.shift
+        cacheable = rec.cacheable and rec.dialect == "kernel" and not lane.irq_pending and not started
         if cacheable:
             if lane.body_at != rec.body_at or lane.tend != rec.tend:
                 lane.prefixes.clear()
@@ -725,6 +795,7 @@ class FuncgraphParser:
             lane.prefixes[line[rec.tend:rec.body_at]] = rec.dur
         body = line[rec.body_at:] if cacheable else None
         cur = task.cur
+        maps = cur.shifted_maps(task.shift) if task.shift else None
         dur = rec.dur if rec.dur is not None else 0.0
         if rec.kind is EXIT:
             node = cur
@@ -734,24 +805,27 @@ class FuncgraphParser:
                 self.cut_start += 1
             node.add(dur)
             node.ctotal += task.ctime
-            if cacheable and node.exitkey is None:
+            if cacheable and maps is not None:
+                if node is cur and maps[2] is None:
+                    maps[2] = body
+            elif cacheable and node.exitkey is None:
                 node.exitkey = body
             task.cur, task.ctime = task.stack.pop()
             task.ctime += dur
             return
-        irq = lane.irq_pending or (not cur.irq and IRQ_ENTRY.match(rec.name or "") is not None)
+        irq = lane.irq_pending or (not cur.irq and is_irq_entry(rec.name))
         lane.irq_pending = False
         node = self._child(cur, rec.name or "?", rec.module, irq)
         if rec.kind is LEAF:
             node.add(dur)
             task.ctime += dur
             if cacheable:
-                cur.leaves[body] = node.add
+                (maps[0] if maps is not None else cur.leaves)[body] = node.add
         else:
             task.stack.append((cur, task.ctime))
             task.cur, task.ctime = node, 0.0
             if cacheable:
-                cur.entries[body] = node
+                (maps[1] if maps is not None else cur.entries)[body] = node
 
     def _child(self, parent: CallNode, name: object, module: Optional[str], irq: bool) -> CallNode:
         table = parent.irqs if irq and not parent.irq else parent.children
@@ -806,7 +880,7 @@ class FuncgraphParser:
         table = parent.irqs if irq else parent.children
         existing = table.get(name)
         node.placeholder = False
-        node.leaves, node.entries, node.exitkey = {}, {}, None
+        node.leaves, node.entries, node.exitkey, node.smaps = {}, {}, None, None
         if existing is None:
             node.name, node.module = name, module
             node.irq = irq or parent.irq
@@ -893,5 +967,5 @@ def parse_lines(lines: Iterable[str], **options: object) -> CallTree:
 
 def parse_file(path: str, **options: object) -> CallTree:
     """Parse a saved trace file (undecodable bytes are replaced, never fatal)."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         return parse_lines(fh, **options)
