@@ -18,7 +18,7 @@ from discover.errors import UserError
 from discover.events import parse_format
 from discover.profile import empty_profile, parse_filter_functions
 
-TRACEFS_CANDIDATES = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
 #: vmlinux functions whose prototypes a filesystem latency probe may need (VFS entries and
 #: the generic page-cache paths below them)
@@ -29,19 +29,33 @@ DEFAULT_VMLINUX_GLOBS = (
 )
 
 
-def find_tracefs() -> Optional[Path]:
-    """tracefs root without mounting anything: $PROBEKIT_TRACEFS, then the usual mount points."""
+def _sysroot() -> Path:
+    return Path(os.environ.get("PROBEKIT_SYSROOT", "/"))
+
+
+def find_tracefs(hint: str = "") -> Path:
+    """tracefs root, never mounting it: $PROBEKIT_TRACEFS, else /sys/kernel/tracing then
+    /sys/kernel/debug/tracing (under $PROBEKIT_SYSROOT), the same search as discover.tracefs.
+    `hint` is appended to the not-found error."""
     override = os.environ.get("PROBEKIT_TRACEFS")
     if override:
         root = Path(override)
-        if not (root / "available_events").exists() and not (root / "events").is_dir():
-            raise UserError(f"PROBEKIT_TRACEFS={override} does not look like tracefs "
-                            f"(no available_events)")
-        return root
-    for root in TRACEFS_CANDIDATES:
-        if (root / "available_events").exists():
+        if (root / "available_tracers").is_file() or (root / "available_events").is_file():
             return root
-    return None
+        raise UserError(f"PROBEKIT_TRACEFS={override} is not a tracefs directory "
+                        f"(no available_tracers or available_events in it){hint}")
+    for absolute in TRACEFS_DIRS:
+        root = _sysroot() / absolute.lstrip("/")
+        if (root / "available_tracers").is_file() or (root / "available_events").is_file():
+            return root
+    raise UserError("tracefs not found at /sys/kernel/tracing or /sys/kernel/debug/tracing (snapshot "
+                    f"does not mount it: mount -t tracefs nodev /sys/kernel/tracing){hint}")
+
+
+def host_paths() -> Dict[str, Path]:
+    """/proc, /sys and /boot of the host (under $PROBEKIT_SYSROOT when set, as discover.tracefs does)."""
+    root = _sysroot()
+    return {"proc": root / "proc", "sysfs": root / "sys", "boot": root / "boot"}
 
 
 def _now() -> str:

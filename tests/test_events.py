@@ -62,21 +62,26 @@ def test_format_fields_and_arrays() -> None:
         parse_format("hello\nworld\n")
 
 
-def _discover(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PROBEKIT_TRACEFS=str(TRACEFS))
+def _discover(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run discover on a tracefs tree with the real file names (symlinks into the capture)."""
+    tree = tmp / "tracing"
+    tree.mkdir()
+    (tree / "available_events").symlink_to(TRACEFS / "available_events.nfs-nfs4-sunrpc.txt")
+    (tree / "events").symlink_to(TRACEFS / "events")
+    env = dict(os.environ, PROBEKIT_TRACEFS=str(tree))
     return subprocess.run([sys.executable, "-m", "discover", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-def test_cli_json_lists_pairs() -> None:
-    res = _discover("events", "nfs", "--json")
+def test_cli_json_lists_pairs(tmp_path: Path) -> None:
+    res = _discover(tmp_path, "events", "nfs", "--json")
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     found = {(p["start"], p["end"]) for p in report[0]["pairs"]}
     assert _expected_enter_exit() <= found
 
 
-def test_cli_unknown_subsystem_is_one_line() -> None:
-    res = _discover("events", "nfz")
+def test_cli_unknown_subsystem_is_one_line(tmp_path: Path) -> None:
+    res = _discover(tmp_path, "events", "nfz")
     assert res.returncode != 0
     assert res.stderr.count("\n") == 1 and "nfz" in res.stderr and "nfs" in res.stderr

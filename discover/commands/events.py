@@ -9,7 +9,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from discover.errors import UserError
 from discover.events import describe_systems, read_system_from_tracefs, tracefs_systems
 from discover.profile import load_profile
 from discover.snapshot import find_tracefs
@@ -28,9 +27,7 @@ def load_events(systems: Tuple[str, ...], profile_path: Optional[Path]) -> Tuple
     if profile_path is not None:
         profile = load_profile(profile_path)
         return profile.events, f"kernel profile {profile_path} ({profile.release})"
-    tracefs = find_tracefs()
-    if tracefs is None:
-        raise UserError("tracefs not found (mount it, set PROBEKIT_TRACEFS, or pass --kernel-profile)")
+    tracefs = find_tracefs(hint="; or pass --kernel-profile PROFILE.json")
     known = tracefs_systems(tracefs)
     events = {s: read_system_from_tracefs(tracefs, s) for s in systems if s in known}
     events.update({s: {} for s in known if s not in events})

@@ -8,10 +8,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from discover.errors import UserError
 from discover.profile import KernelProfile, load_profile
 from discover.propose import CallGraphs, Candidate, Proposer, build_spec, parse_ops
-from discover.snapshot import build_profile, find_tracefs
+from discover.snapshot import build_profile, find_tracefs, host_paths
 from probes.spec import OPS, dumps_spec
 
 EXAMPLES = """
@@ -69,11 +68,8 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     if profile_path is not None:
         profile = load_profile(Path(profile_path))
     else:
-        tracefs = find_tracefs()
-        if tracefs is None:
-            raise UserError("tracefs not found: run on the traced kernel as root, "
-                            "or pass --kernel-profile PROFILE.json")
-        profile = KernelProfile(build_profile(tracefs), origin="live kernel")
+        tracefs = find_tracefs(hint="; or pass --kernel-profile PROFILE.json")
+        profile = KernelProfile(build_profile(tracefs, **host_paths()), origin="live kernel")
     graphs = CallGraphs.load_dir(Path(graphs_dir)) if graphs_dir is not None else None
     proposer = Proposer(profile, fs, graphs)
     proposals = proposer.propose(ops)
