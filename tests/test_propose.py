@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +93,8 @@ def test_errors_are_user_errors(profile_data: Dict[str, Any]) -> None:
 
 
 def _propose(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "discover", "propose", *args], cwd=REPO,
+    env = dict(os.environ, COLUMNS="300")  # wide table: one candidate line per cell line
+    return subprocess.run([sys.executable, "-m", "discover", "propose", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -104,7 +106,7 @@ def test_cli_profile_drives_same_spec_twice(profile_data: Dict[str, Any], tmp_pa
         out = tmp_path / f"nfs{i}.toml"
         res = _propose("nfs", "--kernel-profile", str(prof), "-o", str(out))
         assert res.returncode == 0, res.stderr
-        assert "nfs_file_read" in res.stdout
+        assert "nfs_file_read [nfs]: in available_filter_functions" in res.stdout
         outs.append(out.read_text())
     assert outs[0] == outs[1]
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from discover.events import describe_systems, read_system_from_tracefs, tracefs_systems
@@ -50,7 +51,7 @@ def render(report: List[Dict[str, Any]], where: str) -> None:
         singles.add_column("fields", overflow="fold")
         for name in entry["singles"]:
             fields = entry["events"].get(name)
-            singles.add_row(name, "(format unreadable)" if fields is None else " ".join(fields))
+            singles.add_row(name, "(format unreadable)" if fields is None else escape(" ".join(fields)))
         console.print(singles)
 
 

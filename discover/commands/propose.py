@@ -6,6 +6,7 @@ from typing import Dict, List, Optional
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from discover.profile import KernelProfile, load_profile
@@ -39,10 +40,10 @@ def render(console: Console, proposer: Proposer, proposals: Dict[str, List[Candi
             why = [f"stability: {cand.stability}", f"coverage: {cand.coverage}",
                    f"window: {cand.window}", f"traceability: {cand.traceability}",
                    f"evidence: {cand.evidence}"] + [f"- {r}" for r in cand.reasons]
-            table.add_row(str(rank) if cand.usable else "x", f"{cand.kind}\n({cand.layer})", points,
-                          "\n".join(why))
+            table.add_row(str(rank) if cand.usable else "x", f"{cand.kind}\n({cand.layer})", escape(points),
+                          escape("\n".join(why)))
         for note in proposer.coverage_notes(op):
-            table.caption = note
+            table.caption = escape(note)
         console.print(table)
 
 
