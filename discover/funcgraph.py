@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from itertools import islice
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import AnyStr, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 # ---------------------------------------------------------------------------
 # Line kinds returned by parse_line.
@@ -500,7 +500,7 @@ class FuncgraphParser:
         self._finished = False
 
     # -- hot loop ---------------------------------------------------------
-    def feed(self, lines: Iterable[str]) -> None:
+    def feed(self, lines: Iterable[Union[str, bytes]]) -> None:
         """Parse lines in batches; never raises on any text."""
         it = iter(lines)
         while True:
@@ -590,11 +590,14 @@ class FuncgraphParser:
         if task is not None:
             task.cur, task.ctime = cur, ctime
 
-    def _learn_prefix(self, line: str) -> Optional[float]:
+    def _learn_prefix(self, line: AnyStr) -> Optional[float]:
         """A prefix not seen yet (usually a new duration value) in the current lane's exact
         layout: remember its duration so the body can still take the fast path."""
         lane = self._lane
-        m = _KERNEL_HEAD.match(line)
+        text = _text(line)
+        if len(text) != len(line):
+            return None
+        m = _KERNEL_HEAD.match(text)
         if m is None or lane is None or m.end() != lane.body_at or m.end("tend") != lane.tend:
             return None
         dur = m.group("dur")
@@ -616,11 +619,14 @@ class FuncgraphParser:
                 node.flush()
 
     # -- general path -----------------------------------------------------
-    def _slow(self, line: str, lineno: int) -> None:
+    def _slow(self, line: AnyStr, lineno: int) -> None:
+        text = _text(line)
         try:
-            rec = parse_line(line)
+            rec = parse_line(text)
         except Exception:  # a regex surprise must not stop a capture: count it
             rec = Line(MALFORMED)
+        if len(text) != len(line):  # non-ASCII bytes: column offsets differ, do not remember
+            rec.cacheable = False
         kind = rec.kind
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
         if kind in CALL_KINDS:
@@ -649,7 +655,7 @@ class FuncgraphParser:
         elif kind is MALFORMED:
             self.malformed_count += 1
             if len(self.malformed) < MAX_MALFORMED_KEPT:
-                self.malformed.append((lineno, line.rstrip("\r\n")[:200]))
+                self.malformed.append((lineno, text.rstrip("\r\n")[:200]))
 
     def _lane_for(self, rec: Line) -> _Lane:
         key: object = (rec.cpu, rec.pid) if rec.pid is not None else rec.cpu
@@ -933,9 +939,14 @@ class FuncgraphParser:
         return CallTree(self.root, self)
 
 
-def _time_ok(line: str, tend: int) -> bool:
+def _text(line: AnyStr) -> str:
+    return line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+
+
+def _time_ok(line: AnyStr, tend: int) -> bool:
     """Fast-path check of the abs/rel time columns the prefix cache skips over."""
-    return line[tend - 3:tend] == "|  " and not line[:tend - 4].strip(" 0123456789.us|")
+    text = _text(line[:tend])
+    return text[tend - 3:tend] == "|  " and not text[:tend - 4].strip(" 0123456789.us|")
 
 
 class CallTree:
@@ -958,14 +969,15 @@ class CallTree:
         return not self.root.children and not self.root.irqs
 
 
-def parse_lines(lines: Iterable[str], **options: object) -> CallTree:
-    """Parse an iterable of lines into a CallTree (options: see FuncgraphParser)."""
+def parse_lines(lines: Iterable[Union[str, bytes]], **options: object) -> CallTree:
+    """Parse an iterable of lines (str, or bytes as read from a file in binary mode: no
+    decoding on the fast path) into a CallTree (options: see FuncgraphParser)."""
     parser = FuncgraphParser(**options)  # type: ignore[arg-type]
     parser.feed(lines)
     return parser.finish()
 
 
 def parse_file(path: str, **options: object) -> CallTree:
-    """Parse a saved trace file (undecodable bytes are replaced, never fatal)."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    """Parse a saved trace file (read as bytes; undecodable bytes are replaced, never fatal)."""
+    with open(path, "rb") as fh:
         return parse_lines(fh, **options)

@@ -96,6 +96,12 @@ def test_fast_path_agrees_on_batches_and_lines_without_newlines():
     assert a == b
 
 
+def test_bytes_lines_from_a_binary_file_parse_like_text():
+    as_text = flat(fg.parse_lines(lines(READ)).root)
+    with open(READ, "rb") as fh:
+        assert flat(fg.parse_lines(fh).root) == as_text
+
+
 def test_task_migrating_mid_call_is_followed():
     """The write capture's task moves from CPU 1 to CPU 0 inside __cond_resched and its
     exits arrive there as `} /* f */` with no banner."""
@@ -184,10 +190,11 @@ def mutated(draw):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(mutated(), max_size=60), st.booleans())
-def test_no_exception_escapes_on_any_input(text, fast):
+@given(st.lists(mutated(), max_size=60), st.booleans(), st.booleans())
+def test_no_exception_escapes_on_any_input(text, fast, as_bytes):
     from discover import callgraph as cg
-    tree = fg.parse_lines(text, fast=fast, batch=7)
+    fed = [t.encode("utf-8", "surrogatepass") for t in text] if as_bytes else text
+    tree = fg.parse_lines(fed, fast=fast, batch=7)
     graph = cg.to_digraph(tree.root)
     list(cg.folded(tree.root))
     cg.to_dot(graph)

@@ -35,7 +35,7 @@ def parse_saved(path: str, pid: Optional[int], comm: Optional[str]) -> CallTree:
         raise UserError(f"{path}: is a directory, not a trace file")
     parser = FuncgraphParser(pid=pid, comm=comm)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open(path, "rb") as fh:
             parser.feed(fh)
     except OSError as exc:
         raise UserError(f"{path}: {exc.strerror or exc}") from None
