@@ -19,8 +19,11 @@ saved_tracer=$(cat "$T/current_tracer")
 saved_buffer=$(sed -e 's/.*expanded: \([0-9]*\).*/\1/' "$T/buffer_size_kb")
 saved_on=$(cat "$T/tracing_on")
 saved_options=$(cat "$T/trace_options")
+saved_graph_options=""
 restore() {
     echo 0 > "$T/tracing_on"
+    # the graph options first, while function_graph is still current
+    for opt in $saved_graph_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
     echo "$saved_tracer" > "$T/current_tracer"
     for opt in $saved_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
     : > "$T/set_graph_function"
@@ -35,8 +38,12 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 opt() { echo "$1" > "$T/trace_options"; }   # opt funcgraph-proc | opt nofuncgraph-proc
+# function_graph's option defaults as the kernel boots with them (its options are listed in
+# trace_options only while it is the current tracer, so they are set explicitly)
+GRAPH_DEFAULTS="funcgraph-cpu funcgraph-overhead nofuncgraph-proc funcgraph-duration nofuncgraph-abstime
+funcgraph-irqs nofuncgraph-tail nofuncgraph-overrun sleep-time graph-time nofuncgraph-retval nolatency-format"
 defaults() {
-    for o in $saved_options; do echo "$o" > "$T/trace_options" 2>/dev/null || true; done
+    for o in $GRAPH_DEFAULTS; do echo "$o" > "$T/trace_options" 2>/dev/null || true; done
     echo 0 > "$T/events/enable"
     echo "$saved_buffer" > "$T/buffer_size_kb"
 }
@@ -47,15 +54,16 @@ export PROBEKIT_WORKLOAD_BLOCKS=2
 prepare() { sh "$here/workload.sh" prepare "$1"; }
 workload() { sh "$here/workload.sh" all "$1"; }
 
-# capture MOUNT FUNCS OPTIONS_LABEL: one traced workload, `cat trace` stored untouched
+# capture MOUNT FUNCS OPTIONS_LABEL [STEP]: one traced workload (all steps, or one),
+# `cat trace` stored untouched
 capture() {
-    mnt=$1; funcs=$2; label=$3
+    mnt=$1; funcs=$2; label=$3; step=${4:-all}
     name=$(basename "$mnt").$(echo "$funcs" | cut -d' ' -f1).$label
     echo 0 > "$T/tracing_on"
     : > "$T/trace"
     echo "$funcs" > "$T/set_graph_function"
     echo 1 > "$T/tracing_on"
-    workload "$mnt"
+    sh "$here/workload.sh" "$step" "$mnt"
     echo 0 > "$T/tracing_on"
     cat "$T/trace" > "$out/$name.trace"
     cat "$T/set_graph_function" > "$out/$name.set_graph_function"
@@ -70,6 +78,8 @@ grep -qx 'nfs4_file_open \[nfsv4\]' "$T/available_filter_functions" && v4_open=n
 
 echo 0 > "$T/tracing_on"
 echo function_graph > "$T/current_tracer"
+saved_graph_options=$(cat "$T/trace_options")
+defaults
 
 # kernel defaults
 capture /mnt/nfs3 nfs_file_read default
@@ -89,7 +99,7 @@ opt funcgraph-proc; opt funcgraph-abstime; opt funcgraph-tail
 capture /mnt/nfs42 nfs_file_write proc-abstime-tail; defaults
 
 # several traced tasks on one CPU: client reads and the server's nfsd threads
-capture /mnt/nfs3 "nfs_file_read nfsd_read" ctxsw-nfsd_read
+capture /mnt/nfs3 "nfs_file_read nfsd_read" ctxsw-nfsd_read read
 
 # NFS tracepoints enabled beside the graph: they appear as /* event */ comment lines
 for ev in nfs_getattr_enter nfs_getattr_exit; do
@@ -119,16 +129,14 @@ if [ -e "$T/options/funcgraph-retval" ]; then
     opt funcgraph-retval; capture /mnt/nfs3 nfs_file_read retval; defaults
 fi
 
-# trace-cmd last, while function_graph is still the current tracer: re-enabling the tracer
-# after a switch to nop is what hung a 2-vCPU TCG guest
+# trace-cmd last, from the restored state (it sets the tracer up and tears it down itself)
+restore
+trap - EXIT
 if command -v trace-cmd > /dev/null; then
-    echo 0 > "$T/tracing_on"
-    : > "$T/set_graph_function"
-    : > "$T/trace"
     sync; echo 3 > /proc/sys/vm/drop_caches
     ( cd /tmp && trace-cmd record -q -p function_graph -g nfs_file_read -o /tmp/fixture.dat \
-        dd if=/mnt/nfs3/work/probekit/read.bin of=/dev/null bs=64k status=none > /dev/null 2>&1 )
-    trace-cmd report -i /tmp/fixture.dat > "$out/nfs3.nfs_file_read.trace-cmd.trace" 2>/dev/null
+        dd if=/mnt/nfs3/work/probekit/read.bin of=/dev/null bs=64k status=none > /dev/null )
+    trace-cmd report -i /tmp/fixture.dat > "$out/nfs3.nfs_file_read.trace-cmd.trace"
     rm -f /tmp/fixture.dat
     echo "nfs3.nfs_file_read.trace-cmd: $(wc -c < "$out/nfs3.nfs_file_read.trace-cmd.trace") bytes"
 fi

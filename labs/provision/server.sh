@@ -19,15 +19,20 @@ if [ -f /etc/nfs.conf ] && ! grep -q '^grace-time' /etc/nfs.conf; then
     sed -i 's/^\[nfsd\]/[nfsd]\ngrace-time=10\nlease-time=10/' /etc/nfs.conf
 fi
 # every nfs-utils: write the proc knobs just before nfsd starts
-install -d /etc/systemd/system/nfs-server.service.d
-cat > /etc/systemd/system/nfs-server.service.d/probekit-grace.conf <<'UNIT'
-[Service]
-ExecStartPre=-/bin/sh -c 'echo 10 > /proc/fs/nfsd/nfsv4gracetime; echo 10 > /proc/fs/nfsd/nfsv4leasetime'
-UNIT
+dropin=/etc/systemd/system/nfs-server.service.d/probekit-grace.conf
+want="[Service]
+ExecStartPre=-/bin/sh -c 'echo 10 > /proc/fs/nfsd/nfsv4gracetime; echo 10 > /proc/fs/nfsd/nfsv4leasetime'"
+changed=no
+if [ "$(cat "$dropin" 2>/dev/null)" != "$want" ]; then
+    install -d "$(dirname "$dropin")"
+    printf '%s\n' "$want" > "$dropin"
+    changed=yes
+fi
 systemctl enable nfs-server.service rpcbind.service >/dev/null 2>&1 || true
 
 if [ -d /run/systemd/system ]; then
-    systemctl daemon-reload
+    # a daemon-reload costs seconds under TCG: only when the drop-in is new
+    if [ "$changed" = yes ]; then systemctl daemon-reload; fi
     systemctl is-active -q nfs-server.service || systemctl start nfs-server.service
     exportfs -ra
 fi
