@@ -23,15 +23,15 @@ from discover.profile import KernelProfile, clone_base
 
 #: cell statuses, most to least usable; `usable` ones let a candidate be picked
 OK, CHANGED, DUPLICATE, MODULE_NOT_LOADED = "ok", "changed", "duplicate", "module-not-loaded"
-COPIES, NOTRACE, BLACKLISTED, INLINED, ABSENT, NO_BTF = (
-    "copies-only", "not-traceable", "blacklisted", "possibly-inlined", "absent", "no-btf")
+COPIES, NOTRACE, BLACKLISTED, INLINED, ABSENT, NO_BTF, UNKNOWN = (
+    "copies-only", "not-traceable", "blacklisted", "possibly-inlined", "absent", "no-btf", "unknown")
 USABLE = (OK, CHANGED, DUPLICATE)
 NO_BTF_NOTE = "no BTF prototype here: fentry/fexit unusable, argument types unchecked"
 NO_FIELDS_NOTE = "record fields unknown here (no BTF for this module)"
 #: short cell words for the table and markdown output
 SHORT = {OK: "ok", CHANGED: "CHANGED", DUPLICATE: "dup", MODULE_NOT_LOADED: "not loaded",
          COPIES: "copies only", NOTRACE: "notrace", BLACKLISTED: "blacklisted",
-         INLINED: "absent (inlined?)", ABSENT: "absent", NO_BTF: "no BTF"}
+         INLINED: "absent (inlined?)", ABSENT: "absent", NO_BTF: "no BTF", UNKNOWN: "unknown"}
 
 
 class Kernel(NamedTuple):
@@ -169,6 +169,16 @@ def filter_entries(profile: KernelProfile, names: Set[str]) -> Dict[str, List[Op
     return out
 
 
+def _unloaded_module(kernel: Kernel, point: Optional[AttachPoint]) -> Optional[str]:
+    """On a live kernel, the spec's module for this point when it is not loaded (so it cannot be seen)."""
+    if point is None or not point.module or point.module == "vmlinux" or kernel.from_package:
+        return None
+    if (kernel.profile.data.get("source") or {}).get("how") != "live" or kernel.profile.data.get("modules") is None:
+        return None
+    missing = [m for m in point.module.split(",") if not kernel.profile.module_loaded(m.strip())]
+    return missing[0] if missing else None
+
+
 def function_cell(kernel: Kernel, name: str, reference: Optional[Kernel], seen_elsewhere: bool,
                   point: Optional[AttachPoint] = None,
                   entries: Optional[List[Optional[str]]] = None) -> Cell:
@@ -178,6 +188,13 @@ def function_cell(kernel: Kernel, name: str, reference: Optional[Kernel], seen_e
     proto = func.get("prototype") if func else None
     if entries is None:
         entries = filter_entries(prof, {name}).get(name, [])
+    if not entries and prof.data.get("filter_functions") is None:
+        why = prof.unavailable("filter_functions") or "no function list in this profile"
+        return Cell(UNKNOWN, func.get("module") if func else None, [f"cannot tell: {why}"], proto)
+    unloaded = _unloaded_module(kernel, point) if not entries else None
+    if unloaded:
+        return Cell(MODULE_NOT_LOADED, unloaded, [f"module {unloaded} is not loaded: modprobe {unloaded} "
+                                                  "and take the profile again"], proto)
     if not entries:
         clones = prof.clones(name)
         if clones:
@@ -226,6 +243,12 @@ def tracepoint_cell(kernel: Kernel, name: str, reference: Optional[Kernel], seen
                     point: Optional[AttachPoint] = None, exit_name: Optional[str] = None) -> Cell:
     prof = kernel.profile
     system, record = _event(prof, name)
+    if record is None and prof.data.get("events") is None:
+        why = prof.unavailable("events") or "no event list in this profile"
+        return Cell(UNKNOWN, None, [f"cannot tell: {why}"], None)
+    unloaded = _unloaded_module(kernel, point) if record is None else None
+    if unloaded:
+        return Cell(MODULE_NOT_LOADED, unloaded, [f"module {unloaded} is not loaded: its events are not listed"], None)
     if record is None:
         if seen_elsewhere:
             return Cell(ABSENT, None, ["event not defined on this kernel (it exists on another kernel of this report)"], None)
@@ -580,7 +603,7 @@ def short_label(release: str) -> str:
 def _analyse(paths: List[Path], functions: List[str]) -> None:
     """Worker: fill the profile cache for one kernel's packages (runs in a child process)."""
     from probes.kernelpkg import cached_profile_from_package
-    cached_profile_from_package(paths, functions, [])
+    cached_profile_from_package(paths, functions, [], workers=1)  # the kernels are the parallel unit
 
 
 def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str], log=None) -> List[Tuple[str, Kernel]]:

@@ -440,26 +440,69 @@ def _wanted(path: str) -> bool:
                 or ("lib/modules/" in path and path.endswith(_MODULE_SUFFIXES)))
 
 
-def _collect(paths: Sequence[Path]) -> _Collected:
+def _module_or_error(rel: str, data: bytes) -> Tuple[Optional[ModuleInfo], Optional[str]]:
+    """read_module on compressed bytes; runs in worker processes, so errors come back as text."""
+    try:
+        return read_module(rel, _decompress_module(rel, data)), None
+    except (PackageError, lzma.LZMAError, OSError, EOFError) as exc:
+        return None, f"{rel}: {exc}"
+    except Exception as exc:  # zstandard.ZstdError, without importing zstandard here
+        if exc.__class__.__name__ == "ZstdError":
+            return None, f"{rel}: {exc}"
+        raise
+
+
+def _collect(paths: Sequence[Path], workers: int) -> _Collected:
+    """Stream the packages; modules (decompression dominates) go to `workers` processes."""
+    from concurrent.futures import Future, ProcessPoolExecutor
     got = _Collected()
-    for path in paths:
-        for rel, data in iter_package_files(path, _wanted):
-            got.files.append(rel)
-            m = _RELEASE_RE.search(rel)
-            if m and got.release is None:
-                got.release = m.group(1) or m.group(2)
-            if _VMLINUZ_RE.search(rel):
-                got.vmlinuz = (rel, data)
-            elif _CONFIG_RE.search(rel):
-                got.config_text = data.decode("utf-8", "replace")
-            elif rel.endswith("/modules.builtin"):
-                got.builtin = [_module_name(line, None) for line in data.decode().split()]
-            else:
-                try:
-                    got.modules.append(read_module(rel, _decompress_module(rel, data)))
-                except (PackageError, lzma.LZMAError, OSError, EOFError) as exc:
-                    got.bad_modules.append(f"{rel}: {exc}")
+    pending: List["Future[Tuple[Optional[ModuleInfo], Optional[str]]]"] = []
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    batch: List[Tuple[str, bytes]] = []
+
+    def flush() -> None:
+        if pool is not None and batch:
+            pending.append(pool.submit(_modules_or_errors, list(batch)))
+            batch.clear()
+
+    try:
+        for path in paths:
+            for rel, data in iter_package_files(path, _wanted):
+                got.files.append(rel)
+                m = _RELEASE_RE.search(rel)
+                if m and got.release is None:
+                    got.release = m.group(1) or m.group(2)
+                if _VMLINUZ_RE.search(rel):
+                    got.vmlinuz = (rel, data)
+                elif _CONFIG_RE.search(rel):
+                    got.config_text = data.decode("utf-8", "replace")
+                elif rel.endswith("/modules.builtin"):
+                    got.builtin = [_module_name(line, None) for line in data.decode().split()]
+                elif pool is None:
+                    _keep(got, *_module_or_error(rel, data))
+                else:
+                    batch.append((rel, data))
+                    if len(batch) >= 64:
+                        flush()
+        flush()
+        for future in pending:
+            for info, error in future.result():
+                _keep(got, info, error)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return got
+
+
+def _modules_or_errors(batch: List[Tuple[str, bytes]]) -> List[Tuple[Optional[ModuleInfo], Optional[str]]]:
+    return [_module_or_error(rel, data) for rel, data in batch]
+
+
+def _keep(got: _Collected, info: Optional[ModuleInfo], error: Optional[str]) -> None:
+    if info is not None:
+        got.modules.append(info)
+    else:
+        got.bad_modules.append(error or "?")
 
 
 #: what a cached package profile records prototypes of, so that most specs need no re-analysis:
@@ -469,15 +512,16 @@ DEFAULT_BTF_MODULE_DIRS = ("/kernel/fs/", "/kernel/net/sunrpc/")
 
 def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
                          btf_modules: Iterable[str] = (), btf_module_dirs: Sequence[str] = (),
-                         vmlinux_globs: Sequence[str] = ()) -> Dict[str, Any]:
+                         vmlinux_globs: Sequence[str] = (), workers: Optional[int] = None) -> Dict[str, Any]:
     """A kernel profile (dict) from one kernel's packages.
 
     `btf_functions`: names whose BTF prototypes to record (wherever they live);
     `btf_modules`: modules all of whose BTF functions to record, also every module whose
-    path contains one of `btf_module_dirs`; `vmlinux_globs`: vmlinux functions to record.
+    path contains one of `btf_module_dirs`; `vmlinux_globs`: vmlinux functions to record;
+    `workers`: processes reading modules (default: one per core).
     """
     origin = ", ".join(p.name for p in paths)
-    got = _collect(paths)
+    got = _collect(paths, workers if workers is not None else (os.cpu_count() or 1))
     if got.vmlinuz is None and not got.modules:
         raise PackageError(f"{origin}: no kernel image and no modules: not a Debian kernel package")
     notes: List[str] = []
@@ -633,7 +677,8 @@ def _lacks_prototypes(data: Dict[str, Any], functions: Iterable[str]) -> List[st
 
 
 def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
-                                btf_modules: Iterable[str] = (), cache_dir: Optional[Path] = None) -> Dict[str, Any]:
+                                btf_modules: Iterable[str] = (), cache_dir: Optional[Path] = None,
+                                workers: Optional[int] = None) -> Dict[str, Any]:
     """profile_from_package, memoised on disk by file identity (path, size, mtime).
 
     The cached profile holds the prototypes of every filesystem/sunrpc module function and
@@ -660,7 +705,8 @@ def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[s
             return data
         funcs |= set((data.get("btf") or {}).get("functions") or {})
         mods |= have_mods - {"vmlinux"}
-    data = profile_from_package(paths, sorted(funcs), sorted(mods), DEFAULT_BTF_MODULE_DIRS, DEFAULT_VMLINUX_GLOBS)
+    data = profile_from_package(paths, sorted(funcs), sorted(mods), DEFAULT_BTF_MODULE_DIRS, DEFAULT_VMLINUX_GLOBS,
+                                workers)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
