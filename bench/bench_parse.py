@@ -119,12 +119,15 @@ def main() -> None:
             if not args.skip_general and r == 0:
                 t, calls["general"] = time_python(path, fast=False)
                 times["general"].append(t)
-            print(f"round {r + 1}: mawk {times['mawk'][-1]:.2f}s  discover {times['python'][-1]:.2f}s CPU")
+            print(f"round {r + 1}: mawk {times['mawk'][-1]:.2f}s  discover {times['python'][-1]:.2f}s CPU"
+                  f"  ratio {times['mawk'][-1] / times['python'][-1]:.2f}x")
         mawk = statistics.median(times["mawk"])
         fast = statistics.median(times["python"])
         print(f"calls counted: mawk {calls['mawk']}, discover {calls['python']}")
         print(f"mawk          {mawk:6.2f}s CPU  {nlines / mawk / 1e6:5.2f} M lines/s")
-        print(f"discover      {fast:6.2f}s CPU  {nlines / fast / 1e6:5.2f} M lines/s  ratio {mawk / fast:.2f}x mawk")
+        ratios = sorted(m / p for m, p in zip(times["mawk"], times["python"]))
+        print(f"discover      {fast:6.2f}s CPU  {nlines / fast / 1e6:5.2f} M lines/s  ratio {mawk / fast:.2f}x mawk"
+              f" (per-round ratios {ratios[0]:.2f}..{ratios[-1]:.2f}, median {statistics.median(ratios):.2f})")
         if times["general"]:
             slow = times["general"][0]
             print(f"general path  {slow:6.2f}s CPU  {nlines / slow / 1e6:5.2f} M lines/s  ratio {mawk / slow:.2f}x mawk"
