@@ -505,6 +505,12 @@ class Proposer:
         established = [fn for fn in functions if fn in self.established.get(op, ())]
         if established:
             reasons.append(f"same attach point as {ESTABLISHED_BY}: " + ", ".join(established))
+            for fn in functions:
+                if fn not in established and fn.endswith("_atomic_open"):
+                    seen = self.graphs is not None and fn in self.graphs.outermost(set(self.modules))
+                    reasons.append(f"{fn} added to what those tools attach: NFSv4 opens that create or first look up "
+                                   f"a name take ->atomic_open and skip ->open (nfs4_file_open), so they would be missed"
+                                   + (" (it is an outermost nfs call in the given captures)" if seen else ""))
         if kind == "fentry":
             reasons.append("fentry/fexit: typed BTF arguments, lower overhead than kprobes")
         modules = sorted({self._module_of(fn) for fn in functions})

@@ -51,6 +51,7 @@ def test_six_operations_ranked(profile_data: Dict[str, Any], tmp_path: Path) -> 
     opens = {a["entry"] for a in _first(spec, "open")["attach"]}
     assert opens == {"nfs_file_open", "nfs4_file_open", "nfs_atomic_open"}
     assert all(a["optional"] for a in _first(spec, "open")["attach"])
+    assert any("nfs_atomic_open added" in r for r in _first(spec, "open")["reasons"])
     # getattr, fsync: a same-task tracepoint pair at the filesystem layer comes first
     for op in ("getattr", "fsync"):
         first = _first(spec, op)
