@@ -64,3 +64,14 @@ def test_cli_snapshot_then_events_from_profile(tmp_path: Path) -> None:
     assert live.returncode == offline.returncode == 0, offline.stderr
     assert json.loads(live.stdout)[0]["pairs"] == json.loads(offline.stdout)[0]["pairs"]
     assert find_pairs("nfs", prof.events["nfs"])
+
+
+def test_no_tracefs_is_one_line_and_mounts_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PROBEKIT_TRACEFS"}
+    env["PROBEKIT_SYSROOT"] = str(tmp_path)  # a root with no tracefs under it
+    for args in (["snapshot", "-o", str(tmp_path / "p.json")], ["propose", "nfs"], ["events", "nfs"]):
+        res = subprocess.run([sys.executable, "-m", "discover", *args], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode != 0
+        assert res.stderr.count("\n") == 1 and "tracefs not found" in res.stderr, res.stderr
+    assert not (tmp_path / "p.json").exists() and list(tmp_path.iterdir()) == []
