@@ -53,8 +53,9 @@ def parse_saved(path: str, pid: Optional[int], comm: Optional[str]) -> CallTree:
 
 def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: Optional[float],
                  depth: Optional[int], pid: Optional[int], comm: Optional[str], irqs: bool,
-                 force: bool) -> CallTree:
-    """Trace the functions on this kernel and aggregate while trace_pipe streams."""
+                 force: bool) -> Tuple[CallTree, str]:
+    """Trace the functions on this kernel and aggregate while trace_pipe streams; returns
+    the tree and a note on how the capture ended."""
     from rich.console import Console
 
     try:
@@ -62,8 +63,9 @@ def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: 
     except ImportError:
         raise UserError("live capture is not available in this installation (discover.capture "
                         "missing); use --from-file TRACE") from None
+    extra = {} if depth is None else {"depth": depth}
     opts = CaptureOptions(functions=list(functions), workload=workload, duration=duration,
-                          depth=depth or 0, pid=pid, comm=comm, irqs=irqs, force=force)
+                          pid=pid, comm=comm, irqs=irqs, force=force, **extra)
     console = Console(stderr=True)
     parser = FuncgraphParser()
     with console.status("starting capture") as status:
@@ -73,10 +75,16 @@ def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: 
         with live_capture(opts, progress=progress) as lines:
             parser.feed(lines)
     tree = parser.finish()
+    result = getattr(lines, "summary", None)
+    note = "live capture"
+    if result is not None:
+        lost = sum(c.get("overrun", 0) + c.get("dropped events", 0) for c in result.per_cpu.values())
+        note += f" ({result.elapsed:.1f} s, ended by {result.stopped_by or 'end of stream'}" + \
+            (f", {lost} events lost in the ring buffer" if lost else "") + ")"
     if tree.is_empty():
         raise UserError(f"no calls of {', '.join(functions)} were traced "
                         "(did the workload reach them?)")
-    return tree
+    return tree, note
 
 
 def summary(tree: CallTree, source: str) -> str:
@@ -170,8 +178,7 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
     else:
         if not functions:
             raise UserError("name at least one function to trace (or use --from-file TRACE)")
-        tree = capture_live(functions, workload, duration, depth, pid, comm, irqs, force)
-        source = "live capture"
+        tree, source = capture_live(functions, workload, duration, depth, pid, comm, irqs, force)
         prune_depth = None
     root = tree.root
     if functions and from_file is not None:
