@@ -285,6 +285,36 @@ def tracepoint_cell(kernel: Kernel, name: str, reference: Optional[Kernel], seen
     return Cell(status, module, notes, record.get("proto"))
 
 
+def _names_in(kernel: Kernel, point: AttachPoint, module: Optional[str]) -> Set[str]:
+    """Functions of `module` (None = vmlinux), or events of the point's system, on a kernel."""
+    prof = kernel.profile
+    if point.kind == "function":
+        return {n for n, m in prof.data.get("filter_functions") or [] if m == module and clone_base(n) == n}
+    system, _, event = point.name.partition(":")
+    _s, record = _event(prof, point.name)
+    names: Set[str] = set(prof.events.get(system, {}))
+    return {f"{system}:{n}" for n in names}
+
+
+def rename_hint(point: AttachPoint, here: Kernel, there: Kernel) -> Optional[str]:
+    """Names only this kernel has that look like the missing one (nfs_readpage -> nfs_read_folio).
+
+    A hint, not a verdict: packages cannot tell a rename from an inlining or a removal.
+    """
+    import difflib
+    if point.kind == "function":
+        modules = there.profile.function_modules(point.name) or {None}
+        module = sorted(modules, key=lambda m: m or "")[0]
+    else:
+        module = None
+    mine, theirs = _names_in(here, point, module), _names_in(there, point, module)
+    new = sorted(mine - theirs)
+    close = difflib.get_close_matches(point.name, new, n=3, cutoff=0.6)
+    if not close:
+        return None
+    return f"renamed? names here and not on {there.label}: {', '.join(close)}"
+
+
 # --------------------------------------------------------------------------- candidates
 
 def kernel_facts(kernel: Kernel, spec: Dict[str, Any]):
@@ -367,6 +397,11 @@ def build_report(spec: Dict[str, Any], kernels: Sequence[Kernel], reference: Opt
                                      entries[kernel.label].get(point.name, []))
             else:
                 cell = tracepoint_cell(kernel, point.name, reference, elsewhere, point)
+            if elsewhere and cell.status in (INLINED, ABSENT):
+                other = next(o for o in kernels if o is not kernel and exists(o, point))
+                hint = rename_hint(point, kernel, other)
+                if hint:
+                    cell = Cell(cell.status, cell.module, cell.notes + [hint], cell.prototype)
             cells[kernel.label][point.name] = cell
     # exit.FIELD arguments are checked against the exit event's fields
     for kernel in kernels:

@@ -13,7 +13,7 @@ import pytest
 from debian_kernels import ABI_61, ABI_612, LAB_61, kernel_dir
 from discover.errors import UserError
 from discover.profile import KernelProfile, load_profile
-from probes.compat import (ABSENT, CHANGED, OK, Kernel, build_report, disagreements,
+from probes.compat import (ABSENT, CHANGED, INLINED, OK, Kernel, build_report, disagreements,
                            load_kernel, render, spec_attach_points, spec_functions)
 from probes.fetch import fetch_kernel
 from probes.spec import load_spec, validate_spec
@@ -51,6 +51,10 @@ SPEC: Dict[str, Any] = {
             _cand("tracepoint", _point("nfs:nfs_getattr_enter", "nfs:nfs_getattr_exit", "tracepoint",
                                        args={"fileid": "fileid", "error": "exit.error"})),
             _cand("kprobe", _point("nfs_getattr", "nfs_getattr", "kprobe", args={"dentry": "path->dentry"})),
+        ]},
+        "write": {"letter": "W", "candidates": [
+            _cand("kprobe", _point("nfs_updatepage", "nfs_updatepage", "kprobe")),
+            _cand("kprobe", _point("nfs_file_write", "nfs_file_write", "kprobe")),
         ]},
         "open": {"letter": "O", "candidates": [
             _cand("kprobe", _point("nfs_file_open", "nfs_file_open", "kprobe"),
@@ -106,6 +110,13 @@ def test_changes_against_612(kernels: Dict[str, Kernel]) -> None:
     assert not any("args." in n for n in readpage["notes"])  # fileid and offset are still there
     assert report["ops"]["getattr"]["kernels"][pkg612.label]["candidate"] == 0
     assert cells["nfs_readpage"]["status"] == ABSENT  # absent everywhere in this report: not "inlined?"
+    # nfs_updatepage became nfs_update_folio: gone on 6.12, the report says so and hints the new name
+    update = cells["nfs_updatepage"]
+    assert update["status"] == INLINED
+    assert any(n.startswith("renamed? names here and not on 6.1.0-50:") and "nfs_update_folio" in n
+               for n in update["notes"])
+    assert report["ops"]["write"]["kernels"][pkg612.label]["candidate"] == 1
+    assert report["ops"]["write"]["kernels"][pkg61.label]["candidate"] == 0
 
 
 def test_renderers(kernels: Dict[str, Kernel]) -> None:
