@@ -657,7 +657,9 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
             resolved.append(str(fetch_kernel(arg, log=log)))
         else:
             resolved.append(arg)
-    packages = [r for r in resolved if r != "live" and (Path(r).is_dir() or (Path(r).is_file() and _is_deb(Path(r))))]
+    from probes.kernelpkg import profile_is_cached
+    packages = [r for r in resolved if r != "live" and (Path(r).is_dir() or (Path(r).is_file() and _is_deb(Path(r))))
+                and not profile_is_cached([Path(r)])]
     if len(packages) > 1:
         workers = min(len(packages), os.cpu_count() or 1)
         with ProcessPoolExecutor(max_workers=workers) as pool:

@@ -676,6 +676,16 @@ def _lacks_prototypes(data: Dict[str, Any], functions: Iterable[str]) -> List[st
     return [f for f, m in where.items() if f not in recorded and (m is None or m in with_btf)]
 
 
+def _profile_cache_dir() -> Path:
+    from probes.fetch import cache_root
+    return Path(os.environ.get("PROBEKIT_PROFILE_CACHE", cache_root() / "profiles"))
+
+
+def profile_is_cached(paths: Sequence[Path]) -> bool:
+    """True when these packages were analysed before (their profile is in the cache)."""
+    return (_profile_cache_dir() / f"{_cache_key(paths)}.json").is_file()
+
+
 def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
                                 btf_modules: Iterable[str] = (), cache_dir: Optional[Path] = None,
                                 workers: Optional[int] = None) -> Dict[str, Any]:
@@ -687,8 +697,7 @@ def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[s
     analysed again with them added and the cache entry replaced.
     """
     from discover.snapshot import DEFAULT_VMLINUX_GLOBS
-    from probes.fetch import cache_root
-    cache_dir = cache_dir or Path(os.environ.get("PROBEKIT_PROFILE_CACHE", cache_root() / "profiles"))
+    cache_dir = cache_dir or _profile_cache_dir()
     target = cache_dir / f"{_cache_key(paths)}.json"
     funcs, mods = set(btf_functions), set(btf_modules)
     data: Optional[Dict[str, Any]] = None
