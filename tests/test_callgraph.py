@@ -5,6 +5,7 @@ import gzip
 import json
 import re
 import shutil
+from collections import Counter
 
 import networkx as nx
 
@@ -110,3 +111,33 @@ def test_lab_capture_with_nfs_events_as_comments():
     assert sum(n.cut_start for n in tree.root.walk()) >= 1
     names = {n.name for n in tree.root.walk()}
     assert "?" not in names or parser.cut_start > 0
+
+
+def _naive_top_calls_per_pid(text):
+    """(pid, function) -> calls at depth 0, with the task of each CPU taken from the
+    context-switch banners alone."""
+    task = {}
+    counts = Counter()
+    for line in text:
+        m = re.match(r"^ *(\d+)\) +\S+-\d+ +=> +\S+-(\d+) *$", line)
+        if m:
+            task[m.group(1)] = int(m.group(2))
+            continue
+        m = re.match(r"^ *(\d+)\) [^|]*\|  (\S+?)(?: \[\w+\])?\(\)( \{|;)$", line.rstrip("\n"))
+        if m and m.group(1) in task:
+            counts[task[m.group(1)], m.group(2)] += 1
+    return counts
+
+
+def test_lab_capture_context_switch_banners_give_tasks():
+    text = gzip.open(EVENTS_FG, "rt").readlines()
+    banners = [t for t in text if "=>" in t]
+    recs = [fg.parse_line(t) for t in banners]
+    assert recs and all(r.kind == fg.SWITCH for r in recs)
+    rules = [fg.parse_line(t) for t in text if re.match(r"^ -{20,}$", t.rstrip("\n"))]
+    assert len(rules) == 2 * len(banners) and all(r.kind == fg.RULE for r in rules)
+    naive = _naive_top_calls_per_pid(text)
+    for pid in (524, 525, 526):
+        tree = fg.parse_lines(text, pid=pid)
+        got = {name: node.calls for name, node in tree.root.children.items()}
+        assert got == {name: n for (p, name), n in naive.items() if p == pid} and got
