@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Dict, Tuple
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from discover import funcgraph as fg
-from funcgraph_fixtures import ALL, EVENTS, OPEN, READ, WRITE, call_line_count, lines
+from funcgraph_fixtures import ALL, EVENTS, LAB, OPEN, READ, WRITE, call_line_count, lines
 
 
 def flat(node: fg.CallNode, path: Tuple[str, ...] = (), out: Dict = None, digits: int = 12) -> Dict:
@@ -201,3 +202,41 @@ def test_no_exception_escapes_on_any_input(text, fast, as_bytes):
     cg.render_tree(tree.root, "t")
     for t in text:
         fg.parse_line(t)
+
+
+# -- lab capture: funcgraph-proc, funcgraph-abstime, funcgraph-tail (trace_pipe) ---
+
+PROC_ABSTIME_TAIL = LAB / "6.1.0-57-amd64" / "function_graph" / "vfs_read.proc-abstime-tail.trace"
+
+
+def test_proc_abstime_tail_line_forms():
+    text = lines(PROC_ABSTIME_TAIL)
+    entry = fg.parse_line(text[0 if "vfs_read() {" in text[0] else 1])
+    assert entry.kind == fg.ENTRY and entry.name == "vfs_read"
+    stamps = []
+    for t in text:
+        m = re.match(r"^ *(\d+\.\d+) \| +(\d+)\) +(\S+)-(\d+) +\|", t)
+        if not m:
+            continue
+        rec = fg.parse_line(t)
+        assert rec.kind in fg.CALL_KINDS
+        assert (rec.ts, rec.cpu, rec.comm, rec.pid) == (float(m.group(1)), int(m.group(2)), m.group(3),
+                                                        int(m.group(4)))
+        stamps.append(rec.ts)
+        tail = re.search(r"\} /\* (\S+) \*/", t)
+        if tail:
+            assert rec.kind == fg.EXIT and rec.tail == tail.group(1)
+    assert stamps == sorted(stamps) and len(stamps) > 300
+
+
+def test_proc_abstime_tail_calls_per_task():
+    text = lines(PROC_ABSTIME_TAIL)
+    tree = fg.parse_lines(text)
+    assert flat(tree.root) == flat(fg.parse_lines(text, fast=False).root)
+    assert tree.parser.malformed_count == 0 and tree.parser.kinds.get(fg.SWITCH, 0) >= 1
+    counts = call_line_count(PROC_ABSTIME_TAIL)
+    assert sum(n.calls for n in tree.nodes()) == counts["entry"] + counts["leaf"]
+    by_comm = Counter(m.group(1) for t in text
+                      for m in [re.search(r"\| +(\S+)-\d+ +\| +\|  vfs_read\(\) \{", t)] if m)
+    for comm, n in by_comm.items():
+        assert fg.parse_lines(text, comm=comm).root.children["vfs_read"].calls == n
