@@ -191,12 +191,12 @@ def explain_unknown(name: str, available: FilterFunctions, host: Host) -> str:
     if module:
         return f"{head}: it lives in module {module}, which is not loaded: modprobe {module}{hint}"
     unloaded = _unloaded_modules_like(literal, host)
-    if unloaded:
-        typo = f"; or a typo{hint}" if close else ""
-        return (f"{head}: not in the running kernel; modules named like it are not loaded "
-                f"({', '.join(unloaded[:4])}): modprobe the right one{typo}")
+    modules = (f"modules named like it are not loaded ({', '.join(unloaded[:4])}): modprobe the right one"
+               if unloaded else "")
     if close:
-        return f"{head}: not in the running kernel, a typo?{hint}"
+        return f"{head}: not in the running kernel, a typo?{hint}" + (f"; or {modules}" if modules else "")
+    if modules:
+        return f"{head}: not in the running kernel; {modules}"
     if is_glob(name):
         return f"{head}: widen the glob or check the spelling"
     return f"{head}: not in the running kernel (inlined into its callers, or absent in this version){hint}"
