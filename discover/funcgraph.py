@@ -578,8 +578,9 @@ class FuncgraphParser:
             # General path: save the task's state, parse the line fully, reload.
             if task is not None:
                 task.cur, task.ctime = cur, ctime
-            pos = chunk.index(line, pos)
+            pos = chunk.index(line, pos)  # line number for reports, found only off the fast path
             slow(line, base + pos + 1)
+            pos += 1
             lane = self._lane
             task = self._task
             if task is not None:

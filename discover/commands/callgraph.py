@@ -134,8 +134,7 @@ def write_output(data: Any, output: Optional[str]) -> None:
 @click.command("callgraph", epilog=EXAMPLES)
 @click.argument("functions", nargs=-1, metavar="FUNC...")
 @click.option("--workload", metavar="CMD", help="Run CMD and capture until it exits.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="S",
-              help="Capture for S seconds.")
+@click.option("--duration", type=float, metavar="S", help="Capture for S seconds.")
 @click.option("--depth", type=click.IntRange(min=1), metavar="N",
               help="Call depth: max_graph_depth live, tree depth with --from-file.")
 @click.option("--pid", type=int, help="Only this process (every thread).")
@@ -165,6 +164,8 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
     """
     if workload is not None and duration is not None:
         raise UserError("give --workload or --duration, not both")
+    if duration is not None and not duration > 0:
+        raise UserError("--duration must be a positive number of seconds")
     if pid is not None and comm is not None:
         raise UserError("give --pid or --comm, not both")
     if fmt == "svg" and output is None and sys.stdout.isatty():
