@@ -108,14 +108,17 @@ class Session:
         print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "Session":
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            self._old_handlers[sig] = signal.signal(sig, self._stop)
+        # Signals keep their default action while bcc compiles (nothing is attached yet,
+        # so dying then leaves nothing behind); from the first attach on they only set
+        # the stop flag, so that the loop ends and everything is detached.
         try:
             bpf_class = import_bpf()
             try:
                 self.bpf = bpf_class(text=self.probe.c_text)
             except Exception as exc:  # bcc raises bare Exception on compile/load failure
                 raise UserError(f"cannot load the generated probe: {str(exc).splitlines()[0]}") from None
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                self._old_handlers[sig] = signal.signal(sig, self._stop)
             for function, end, handler in self.probe.kprobes:
                 try:
                     if end == "entry":
