@@ -1,6 +1,7 @@
 """`discover callgraph` / `discover diff` from the command line, on the real captures."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -90,3 +91,14 @@ def test_help_ends_with_real_examples(command):
     start = next(i for i, line in enumerate(tail) if line.strip() == "Examples:")
     examples = tail[start + 1:]
     assert examples and all(line.strip().startswith("discover ") for line in examples)
+
+
+def test_svg_without_graphviz_is_a_clear_error(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # no `dot` anywhere on PATH
+    result = subprocess.run([sys.executable, "-m", "discover", "callgraph", "--from-file", str(READ),
+                             "--depth", "2", "--format", "svg", "-o", str(tmp_path / "g.svg")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "discover: error: SVG needs Graphviz `dot` (apt-get install graphviz); "
+        "or use --format dot and render it elsewhere"]
