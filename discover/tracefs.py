@@ -355,17 +355,19 @@ class TraceSession:
         self.close()
 
     def open(self) -> None:
-        self._take_lock()
+        """Take the lock and refuse a busy tracer; signals are ours first so no lock is left behind."""
+        self._install_handlers()
         try:
+            self._take_lock()
             tracer = self.read("current_tracer").strip()
             if tracer != "nop" and not self.force:
                 raise UserError(f"ftrace is in use (current_tracer is {tracer}): "
                                 "stop the other tracer, or use --force to take over and restore it after")
+            atexit.register(self.close)
         except BaseException:
             self._drop_lock()
+            self._remove_handlers()
             raise
-        self._install_handlers()
-        atexit.register(self.close)
 
     def close(self) -> None:
         """Restore everything, drop the lock, give signals back. Safe to call twice."""

@@ -94,6 +94,22 @@ def test_duration_ends_capture_and_progress_reports(fake: Dict[str, Path]) -> No
     fake_tracefs.assert_restored(before, fake["tracefs"])
 
 
+def test_lost_events_counted_from_per_cpu_stats_and_warned(fake: Dict[str, Path],
+                                                          capfd: pytest.CaptureFixture) -> None:
+    """The kernel's overrun counter during the capture (a real overrun on 6.1.0-57) becomes
+    summary.lost and a warning naming the CPU."""
+    real = REPO / "tests" / "fixtures" / "6.1.0-57-amd64" / "overrun" / "cpu0.stats"
+    overrun = int(re.search(r"^overrun: (\d+)$", real.read_text(), re.M).group(1))
+    assert overrun > 0
+    workload = f"{feed_workload(fake).split(';')[0]}; cp {real} {fake['tracefs'] / 'per_cpu' / 'cpu0' / 'stats'}"
+    with live_capture(CaptureOptions(functions=["nfs_file_read"], workload=workload)) as lines:
+        assert len(list(lines)) == SAMPLE_LINES
+    assert lines.summary.overruns == lines.summary.lost == overrun and lines.summary.dropped == 0
+    assert lines.summary.per_cpu[0]["overrun"] == overrun and lines.summary.per_cpu[1]["overrun"] == 0
+    err = capfd.readouterr().err
+    assert f"warning: {overrun} events lost (cpu0: {overrun})" in err
+
+
 def test_pid_traces_every_thread(fake: Dict[str, Path]) -> None:
     (fake["root"] / "proc").symlink_to("/proc")
     before = fake_tracefs.snapshot(fake["tracefs"])
