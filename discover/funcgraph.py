@@ -229,7 +229,7 @@ def parse_line(line: str) -> Line:
         return rec
     m = _SWITCH.match(stripped)
     if m:
-        rec = Line(SWITCH)
+        rec = Line(SWITCH)  # pid/comm: the task switched to; count/text: the one before
         rec.cpu = int(m.group("cpu"))
         rec.pid = int(m.group("npid"))
         rec.comm = m.group("next")
@@ -437,7 +437,7 @@ class _Task:
 class _Lane:
     """Lines sharing a prologue layout and an owner (a CPU, or CPU+task with proc)."""
 
-    __slots__ = ("cpu", "pid", "prefixes", "tend", "body_at", "task", "irq_pending")
+    __slots__ = ("cpu", "pid", "prefixes", "tend", "body_at", "irq_pending")
 
     def __init__(self, cpu: Optional[int], pid: Optional[int]) -> None:
         self.cpu = cpu
@@ -445,7 +445,6 @@ class _Lane:
         self.prefixes: Dict[str, float] = {}
         self.tend = 0
         self.body_at = -1
-        self.task: Optional[_Task] = None
         self.irq_pending = False
 
 
@@ -715,10 +714,7 @@ class FuncgraphParser:
         if task is None:
             task = self._tasks[tkey] = self._new_task(rec.pid, rec.comm)
         self._cpu_task[cpu] = task
-        lane = self._lanes.get(cpu)
-        if lane is not None:
-            lane.task = task
-        if self._lane is lane:
+        if self._lane is not None and self._lane.cpu == cpu and self._lane.pid is None:
             self._task = task
 
     def _matches_filter(self, pid: int, comm: Optional[str]) -> bool:
@@ -800,7 +796,6 @@ class FuncgraphParser:
                 self._resync(task, rec)
         self._tick += 1
         task.seen = self._tick
-        lane.task = task
         self._lane, self._task = lane, task
         cacheable = rec.cacheable and rec.dialect == "kernel" and not lane.irq_pending and not started
         if cacheable:
