@@ -220,7 +220,7 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
         raise UserError(f"no complete Debian amd64 kernel {wanted}: the archive lists images whose "
                         f"modules packages are gone")
     dest = kernels_dir() / abi
-    partial = kernels_dir() / f".{abi}.partial"
+    partial = kernels_dir() / f".{abi}.{os.getpid()}.partial"  # concurrent fetches do not collide
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     if log:
@@ -229,6 +229,9 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
     debs = sorted(p.name for p in partial.glob("*.deb"))
     (partial / MANIFEST).write_text(json.dumps({"abi": abi, "packages": packages, "debs": debs,
                                                 "mirror": MIRROR}, indent=1) + "\n")
+    if (dest / MANIFEST).is_file():  # another run finished the same kernel meanwhile
+        shutil.rmtree(partial, ignore_errors=True)
+        return dest
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
     return dest

@@ -717,7 +717,7 @@ def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[s
     data = profile_from_package(paths, sorted(funcs), sorted(mods), DEFAULT_BTF_MODULE_DIRS, DEFAULT_VMLINUX_GLOBS,
                                 workers)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")  # several runs (CI, tests) may fill it at once
     tmp.write_text(json.dumps(data))
     tmp.replace(target)
     return data
