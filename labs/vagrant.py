@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Union
 
 from discover.errors import UserError
+from labs.agent import GUEST_ENV
 from labs.base import CLIENT, SERVER, CommandResult, Lab
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +44,8 @@ CONSOLE_FAILURES = ("Kernel panic", "Oops:", "BUG: ", "end Kernel panic", "watch
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20",
                "-o", "IdentitiesOnly=yes"]
+#: idle seconds before a shared SSH connection closes by itself
+CONTROL_PERSIST_S = 120
 
 
 def state_dir(name: str = "default") -> Path:
@@ -166,13 +169,13 @@ class VagrantLab(Lab):
         from labs.vagrant_box import ensure_box
 
         ensure_daemons()
-        if self.state.get("ssh"):
+        if self.state.get("box"):
             if self.state.get("kernel") != self.kernel or self.state.get("topology") != self.topology:
                 raise UserError(f"vagrant lab {self.name!r} is already up (kernel {self.state.get('kernel')}, "
                                 f"{self.state.get('topology')}): `labs down --name {self.name}` first")
-            if set(self.status().values()) == {"running"}:
+            if self.state.get("ssh") and set(self.status().values()) == {"running"}:
                 return  # already up: `up` twice is harmless (the integration run calls it)
-            self.down()
+            self.down()  # what an interrupted `up` left: start clean
         started = time.monotonic()
         image = build_image(self.kernel, progress=self.progress)
         box = ensure_box(image, progress=self.progress)
@@ -317,11 +320,28 @@ class VagrantLab(Lab):
             raise UserError("no vagrant lab is up: run `labs up --backend vagrant` first")
         return conf
 
+    def _ssh_options(self, node: str) -> List[str]:
+        """Key, and one shared connection per node: an SSH handshake costs seconds under TCG."""
+        conf = self._ssh_target(node)
+        return [*SSH_OPTIONS, "-i", conf["key"], "-o", "ControlMaster=auto",
+                "-o", f"ControlPath={self.dir}/ssh-{self.machine(node)}.sock",
+                "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
+
     def ssh_argv(self, node: str) -> List[str]:
         """ssh to a node as the box user, over the 127.0.0.1 forward (for `labs shell` too)."""
         conf = self._ssh_target(node)
-        return ["ssh", *SSH_OPTIONS, "-i", conf["key"], "-p", str(conf["port"]),
-                f"{conf['user']}@{conf['host']}"]
+        return ["ssh", *self._ssh_options(node), "-p", str(conf["port"]), f"{conf['user']}@{conf['host']}"]
+
+    def _close_ssh_masters(self) -> None:
+        """End the shared SSH connections (the background ssh processes ControlPersist keeps)."""
+        for node in (SERVER, CLIENT):
+            try:
+                argv = self.ssh_argv(node)
+            except UserError:
+                return
+            if (self.dir / f"ssh-{self.machine(node)}.sock").exists():
+                subprocess.run(argv[:-1] + ["-O", "exit", argv[-1]], capture_output=True,
+                               stdin=subprocess.DEVNULL, timeout=30)
 
     def ssh_command(self, node: str = CLIENT) -> List[str]:
         """Interactive root shell on a node (`labs shell`)."""
@@ -331,7 +351,9 @@ class VagrantLab(Lab):
     def run(self, cmd: Union[str, Sequence[str]], node: str = CLIENT,
             timeout: float = 600.0) -> CommandResult:
         remote = cmd if isinstance(cmd, str) else shlex.join(cmd)
-        argv = self.ssh_argv(node) + ["sudo -n sh -c " + shlex.quote(remote)]
+        # the same command environment as the QEMU backend's guest agent gives
+        argv = self.ssh_argv(node) + [shlex.join(["sudo", "-n", "env", "-i", *GUEST_ENV,
+                                                  "sh", "-c", remote])]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
                                   timeout=timeout, stdin=subprocess.DEVNULL)
@@ -342,7 +364,7 @@ class VagrantLab(Lab):
 
     def _scp(self, node: str, src: str, dst: str) -> None:
         conf = self._ssh_target(node)
-        argv = ["scp", "-q", *SSH_OPTIONS, "-i", conf["key"], "-P", str(conf["port"]), src, dst]
+        argv = ["scp", "-q", *self._ssh_options(node), "-P", str(conf["port"]), src, dst]
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise UserError(f"scp {src} -> {dst} failed: {proc.stderr.strip()}")
@@ -382,6 +404,7 @@ class VagrantLab(Lab):
         from labs.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
 
         if self.state_file.exists() and self.state.get("box"):
+            self._close_ssh_masters()
             ensure_daemons()
             self.progress("[vagrant] destroy -f")
             try:

@@ -1,0 +1,45 @@
+"""What labs.libvirt_daemons decides before it starts libvirtd: which networks it must not
+let autostart, and whether a daemon's socket really answers."""
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+from pathlib import Path
+
+from labs.libvirt_daemons import autostarted_forwarding_networks, socket_answers
+
+#: the NAT network Debian's libvirt-daemon-config-network package installs
+PACKAGED_DEFAULT = Path("/etc/libvirt/qemu/networks/default.xml")
+
+
+def test_packaged_default_nat_network_is_refused_when_autostarted(tmp_path: Path) -> None:
+    networks = tmp_path / "networks"
+    (networks / "autostart").mkdir(parents=True)
+    shutil.copy(PACKAGED_DEFAULT, networks / "default.xml")
+    assert autostarted_forwarding_networks(networks) == []  # defined, not autostarted: fine
+    (networks / "autostart" / "default.xml").symlink_to(networks / "default.xml")
+    assert autostarted_forwarding_networks(networks) == [networks / "autostart" / "default.xml"]
+
+
+def test_isolated_bridge_network_is_refused_too(tmp_path: Path) -> None:
+    """No <forward> still means a host bridge with an address on it."""
+    autostart = tmp_path / "autostart"
+    autostart.mkdir()
+    text = re.sub(r"<forward[^>]*/>|<forward.*?</forward>", "", PACKAGED_DEFAULT.read_text(), flags=re.S)
+    assert "<forward" not in text
+    (autostart / "isolated.xml").write_text(text.replace("<name>default</name>", "<name>isolated</name>"))
+    assert autostarted_forwarding_networks(tmp_path) == [autostart / "isolated.xml"]
+
+
+def test_socket_answers_only_when_something_listens(tmp_path: Path) -> None:
+    path = tmp_path / "sock"
+    assert not socket_answers(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        assert socket_answers(path)
+    finally:
+        server.close()
+    assert path.exists() and not socket_answers(path)  # a stale socket file left by a dead daemon

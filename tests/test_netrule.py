@@ -1,0 +1,190 @@
+"""The network-rule checker on the configurations the labs really generate.
+
+The QEMU argv comes from QemuLab itself; the libvirt domain XML and network list
+were captured from a real `vagrant up` of the repository's Vagrantfile (see
+tests/fixtures/vagrant/README.md). Each violation case edits one of those real
+configurations in the way a mistake would, and the checker must name it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from labs.netrule import (check_domain_xml, check_hostfwd, check_net_list, check_qemu_argv,
+                          parse_net_list, split_qemu_opts)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vagrant"
+DOMAINS = ("nfs-server", "nfs-client")
+
+
+def qemu_argvs(tmp_path: Path, topology: str, accel: str) -> Dict[str, List[str]]:
+    """QemuLab's exact argv per guest; only the image paths are placeholders."""
+    from labs.images import ImageInfo
+    from labs.qemu import QemuLab
+    lab = QemuLab(kernel="6.1", topology=topology, name="netrule-test", project_dir=tmp_path)
+    lab.image = ImageInfo(key="test", suite="bookworm", kernel_release="6.1.0-test-amd64",
+                          directory=tmp_path, rootfs=tmp_path / "rootfs.qcow2",
+                          vmlinuz=tmp_path / "vmlinuz", initrd=tmp_path / "initrd.img",
+                          ssh_private_key=tmp_path / "key", ssh_public_key=tmp_path / "key.pub",
+                          packages=[])
+    return lab.argv_by_node(accel)
+
+
+def domain_xml(name: str) -> str:
+    return (FIXTURES / f"{name}.domain.xml").read_text()
+
+
+def replace_once(argv: List[str], old: str, new: str) -> List[str]:
+    hits = [i for i, arg in enumerate(argv) if old in arg]
+    assert hits, f"{old!r} not in the generated argv"
+    out = list(argv)
+    out[hits[0]] = out[hits[0]].replace(old, new)
+    return out
+
+
+# -- QEMU argv ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("topology", ["single", "pair"])
+@pytest.mark.parametrize("accel", ["tcg", "kvm"])
+def test_qemulab_argv_obeys_the_rule(tmp_path: Path, topology: str, accel: str) -> None:
+    argvs = qemu_argvs(tmp_path, topology, accel)
+    assert argvs
+    for name, argv in argvs.items():
+        assert "-netdev" in argv, name  # the SSH forward at least: the check saw a netdev
+        assert check_qemu_argv(argv) == [], name
+
+
+def test_pair_argv_links_both_guests_on_loopback(tmp_path: Path) -> None:
+    argvs = qemu_argvs(tmp_path, "pair", "tcg")
+    links = [argv[i + 1] for argv in argvs.values() for i, a in enumerate(argv)
+             if a == "-netdev" and argv[i + 1].startswith("socket,")]
+    modes = sorted(key for link in links for key in split_qemu_opts(link)[1] if key in ("listen", "connect"))
+    assert modes == ["connect", "listen"]
+
+
+def test_unrestricted_user_netdev_is_caught(tmp_path: Path) -> None:
+    argv = qemu_argvs(tmp_path, "single", "tcg")["lab"]
+    bad = check_qemu_argv(replace_once(argv, "restrict=on", "restrict=off"))
+    assert len(bad) == 1 and "restrict=on" in bad[0]
+    bad = check_qemu_argv(replace_once(argv, "restrict=on,", ""))
+    assert len(bad) == 1 and "restrict=on" in bad[0]
+
+
+def test_hostfwd_on_every_address_is_caught(tmp_path: Path) -> None:
+    argv = qemu_argvs(tmp_path, "single", "tcg")["lab"]
+    bad = check_qemu_argv(replace_once(argv, "hostfwd=tcp:127.0.0.1:", "hostfwd=tcp::"))
+    assert len(bad) == 1 and "every address" in bad[0]
+    bad = check_qemu_argv(replace_once(argv, "hostfwd=tcp:127.0.0.1:", "hostfwd=tcp:10.0.0.5:"))
+    assert len(bad) == 1 and "10.0.0.5" in bad[0]
+
+
+def test_socket_link_off_loopback_is_caught(tmp_path: Path) -> None:
+    server = qemu_argvs(tmp_path, "pair", "tcg")["server"]
+    bad = check_qemu_argv(replace_once(server, "listen=127.0.0.1:", "listen=0.0.0.0:"))
+    assert len(bad) == 1 and "listen=0.0.0.0" in bad[0]
+    bad = check_qemu_argv(replace_once(server, "listen=127.0.0.1:", "listen=:"))
+    assert len(bad) == 1
+
+
+def test_multicast_tap_and_bridge_are_caught(tmp_path: Path) -> None:
+    argv = qemu_argvs(tmp_path, "single", "tcg")["lab"]
+    assert len(check_qemu_argv(argv + ["-netdev", "tap,id=t0,ifname=tap0,script=no"])) == 1
+    assert len(check_qemu_argv(argv + ["-nic", "bridge,br=virbr0"])) == 1
+    assert len(check_qemu_argv(argv + ["-netdev", "socket,id=m,mcast=230.0.0.1:1234"])) == 1
+    assert len(check_qemu_argv(argv + ["-netdev", "user,id=u2,restrict=on,guestfwd=tcp:10.0.2.100:80-cmd:nc x 80"])) == 1
+
+
+def test_qemu_default_nic_is_caught(tmp_path: Path) -> None:
+    """Without any network option and without -nodefaults QEMU adds an open user NIC."""
+    argv = qemu_argvs(tmp_path, "single", "tcg")["lab"]
+    stripped: List[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg in ("-netdev", "-nodefaults") or (arg == "-device" and "netdev=" in argv[i + 1]):
+            skip = arg != "-nodefaults"
+            continue
+        stripped.append(arg)
+    assert "-netdev" not in stripped
+    bad = check_qemu_argv(stripped)
+    assert len(bad) == 1 and "default" in bad[0]
+    assert check_qemu_argv(stripped + ["-nic", "none"]) == []
+
+
+def test_qemu_option_splitting() -> None:
+    assert split_qemu_opts("user,id=u,hostfwd=a,hostfwd=b") == ("user", {"id": ["u"], "hostfwd": ["a", "b"]})
+    assert split_qemu_opts("file,path=/a,,b,id=c") == ("file", {"path": ["/a,b"], "id": ["c"]})
+    assert split_qemu_opts("type=user,restrict") == ("user", {"type": ["user"], "restrict": ["on"]})
+    assert check_hostfwd("tcp:127.0.0.1:2222-:22") is None
+    assert check_hostfwd("udp:127.0.0.1:53-10.0.2.15:53") is None
+    assert check_hostfwd("::2222-:22") is not None
+
+
+# -- libvirt domain XML from a real `vagrant up` ------------------------------------------
+
+@pytest.mark.parametrize("name", DOMAINS)
+def test_vagrant_domains_obey_the_rule(name: str) -> None:
+    xml = domain_xml(name)
+    assert "<interface type=" in xml and "hostfwd=tcp:127.0.0.1:" in xml
+    assert check_domain_xml(xml) == []
+
+
+def test_vagrant_pair_shares_one_socket_link() -> None:
+    import xml.etree.ElementTree as ET
+    ends = {}
+    for name in DOMAINS:
+        iface = ET.fromstring(domain_xml(name)).find("devices/interface")
+        assert iface is not None
+        source = iface.find("source")
+        assert source is not None
+        ends[iface.get("type")] = (source.get("address"), source.get("port"))
+    assert set(ends) == {"server", "client"}
+    assert ends["server"] == ends["client"] and ends["server"][0] == "127.0.0.1"
+
+
+def test_domain_socket_link_off_loopback_is_caught() -> None:
+    xml = domain_xml("nfs-server").replace("address='127.0.0.1'", "address='0.0.0.0'", 1)
+    bad = check_domain_xml(xml)
+    assert len(bad) == 1 and "0.0.0.0" in bad[0]
+
+
+def test_domain_management_network_is_caught() -> None:
+    """What vagrant-libvirt adds by default (mgmt_attach): a NIC on its NAT network."""
+    nat_nic = ("<interface type='network'><source network='vagrant-libvirt'/>"
+               "<model type='virtio'/></interface>")
+    xml = domain_xml("nfs-client").replace("<devices>", "<devices>" + nat_nic, 1)
+    bad = check_domain_xml(xml)
+    assert len(bad) == 1 and "vagrant-libvirt" in bad[0]
+    bridge_nic = "<interface type='bridge'><source bridge='virbr0'/></interface>"
+    assert len(check_domain_xml(domain_xml("nfs-client").replace("<devices>", "<devices>" + bridge_nic, 1))) == 1
+
+
+def test_domain_qemu_commandline_is_checked() -> None:
+    xml = domain_xml("nfs-server")
+    assert len(check_domain_xml(xml.replace("restrict=on,", "", 1))) == 1
+    assert len(check_domain_xml(xml.replace("hostfwd=tcp:127.0.0.1:", "hostfwd=tcp::", 1))) == 1
+
+
+# -- libvirt networks ---------------------------------------------------------------------
+
+def test_net_list_before_and_after_vagrant_up() -> None:
+    before = (FIXTURES / "net-list.before.txt").read_text()
+    after = (FIXTURES / "net-list.after-up.txt").read_text()
+    names_before = [row["name"] for row in parse_net_list(before)]
+    assert check_net_list(before, names_before) == []
+    assert check_net_list(after, names_before) == []
+
+
+def test_active_or_new_network_is_caught() -> None:
+    before = (FIXTURES / "net-list.before.txt").read_text()
+    names_before = [row["name"] for row in parse_net_list(before)]
+    assert names_before, "the captured list has libvirt's packaged 'default' network"
+    active = before.replace("inactive", "active", 1)
+    assert len(check_net_list(active, names_before)) == 1
+    autostart = before.replace(" no ", " yes ", 1)
+    assert any("autostart" in v for v in check_net_list(autostart, names_before))
+    assert len(check_net_list(before, [])) == len(names_before)
