@@ -171,7 +171,17 @@ def test_trace_cut_at_the_end_is_marked():
 
 # -- robustness -----------------------------------------------------------------
 
-REAL = [t for p in (READ, EVENTS) for t in lines(p)[:1500]] + lines(WRITE)[18900:19000]
+def _real_sample():
+    """Real lines of every layout at hand: default, migration, proc/abstime/tail with
+    context switches, comments from nfs events, non-graph events."""
+    import gzip
+    lab = gzip.open(LAB / "6.1.0-50-amd64" / "function_graph" / "nfs-ops.events.trace.gz", "rt").readlines()
+    return ([t for p in (READ, EVENTS) for t in lines(p)[:1500]] + lines(WRITE)[18900:19000]
+            + lines(LAB / "6.1.0-57-amd64" / "function_graph" / "vfs_read.proc-abstime-tail.trace")
+            + lab[:600])
+
+
+REAL = _real_sample()
 
 
 @st.composite
