@@ -59,3 +59,48 @@ def call_line_count(path: Path) -> Dict[str, int]:
         elif body.lstrip().startswith("}"):
             counts["exit"] += 1
     return counts
+
+LAB50 = LAB / "6.1.0-50-amd64" / "function_graph"
+_BANNER = re.compile(r"^ *(\d+)\) +\S+-(\d+) +=> +\S+-(\d+) *$")
+_TASK_IN_LINE = re.compile(r"-(\d+) +(?:\||\[\d+\])")
+_CPU_IN_LINE = re.compile(r"(?:^ *|\| +)(\d+)\) |\[(\d+)\]")
+_BODY_CALL = re.compile(r"^  ( *)(\S+?)(?: \[\w+\])?\(\)( \{|;)$")
+_BODY_EXIT = re.compile(r"^  ( *)\}")
+
+
+def naive_direct_calls_any(path: Path, function: str) -> Tuple[Counter, int]:
+    """naive_direct_calls for any column layout (text after the last `|`) and any number
+    of tasks (task from the proc/trace-cmd column, else from the last banner on the CPU)."""
+    direct: Counter = Counter()
+    entered = 0
+    inside: Dict[object, bool] = {}
+    banner_task: Dict[str, str] = {}
+    for text in lines(path):  # before its first banner, a CPU runs that banner's prev task
+        m = _BANNER.match(text.rstrip("\n"))
+        if m and m.group(1) not in banner_task:
+            banner_task[m.group(1)] = m.group(2)
+    for text in lines(path):
+        line = text.rstrip("\n")
+        m = _BANNER.match(line)
+        if m:
+            banner_task[m.group(1)] = m.group(3)
+            continue
+        if line.startswith("#") or "|" not in line:
+            continue
+        own = _TASK_IN_LINE.search(line.rsplit("|", 1)[0] + "|")
+        cpu = _CPU_IN_LINE.search(line)
+        key = own.group(1) if own else banner_task.get((cpu.group(1) or cpu.group(2)) if cpu else "")
+        body = line.rsplit("|", 1)[1]
+        call = _BODY_CALL.match(body)
+        if call:
+            depth = len(call.group(1)) // 2
+            if depth == 0:
+                inside[key] = call.group(2) == function and call.group(3) == " {"
+                entered += call.group(2) == function
+            elif depth == 1 and inside.get(key):
+                direct[call.group(2)] += 1
+        else:
+            ex = _BODY_EXIT.match(body)
+            if ex and not ex.group(1):
+                inside[key] = False
+    return direct, entered

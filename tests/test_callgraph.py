@@ -8,10 +8,11 @@ import shutil
 from collections import Counter
 
 import networkx as nx
+import pytest
 
 from discover import callgraph as cg
 from discover import funcgraph as fg
-from funcgraph_fixtures import LAB, READ, WRITE, lines, naive_direct_calls
+from funcgraph_fixtures import LAB, LAB50, READ, WRITE, lines, naive_direct_calls, naive_direct_calls_any
 
 EVENTS_FG = LAB / "6.1.0-50-amd64" / "function_graph" / "nfs-ops.events.trace.gz"
 
@@ -141,3 +142,77 @@ def test_lab_capture_context_switch_banners_give_tasks():
         tree = fg.parse_lines(text, pid=pid)
         got = {name: node.calls for name, node in tree.root.children.items()}
         assert got == {name: n for (p, name), n in naive.items() if p == pid} and got
+
+
+@pytest.mark.parametrize("capture,function", [
+    ("nfs3.nfs_file_read.default", "nfs_file_read"),
+    ("nfs3.nfs_file_read.latency", "nfs_file_read"),            # latency-format flag column
+    ("nfs3.nfs_file_read.proc", "nfs_file_read"),               # comm-pid column
+    ("nfs42.nfs_file_read.abstime", "nfs_file_read"),           # absolute time column
+    ("nfs3.nfs_file_read.trace-cmd", "nfs_file_read"),          # trace-cmd report dialect
+    ("nfs3.nfs_file_read.ctxsw-nfsd_read", "nfs_file_read"),    # two tasks, switch banners
+    ("nfs3.nfs_file_read.ctxsw-nfsd_read", "nfsd_read"),
+    ("nfs42.nfs_file_write.proc-abstime-tail", "nfs_file_write"),
+    ("nfs3.nfs_file_write.irqs", "nfs_file_write"),
+    ("nfs3.nfs_getattr.tail", "nfs_getattr"),                   # } /* f */ on every exit
+    ("nfs3.nfs_getattr.events-nfs_getattr", "nfs_getattr"),     # /* event */ comments inside
+])
+def test_lab_option_mixes_give_the_calls_in_the_trace(capture, function):
+    path = LAB50 / f"{capture}.trace"
+    tree = fg.parse_file(str(path))
+    assert tree.parser.malformed_count == 0
+    assert flat_equal(tree, fg.parse_file(str(path), fast=False))
+    direct, entered = naive_direct_calls_any(path, function)
+    top = tree.root.children[function]
+    assert top.calls == entered > 0
+    assert {k: v.calls for k, v in top.children.items()} == \
+        {k: n for k, n in direct.items() if not fg.is_irq_entry(k)}
+
+
+def flat_equal(a, b) -> bool:
+    def flat(node, path=()):
+        out = {}
+        for tag, table in (("", node.children), ("[irq]", node.irqs)):
+            for child in table.values():
+                here = path + (tag + child.name,)
+                out[here] = (child.calls, round(child.total, 9), child.cut_start, child.cut_end)
+                out.update(flat(child, here))
+        return out
+    return flat(a.root) == flat(b.root)
+
+
+def test_lab_line_forms_latency_trace_cmd_lost():
+    lat = next(t for t in lines(LAB50 / "nfs3.nfs_file_read.latency.trace") if "+ " in t and "();" in t)
+    rec = fg.parse_line(lat)
+    assert rec.kind == fg.LEAF and rec.dur == float(re.search(r"(\d+\.\d+) us", lat).group(1))
+    tc = [t for t in lines(LAB50 / "nfs3.nfs_file_read.trace-cmd.trace") if "funcgraph_" in t]
+    recs = [fg.parse_line(t) for t in tc]
+    assert all(r.kind in fg.CALL_KINDS and r.dialect == "trace-cmd" and r.pid and r.ts for r in recs)
+    lost_line = next(t for t in lines(LAB50 / "nfs3.nfs_file_write.tinybuf-trace_pipe.trace") if "LOST" in t)
+    n = int(re.search(r"LOST (\d+) EVENTS", lost_line).group(1))
+    rec = fg.parse_line(lost_line)
+    assert (rec.kind, rec.count) == (fg.LOST, n)
+    tree = fg.parse_file(str(LAB50 / "nfs3.nfs_file_write.tinybuf-trace_pipe.trace"))
+    assert sum(tree.parser.lost.values()) == n
+
+
+@pytest.mark.parametrize("capture", ["nfs3.nfs_file_write.tinybuf", "nfs3.nfs_file_write.tinybuf-trace_pipe"])
+def test_lab_overrun_buffer_calls_cut_at_start_are_named_and_marked(capture):
+    """A 4 KiB buffer lost the oldest entries: exits arrive as `} /* f */` with no entry."""
+    tree = fg.parse_file(str(LAB50 / f"{capture}.trace"))
+    orphan_exits = [t for t in lines(LAB50 / f"{capture}.trace") if re.search(r"\} /\* \S+", t)]
+    assert orphan_exits and tree.parser.cut_start >= 1
+    nodes = list(tree.nodes())
+    assert "?" not in {n.name for n in nodes}
+    assert sum(n.cut_start for n in nodes) == tree.parser.cut_start
+
+
+def test_lab_events_fire_inside_the_function_that_emits_them():
+    tree = fg.parse_file(str(LAB50 / "nfs3.nfs_getattr.events-nfs_getattr.trace"))
+    events = tree.parser.events
+    comments = [t for t in lines(LAB50 / "nfs3.nfs_getattr.events-nfs_getattr.trace") if "/* nfs_getattr_" in t]
+    assert len(events) == len(comments) > 0
+    assert {(e.name, e.function) for e in events} == {("nfs_getattr_enter", "nfs_getattr"),
+                                                      ("nfs_getattr_exit", "nfs_getattr")}
+    node = tree.root.children["nfs_getattr"]
+    assert node.events == {"nfs_getattr_enter": len(comments) // 2, "nfs_getattr_exit": len(comments) // 2}
