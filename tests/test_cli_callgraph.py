@@ -102,3 +102,27 @@ def test_svg_without_graphviz_is_a_clear_error(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "discover: error: SVG needs Graphviz `dot` (apt-get install graphviz); "
         "or use --format dot and render it elsewhere"]
+
+
+def test_live_branch_on_a_fake_tracefs_matches_from_file(tmp_path):
+    """The live path (discover.capture on a tracefs-shaped directory whose trace_pipe the
+    workload feeds with the real read capture) yields the same graph as --from-file."""
+    import fake_tracefs
+
+    tracefs = fake_tracefs.build(tmp_path / "root")
+    before = fake_tracefs.snapshot(tracefs)
+    env = dict(os.environ, PROBEKIT_TRACEFS=str(tracefs), PROBEKIT_SYSROOT=str(tmp_path / "root"),
+               PROBEKIT_EUID="0")
+    live = subprocess.run(
+        [sys.executable, "-m", "discover", "callgraph", "nfs_file_read", "--workload",
+         f"cat {READ} > {tracefs / 'trace_pipe'}", "--format", "json", "-o", str(tmp_path / "live.json")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert live.returncode == 0, live.stderr
+    saved = run("callgraph", "--from-file", str(READ), "--format", "json", "-o", str(tmp_path / "file.json"))
+    assert saved.returncode == 0, saved.stderr
+    from discover.callgraph import load_json
+    a = load_json((tmp_path / "live.json").read_text())
+    b = load_json((tmp_path / "file.json").read_text())
+    assert {e: d["calls"] for e, d in a.edges.items()} == {e: d["calls"] for e, d in b.edges.items()}
+    assert a.nodes["nfs_file_read"]["calls"] == b.nodes["nfs_file_read"]["calls"] == 17
+    fake_tracefs.assert_restored(before, tracefs)
