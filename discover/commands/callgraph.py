@@ -200,7 +200,7 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
             console = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
         else:
             console = Console(record=True, width=200, file=io.StringIO())
-        console.print(note, markup=False, highlight=False)
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
         console.print(rendered)
         if output is not None:
             write_output(console.export_text(), output)
