@@ -73,9 +73,10 @@ class KernelProfile:
             if module not in self._modules_of.setdefault(name, set()):
                 self._modules_of[name].add(module)
                 self._by_module.setdefault(module, []).append(name)
-            base = clone_base(name)
-            if base != name:
-                self._clones.setdefault(base, []).append(name)
+            if "." in name:  # every compiler-copy suffix has a dot: skip the scan for the ~99% without
+                base = clone_base(name)
+                if base != name:
+                    self._clones.setdefault(base, []).append(name)
         self._blacklist: Set[str] = set(data.get("kprobe_blacklist") or [])
 
     # identity -----------------------------------------------------------
