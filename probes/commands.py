@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
@@ -117,7 +117,7 @@ DIST_EXAMPLES = """
 Examples:
   nfsdist              # summarize NFS operation latency as a histogram per operation
   nfsdist 1 10         # print 1 second summaries, 10 times
-  nfsdist -mT 1        # 1s summaries, milliseconds, and timestamps
+  nfsdist -mT 1        # 1s summaries, milliseconds, no timestamp lines
   nfsdist -p 181       # trace PID 181 only
   nfsdist --json 5 1   # one 5 s summary as JSON (counts, bytes, buckets per op)
   nfsdist --ops open,getattr -v
@@ -139,15 +139,24 @@ def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str) -> 
                        "anomalies": session.anomalies()})
 
 
+def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[str]) -> List[str]:
+    """One interval as bcc's nfsdist prints it: blank line, `HH:MM:SS:`, a section per op."""
+    lines = [""] + ([f"{clock}:"] if clock else [])
+    for op, vals in sections:
+        lines += ["", f"operation = {op}"] + format_log2(vals, unit)
+    return lines
+
+
 @click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False)
 @click.argument("count", type=click.IntRange(min=1), default=99999999, required=False)
-@click.option("-T", "--timestamp", "timestamp", is_flag=True, help="Include a timestamp on each output.")
+@click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
+              help="No HH:MM:SS: line before each output (bcc prints one by default too).")
 @click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds.")
 @click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
 @common
-def nfsdist(interval: int, count: int, timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
+def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
             ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
@@ -169,15 +178,9 @@ def nfsdist(interval: int, count: int, timestamp: bool, millis: bool, pid: Optio
             if as_json:
                 print(_dist_json(session, data, unit), flush=True)
                 continue
-            print()
-            if timestamp:
-                print("%-8s\n" % time.strftime("%H:%M:%S"), end="")
-            for op, entry in data.items():
-                if entry["count"]:
-                    print(f"\noperation = {op}")
-                    for line in format_log2(buckets(entry["slots"]), unit):
-                        print(line)
-            sys.stdout.flush()
+            clock = None if no_timestamp else time.strftime("%H:%M:%S")
+            print("\n".join(dist_text([(op, buckets(e["slots"])) for op, e in data.items() if e["count"]],
+                                       unit, clock)), flush=True)
 
 
 TOP_EXAMPLES = f"""
