@@ -2,7 +2,8 @@
 
 Output follows bcc's nfsslower / nfsdist (same columns, CSV header and histogram layout)
 so that they can replace Debian's bpfcc tools; nfstop is the per-process view no bcc tool
-offers. Commit (C) runs in kworker/rpciod context: -p PID never sees it.
+offers. Commit (C) mostly starts in kworker writeback context: -p PID sees only the
+commits the process's own fsync starts.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from probes.spec import OPS
 
 OPS_HELP = ("Comma-separated operations (names or letters): "
             + ", ".join(f"{name} ({letter})" for name, letter in OPS.items()) + ".")
-COMMIT_NOTE = ("Commit (C) runs in kworker/rpciod threads, not in the writing process: "
-               "with -p PID it is never shown.")
+COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, not by the writing "
+               "process: with -p PID only the commits its own fsync starts are shown.")
 
 
 def common(func: Any) -> Any:
@@ -160,7 +161,7 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
             ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
-    Commit runs in kworker threads: with -p it stays empty."""
+    Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
     unit = "msecs" if millis else "usecs"
     tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000)
     session = Session("nfsdist", tool, parse_ops(ops_text), spec_path, verbose)

@@ -6,8 +6,8 @@ counts and reports both as JSON; the asserts here compare them.
 
 Operations the kernel issues by itself, and tested as such:
 - commit (C): the workload's 1 MiB writes exceed wsize (256 KiB), so the flush at each
-  fsync is sent UNSTABLE and the client sends COMMIT from its own context: at least one
-  commit per fsync, never attributed to the writer (-p cannot see it).
+  fsync is sent UNSTABLE and the client sends COMMIT: at least one commit per explicit
+  fsync, started by writeback (kworker) or by the fsync itself.
 """
 from __future__ import annotations
 
@@ -103,7 +103,6 @@ def test_nfsslower_reports_injected_latency(results: Dict[str, Dict[str, Any]]) 
     assert all(e["file"] == "read.bin" and e["bytes"] == 65536 for e in delayed_reads)
     # both fsyncs of the delayed phase are reported; commits come from kworkers
     assert sum(1 for e in delayed if e["op"] == "fsync") == lat["phases"]["delay"]["issued"]["fsync"]
-    assert all(e["comm"].startswith("kworker") for e in events if e["op"] == "commit")
     # without the delay the same reads stay below the threshold, and fewer ops cross it
     # (TCG alone makes a 4 MiB fsync slow, so fsync is compared in nfsdist, not here)
     assert not [e for e in plain if e["op"] == "read"]
@@ -121,8 +120,9 @@ def test_nfsdist_histogram_moves_with_delay(results: Dict[str, Dict[str, Any]]) 
             seen = sum(_phase_hist(intervals, phase, op).values())
             assert seen == lat["phases"][phase]["issued"][op], f"{phase} {op}: {seen}"
     reads_plain, reads_delay = _phase_hist(intervals, "nodelay", "read"), _phase_hist(intervals, "delay", "read")
-    # the slowest read moves from below the delay into a bucket at or above it
-    assert max(reads_plain) < delay_us // 2 and max(reads_delay) >= delay_us // 2
+    # the slowest read moves up into a bucket starting at or above the delay (one READ RPC
+    # waits 2 x 50 ms); without the delay TCG's slowest read stays in a lower bucket
+    assert max(reads_delay) >= delay_us and max(reads_delay) > max(reads_plain)
     for op in ("read", "fsync"):
         plain, delayed = _phase_hist(intervals, "nodelay", op), _phase_hist(intervals, "delay", op)
         assert _mean_bucket(delayed) > _mean_bucket(plain), f"{op}: {plain} -> {delayed}"
