@@ -199,6 +199,8 @@ def _build(suite: str, packages: List[str], key: str, work: Path, final: Path,
     cmd = [
         "mmdebstrap", "--variant=minbase", "--mode=root", "--format=directory",
         "--aptopt=APT::Install-Recommends \"false\"",
+        # mirrors frozen at a date (snapshots) serve Release files past their Valid-Until
+        "--aptopt=Acquire::Check-Valid-Until \"false\"",
         "--include=" + ",".join(packages),
         f"--customize-hook=mkdir -p \"$1{guest_provision}\"",
         f"--customize-hook=cp -a {PROVISION_DIR}/. \"$1{guest_provision}/\"",

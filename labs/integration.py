@@ -20,7 +20,8 @@ from labs.base import CLIENT, Lab
 
 Progress = Callable[[str], None]
 
-GUEST_RESULTS = "/results"
+#: guest-local scratch for one run (tarred and copied out by Lab.get: works on every backend)
+GUEST_RESULTS = "/var/tmp/probekit-results"
 WORKLOAD = "labs/guest/workload.sh"
 
 
@@ -146,12 +147,20 @@ grep -i nfs $T/available_filter_functions > {out}/available_filter_functions.nfs
 cat $T/available_tracers > {out}/available_tracers.txt
 cat $T/trace_options > {out}/trace_options.txt
 grep nfs /proc/mounts > {out}/proc-mounts-nfs.txt
-for sys in nfs nfs4; do
-  [ -d $T/events/$sys ] || continue
-  for ev in $T/events/$sys/*/; do
-    [ -f $ev/format ] && mkdir -p {out}/events/$sys/$(basename $ev) && cat $ev/format > {out}/events/$sys/$(basename $ev)/format
-  done
-done
+python3 - {out}/events <<'PY'
+import os, sys
+# one process instead of a fork per event: under TCG every fork costs
+tracing, dest = "/sys/kernel/tracing/events", sys.argv[1]
+for system in ("nfs", "nfs4"):
+    if not os.path.isdir(os.path.join(tracing, system)):
+        continue
+    for event in sorted(os.listdir(os.path.join(tracing, system))):
+        src = os.path.join(tracing, system, event, "format")
+        if os.path.isfile(src):
+            os.makedirs(os.path.join(dest, system, event), exist_ok=True)
+            with open(src) as fmt, open(os.path.join(dest, system, event, "format"), "w") as copy:
+                copy.write(fmt.read())
+PY
 wc -l < {out}/available_filter_functions.nfs.txt
 """
         count = int(self.sh(script).strip().splitlines()[-1])
