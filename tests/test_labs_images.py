@@ -1,0 +1,58 @@
+"""Image builder inputs: suite choice, package lists, and the cache key (no build, no root)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from discover.errors import UserError
+from labs import images
+
+
+@pytest.mark.parametrize("kernel, suite", [
+    ("5.10", "bullseye"), ("6.1", "bookworm"), ("6.12", "trixie"), ("7", "sid"), ("7.2", "sid"),
+    ("trixie", "trixie"),
+])
+def test_suite_for_kernel(kernel: str, suite: str) -> None:
+    assert images.suite_for_kernel(kernel) == suite
+
+
+def test_unknown_kernel_is_a_one_line_user_error() -> None:
+    with pytest.raises(UserError, match="no Debian suite known for kernel '4.19'"):
+        images.suite_for_kernel("4.19")
+
+
+def test_package_list_has_the_kernel_headers_and_suite_names() -> None:
+    packages = images.read_package_list("bookworm")
+    assert {"linux-image-amd64", "linux-headers-amd64", "bpftool", "nfs-kernel-server",
+            "qemu-guest-agent", "python3-bpfcc", "trace-cmd"} <= set(packages)
+    assert packages == sorted(set(packages))
+
+
+def test_key_follows_every_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    provision = tmp_path / "provision"
+    shutil.copytree(images.PROVISION_DIR, provision)
+    monkeypatch.setattr(images, "PROVISION_DIR", provision)
+    packages = images.read_package_list("bookworm")
+    base = images.image_key("bookworm", packages, b"key")
+    assert base.startswith("bookworm-")
+    assert images.image_key("bookworm", packages, b"key") == base
+    assert images.image_key("trixie", packages, b"key") != base
+    assert images.image_key("bookworm", packages + ["strace"], b"key") != base
+    assert images.image_key("bookworm", packages, b"other key") != base
+    with (provision / "server.sh").open("a") as script:
+        script.write("# changed\n")
+    assert images.image_key("bookworm", packages, b"key") != base
+
+
+def test_version_mismatch_is_reported(tmp_path: Path) -> None:
+    info = images.ImageInfo(key="k", suite="trixie", kernel_release="6.12.117+deb13-amd64",
+                            directory=tmp_path, rootfs=tmp_path / "r", vmlinuz=tmp_path / "v",
+                            initrd=tmp_path / "i", ssh_private_key=tmp_path / "k",
+                            ssh_public_key=tmp_path / "k.pub", packages=[])
+    images._check_series("6.12", info)
+    images._check_series("trixie", info)
+    with pytest.raises(UserError, match="ships 6.12.117"):
+        images._check_series("6.1", info)
+    assert images.ImageInfo.from_json(info.to_json()) == info
