@@ -15,7 +15,7 @@ import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, List, NamedTuple
 
 from discover.errors import UserError
 from labs.images import ImageInfo
@@ -100,4 +100,35 @@ def ensure_box(image: ImageInfo, progress: Progress = print) -> Box:
         raise UserError(f"vagrant box add {box.name} failed: "
                         + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:]))
     progress(f"[box] added {box.name}")
+    prune_stale_boxes(image, progress)
     return box
+
+
+def prune_stale_boxes(image: ImageInfo, progress: Progress = print) -> List[str]:
+    """Remove boxes, base volumes and boot files of older images of the same suite.
+
+    Each changed image input makes a new box of about the image's size three times
+    over (box store, libvirt pool, boot copy); without this they pile up. Skipped while
+    any probekit domain exists, since it may run on one of them.
+    """
+    listing = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"],
+                             capture_output=True, text=True)
+    if listing.returncode != 0 or any(n.startswith("probekit_") for n in listing.stdout.split()):
+        return []
+    keep = box_name(image)
+    stale_prefix = f"probekit-{image.suite}-"
+    out = subprocess.run(["vagrant", "box", "list", "--machine-readable"],
+                         capture_output=True, text=True, check=False).stdout
+    stale = sorted({f[3] for f in (line.split(",") for line in out.splitlines())
+                    if len(f) > 3 and f[2] == "box-name" and f[3].startswith(stale_prefix)
+                    and f[3] != keep})
+    volumes = subprocess.run(["virsh", "-c", "qemu:///system", "vol-list", "default"],
+                             capture_output=True, text=True).stdout.split()
+    for name in stale:
+        subprocess.run(["vagrant", "box", "remove", "--force", "--all", name], capture_output=True)
+        for volume in (v for v in volumes if v.startswith(f"{name}_vagrant_box_image_")):
+            subprocess.run(["virsh", "-c", "qemu:///system", "vol-delete", volume, "--pool", "default"],
+                           capture_output=True)
+        shutil.rmtree(BOOT_DIR / name, ignore_errors=True)
+        progress(f"[box] removed stale box {name}")
+    return stale
