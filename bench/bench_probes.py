@@ -1,6 +1,6 @@
 """Our generated nfsslower against Debian's nfsslower-bpfcc, side by side in one lab guest.
 
-Measures, in the same guest on the same workload:
+Measures, in the same guest on the same workload (both tools attached at once):
 - BPF cost per event: kernel.bpf_stats_enabled=1, then run_time_ns / run_cnt summed over
   each tool's programs (bpftool prog show: the programs that appeared when it started; Debian's
   bpftool lists no owner pids, and nothing else loads programs meanwhile), over one
@@ -78,50 +78,53 @@ def event_lines(lines: List[str]) -> List[str]:
     return []
 
 
-def measure(cmd: List[str], name: str, rounds: int) -> Dict[str, Any]:
-    """Start-up to first event, then BPF run time over one workload, for one tool at min_ms 0.
+def run_side_by_side(rounds: int) -> Dict[str, Any]:
+    """Start ours, then bcc's (each timed to its first event), then one workload under both.
 
-    min_ms 0 makes both tools report (and pay for) every event, so the per-event cost
-    compares the same work. A separate shell keeps issuing getattrs until the first event.
+    Both tools run at min_ms 0 at the same time, so both report (and pay for) every event
+    of the same operations under the same host load; each tool's programs are the ones
+    that appeared when it started.
     """
-    log = f"/tmp/bench-{name}.out"
-    existing = set(prog_stats())  # the tool's programs are the ones that appear after it starts
     busy = subprocess.Popen(["sh", "-c", f"while :; do stat {MOUNTS[0]}/work >/dev/null; sleep 0.1; done"])
-    started = time.monotonic()
-    proc = start(cmd + ["0"], log)
+    procs: Dict[str, subprocess.Popen] = {}
+    progs: Dict[str, set] = {}
+    res: Dict[str, Any] = {"startup_s": {}, "cost": {}}
     try:
-        try:
-            first_event = wait_for(log, proc, lambda lines: len(event_lines(lines)) > 0)
-        finally:
-            busy.kill()
-            busy.wait()
+        for name, cmd in (("ours", OURS), ("bcc", BCC)):
+            log = f"/tmp/bench-{name}.out"
+            existing = set(prog_stats())
+            procs[name] = start(cmd + ["0"], log)
+            res["startup_s"][name] = wait_for(log, procs[name], lambda lines: len(event_lines(lines)) > 0)
+            progs[name] = set(prog_stats()) - existing
+        busy.kill()
+        busy.wait()
         time.sleep(1)
         before = prog_stats()
         issued = workload(rounds)
         time.sleep(1)
         after = prog_stats()
     finally:
-        proc.terminate()
-        proc.wait(120)
-    run_ns = runs = progs = 0
-    for prog_id, prog in after.items():
-        if prog_id in existing or prog_id not in before:
-            continue
-        progs += 1
-        old = before.get(prog_id, {})
-        run_ns += prog.get("run_time_ns", 0) - old.get("run_time_ns", 0)
-        runs += prog.get("run_cnt", 0) - old.get("run_cnt", 0)
-    return {"startup_s": first_event, "programs": progs, "run_time_ns": run_ns, "run_cnt": runs,
-            "issued_ops": issued, "ns_per_run": run_ns / runs if runs else None,
-            "spawn_to_exit_s": time.monotonic() - started}
+        if busy.poll() is None:
+            busy.kill()
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(120)
+    for name, ids in progs.items():
+        run_ns = sum(after[i].get("run_time_ns", 0) - before[i].get("run_time_ns", 0) for i in ids)
+        runs = sum(after[i].get("run_cnt", 0) - before[i].get("run_cnt", 0) for i in ids)
+        res["cost"][name] = {"programs": len(ids), "run_time_ns": run_ns, "run_cnt": runs, "issued_ops": issued,
+                             "ns_per_run": run_ns / runs if runs else None,
+                             "per_program": {after[i].get("name", str(i)): [after[i].get("run_cnt", 0) - before[i].get("run_cnt", 0),
+                                                                             after[i].get("run_time_ns", 0) - before[i].get("run_time_ns", 0)]
+                                             for i in ids}}
+    return res
 
 
 def in_guest(rounds: int) -> Dict[str, Any]:
     subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
     try:
         res: Dict[str, Any] = {"kernel": os.uname().release, "rounds": rounds}
-        res["cost"] = {"ours": measure(OURS, "ours", rounds), "bcc": measure(BCC, "bcc", rounds)}
-        res["startup_s"] = {tool: res["cost"][tool]["startup_s"] for tool in ("ours", "bcc")}
+        res.update(run_side_by_side(rounds))
     finally:
         subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
     ours, bcc = res["cost"]["ours"], res["cost"]["bcc"]
