@@ -292,6 +292,12 @@ class VagrantLab(Lab):
 
     def _provision_nfs(self) -> None:
         """Export on the server, mount NFSv3 and v4.2 on the client (the image's scripts)."""
+        for name in self.machines():
+            # The hostname comes from the kernel command line and the image has no DNS:
+            # without this line sudo warns on every command that it cannot resolve it.
+            node = SERVER if name == MACHINES[SERVER] else CLIENT
+            self.run(f"grep -qw {name} /etc/hosts || echo '127.0.1.1 {name}' >> /etc/hosts",
+                     node=node, timeout=120)
         res = self.run(f"sh {GUEST_PROVISION}/server.sh", node=SERVER, timeout=300)
         if res.exit_code != 0:
             raise UserError(f"server.sh failed on the server: {res.stderr.strip()[-300:]}")
