@@ -54,6 +54,11 @@ def attach_lab(name: str = "default") -> Lab:
     return VagrantLab.attach(name, progress=_progress)  # type: ignore[attr-defined]
 
 
+def _examples(*lines: str) -> str:
+    """A help epilog (printed after the options), kept verbatim by click."""
+    return "\b\nExamples:\n" + "\n".join("  " + line for line in lines)
+
+
 backend_option = click.option("--backend", type=click.Choice(BACKENDS), default="qemu", show_default=True,
                               help="VM backend: QEMU directly, or Vagrant (vagrant-libvirt).")
 topology_option = click.option("--topology", type=click.Choice(["single", "pair"]), default="single",
@@ -67,21 +72,18 @@ def labs() -> None:
     """NFS server/client VM labs on real Debian kernels, without host networking."""
 
 
-@labs.command()
+@labs.command(epilog=_examples(
+    "labs up                              # QEMU, Debian 6.1, server+client in one guest",
+    "labs up --kernel 6.12 --topology pair",
+    "labs up --backend vagrant",
+))
 @backend_option
 @click.option("--kernel", default="6.1", show_default=True,
               help="Kernel series (5.10, 6.1, 6.12, 7) or a Debian suite name.")
 @topology_option
 @name_option
 def up(backend: str, kernel: str, topology: str, name: str) -> None:
-    """Build (or reuse) the image and boot the lab; NFSv3 and v4.2 are mounted when it returns.
-
-    \b
-    Examples:
-      labs up                              # QEMU, Debian 6.1, server+client in one guest
-      labs up --kernel 6.12 --topology pair
-      labs up --backend vagrant
-    """
+    """Build (or reuse) the image and boot the lab; NFSv3 and v4.2 are mounted when it returns."""
     marker = _state_file(name)
     if marker.exists():
         raise UserError(f"lab {name!r} is already up ({marker.read_text().strip()}); `labs down` first")
@@ -93,21 +95,18 @@ def up(backend: str, kernel: str, topology: str, name: str) -> None:
     click.echo(f"lab {name!r} up: {backend}, {topology}, kernel {info['release']}")
 
 
-@labs.command(context_settings={"ignore_unknown_options": True})
+@labs.command(context_settings={"ignore_unknown_options": True}, epilog=_examples(
+    "labs run -- uname -r",
+    "labs run -- 'grep nfs /proc/mounts'",
+    "labs run --node server -- exportfs -v",
+    "labs run -- python3 -m discover --help",
+))
 @click.option("--node", default=CLIENT, show_default=True, help="server or client.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds before the command is killed.")
 @name_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(node: str, timeout: float, name: str, command: Tuple[str, ...]) -> None:
-    """Run a command as root in a lab guest; its output and exit code are passed through.
-
-    \b
-    Examples:
-      labs run -- uname -r
-      labs run -- 'grep nfs /proc/mounts'
-      labs run --node server -- exportfs -v
-      labs run -- python3 -m discover --help
-    """
+    """Run a command as root in a lab guest; its output and exit code are passed through."""
     lab = attach_lab(name)
     cmd = command[0] if len(command) == 1 else list(command)
     res = lab.run(cmd, node=node, timeout=timeout)
@@ -118,17 +117,14 @@ def run(node: str, timeout: float, name: str, command: Tuple[str, ...]) -> None:
         sys.exit(res.exit_code)
 
 
-@labs.command()
+@labs.command(epilog=_examples(
+    "labs shell",
+    "labs shell --node server",
+))
 @click.option("--node", default=CLIENT, show_default=True, help="server or client.")
 @name_option
 def shell(node: str, name: str) -> None:
-    """Open an interactive root shell in a lab guest (SSH on a 127.0.0.1 forward).
-
-    \b
-    Examples:
-      labs shell
-      labs shell --node server
-    """
+    """Open an interactive root shell in a lab guest (SSH on a 127.0.0.1 forward)."""
     lab = attach_lab(name)
     ssh_command = getattr(lab, "ssh_command", None)
     if ssh_command is None:
@@ -137,17 +133,14 @@ def shell(node: str, name: str) -> None:
     os.execvp(argv[0], argv)
 
 
-@labs.command()
+@labs.command(epilog=_examples(
+    "labs status",
+    "labs status --json",
+))
 @name_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(name: str, as_json: bool) -> None:
-    """Show whether the lab's guests run.
-
-    \b
-    Examples:
-      labs status
-      labs status --json
-    """
+    """Show whether the lab's guests run."""
     marker = _state_file(name)
     if not marker.exists():
         states = {"lab": "absent"}
@@ -160,16 +153,13 @@ def status(name: str, as_json: bool) -> None:
             click.echo(f"{node}: {state}")
 
 
-@labs.command()
+@labs.command(epilog=_examples(
+    "labs down",
+    "labs down --name matrix",
+))
 @name_option
 def down(name: str) -> None:
-    """Stop the lab's guests and remove their overlays, sockets and state.
-
-    \b
-    Examples:
-      labs down
-      labs down --name matrix
-    """
+    """Stop the lab's guests and remove their overlays, sockets and state."""
     marker = _state_file(name)
     if not marker.exists():
         click.echo(f"lab {name!r} is not up")
@@ -179,7 +169,11 @@ def down(name: str) -> None:
     click.echo(f"lab {name!r} down")
 
 
-@labs.command()
+@labs.command(epilog=_examples(
+    "labs test                                   # QEMU, Debian 6.1",
+    "labs test --kernel 5.10 --kernel 6.12 --kernel 7",
+    "labs test --backend vagrant --topology pair",
+))
 @backend_option
 @click.option("--kernel", "kernels", multiple=True, default=("6.1",), show_default=True,
               help="Kernel series to test; repeat for a matrix (one lab at a time).")
@@ -190,12 +184,6 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path)
     """Integration run: boot a lab per kernel, mount NFS, run `discover` in it, write a report.
 
     Exit code 0 only when every check on every kernel passed.
-
-    \b
-    Examples:
-      labs test                                   # QEMU, Debian 6.1
-      labs test --kernel 5.10 --kernel 6.12 --kernel 7
-      labs test --backend vagrant --topology pair
     """
     from labs.integration import run_integration
     failed = 0
