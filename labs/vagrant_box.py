@@ -105,7 +105,8 @@ def ensure_box(image: ImageInfo, progress: Progress = print) -> Box:
 
 
 def prune_stale_boxes(image: ImageInfo, progress: Progress = print) -> List[str]:
-    """Remove boxes, base volumes and boot files of older images of the same suite.
+    """Remove boxes, base volumes and boot files of older images of the same suite
+    (called right after a box was added).
 
     Each changed image input makes a new box of about the image's size three times
     over (box store, libvirt pool, boot copy); without this they pile up. Skipped while
@@ -126,9 +127,13 @@ def prune_stale_boxes(image: ImageInfo, progress: Progress = print) -> List[str]
                              capture_output=True, text=True).stdout.split()
     for name in stale:
         subprocess.run(["vagrant", "box", "remove", "--force", "--all", name], capture_output=True)
+        shutil.rmtree(BOOT_DIR / name, ignore_errors=True)
+        progress(f"[box] removed stale box {name}")
+    # Base volumes are named after the box and its add time: a box just (re-)added gets a
+    # fresh upload at the next `vagrant up`, so every volume of these names is stale now.
+    for name in stale + [keep]:
         for volume in (v for v in volumes if v.startswith(f"{name}_vagrant_box_image_")):
             subprocess.run(["virsh", "-c", "qemu:///system", "vol-delete", volume, "--pool", "default"],
                            capture_output=True)
-        shutil.rmtree(BOOT_DIR / name, ignore_errors=True)
-        progress(f"[box] removed stale box {name}")
+            progress(f"[box] removed stale base volume {volume}")
     return stale
