@@ -370,10 +370,18 @@ class QemuLab(Lab):
         Path(local).write_bytes(data)
 
     def down(self) -> None:
-        """Stop every guest and remove the lab's overlays, sockets and state."""
+        """Stop every guest and remove the lab's overlays, sockets and state.
+
+        The results share (what guests wrote to /results) is kept: it is often the point.
+        """
         self._kill_all()
         if self.state_dir.exists():
-            shutil.rmtree(self.state_dir, ignore_errors=True)
+            for entry in self.state_dir.iterdir():
+                if entry != self.results_dir:
+                    if entry.is_dir():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    else:
+                        entry.unlink(missing_ok=True)
 
     def _kill_all(self) -> None:
         for pid in self.pids.values():
