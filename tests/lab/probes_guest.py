@@ -75,7 +75,7 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     work = os.path.join(mount, "work", f"probes-{tag}")
     src = os.path.join(work, "read.bin")
     drop_caches()
-    issued = {"read": 0, "write": 0, "open": 0, "getattr": 0, "fsync": 0,
+    issued = {"read": 0, "write": 0, "open": 0, "getattr": 0, "fsync": 0, "unstable_fsync": 0,
               "read_bytes": 0, "write_bytes": 0}
     fd = os.open(src, os.O_RDONLY)                               # open of an existing file
     issued["open"] += 1
@@ -103,6 +103,7 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
         if i in (M_WRITES // 2 - 1, M_WRITES - 1):
             os.fsync(fd)
             issued["fsync"] += 1
+            issued["unstable_fsync"] += 1  # flushes 4 MiB > wsize: UNSTABLE writes + COMMIT
     os.close(fd)
     for _ in range(K_STATS):
         os.stat(src)
