@@ -422,8 +422,8 @@ class VagrantLab(Lab):
             self.progress("[vagrant] removed leftovers: " + ", ".join(leftovers))
         shutil.rmtree(self.dir, ignore_errors=True)
         self.state = {}
-        if not lab_domains(DOMAIN_PREFIX):
-            stop_daemons_started_by_us()
+        if not (lab_domains(DOMAIN_PREFIX) or lab_volumes(DOMAIN_PREFIX) or other_vagrant_running()):
+            stop_daemons_started_by_us()  # only when no other lab is using or creating anything
 
     def status(self) -> Dict[str, str]:
         words = {"running": "running", "shutoff": "stopped", "paused": "stopped",
@@ -445,6 +445,18 @@ class VagrantLab(Lab):
 def _virsh(*args: str) -> List[str]:
     proc = subprocess.run(["virsh", "-c", "qemu:///system", *args], capture_output=True, text=True)
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()] if proc.returncode == 0 else []
+
+
+def other_vagrant_running() -> bool:
+    """True when some other process runs a vagrant command (it may be creating a lab)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")[:2]
+        except OSError:
+            continue
+        if cmdline.parent.name != str(os.getpid()) and any(a.endswith(b"/vagrant") for a in argv):
+            return True
+    return False
 
 
 def lab_domains(prefix: str) -> List[str]:
