@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Se
 from discover.errors import UserError
 from discover.events import EventPair, find_pairs
 from discover.profile import KernelProfile
-from probes.spec import OPS, SCHEMA, VERSION
+from probes.spec import OPS, SCHEMA, VERSION, add_pointer_roles
 
 
 class OpKnowledge(NamedTuple):
@@ -386,17 +386,8 @@ class Proposer:
         roles: Dict[str, str] = {}
         for name, ctype in btf["params"]:
             bare = ctype.replace("const ", "").strip()
-            if bare == "struct kiocb *":
-                roles.setdefault("file", f"{name}->ki_filp")
-                roles.setdefault("offset", f"{name}->ki_pos")
-            elif bare == "struct file *":
-                roles.setdefault("file", name)
-            elif bare == "struct path *":
-                roles.setdefault("dentry", f"{name}->dentry")
-            elif bare == "struct dentry *":
-                roles.setdefault("dentry", name)
-            elif bare == "struct inode *":
-                roles.setdefault("inode", name)
+            if bare.startswith("struct ") and bare.endswith(" *") and bare.count("*") == 1:
+                add_pointer_roles(roles, name, bare[len("struct "):-2].strip())
             elif bare == "loff_t" and name in ("pos", "offset", "start"):
                 roles.setdefault("offset", name)
         ret = btf["return"]

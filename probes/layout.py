@@ -15,6 +15,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from discover.btf import (KIND_CONST, KIND_FUNC_PROTO, KIND_PTR, KIND_RESTRICT, KIND_STRUCT,
                           KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, KIND_VOLATILE, Btf, BtfError)
+from probes.spec import add_pointer_roles
 
 _SKIP = (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG)
 
@@ -164,8 +165,8 @@ class KernelLayout:
     def infer_args(self, function: str) -> Dict[str, str]:
         """Roles from parameter types when the spec names none (it was proposed without BTF).
 
-        A `struct kiocb *` gives the file and offset, a `struct file *` the file, a
-        `struct dentry *` or `struct path *` the name; the first match per role wins.
+        Pointer parameters give roles by their struct (probes.spec.ROLES_BY_POINTEE);
+        the first match per role wins.
         """
         params = self.params(function)
         blob = self._blob_for(function)
@@ -174,16 +175,8 @@ class KernelLayout:
         roles: Dict[str, str] = {}
         for name, type_id in params:
             target = self._pointee(blob, type_id)
-            struct_name = self._struct_name(blob, target) if target else ""
-            if struct_name == "kiocb":
-                roles.setdefault("file", f"{name}->ki_filp")
-                roles.setdefault("offset", f"{name}->ki_pos")
-            elif struct_name == "file":
-                roles.setdefault("file", name)
-            elif struct_name == "dentry":
-                roles.setdefault("dentry", name)
-            elif struct_name == "path":
-                roles.setdefault("dentry", f"{name}->dentry")
+            if target:
+                add_pointer_roles(roles, name, self._struct_name(blob, target))
         return roles
 
     def name_offsets(self) -> Dict[str, int]:

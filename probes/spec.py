@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from discover.errors import UserError
 
@@ -27,6 +27,24 @@ ATTACH_KINDS: Dict[str, tuple] = {"tracepoint": ("tracepoint", "tracepoint"),
 MATCHES = ("task", "keys")
 #: what an argument expression may describe
 ARG_ROLES = ("file", "dentry", "inode", "fileid", "dev", "bytes", "offset", "name", "error")
+#: Argument roles a pointer parameter gives, by the struct it points to ("{}" is the
+#: parameter name). One table for `discover propose` (BTF prototypes as text) and the
+#: generator (raw BTF), so both read a prototype the same way.
+ROLES_BY_POINTEE: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "kiocb": (("file", "{}->ki_filp"), ("offset", "{}->ki_pos")),
+    "file": (("file", "{}"),),
+    "path": (("dentry", "{}->dentry"),),
+    "dentry": (("dentry", "{}"),),
+    "inode": (("inode", "{}"),),
+}
+
+
+def add_pointer_roles(roles: Dict[str, str], param: str, struct_name: str) -> None:
+    """Record the roles a `struct <struct_name> *` parameter gives; the first parameter wins."""
+    for role, expr in ROLES_BY_POINTEE.get(struct_name, ()):
+        roles.setdefault(role, expr.format(param))
+
+
 CANDIDATE_KEYS = {"kind", "match", "keys", "module", "window", "stability", "coverage",
                   "traceability", "evidence", "reasons", "attach"}
 ATTACH_KEYS = {"entry", "exit", "entry_kind", "exit_kind", "module", "optional", "args"}
