@@ -17,7 +17,7 @@ class UserError(Exception):
 
 
 def run_cli(prog: str, entry: Callable[[], object]) -> NoReturn:
-    """Run a command's entry point, turning UserError and Ctrl-C into one-line exits."""
+    """Run a command's entry point, turning UserError, usage errors, OS errors and Ctrl-C into one-line exits."""
     try:
         entry()
     except UserError as exc:
@@ -31,4 +31,7 @@ def run_cli(prog: str, entry: Callable[[], object]) -> NoReturn:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # e.g. an output path in a missing directory: say which file, no traceback
+        print(f"{prog}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        sys.exit(1)
     sys.exit(0)
