@@ -88,6 +88,8 @@ _RULE = re.compile(r"\s*-{10,}\s*$")
 _OVERRUN = re.compile(r"\s*\(Overruns: (?P<n>\d+)\)\s*$")
 _LOST = re.compile(r"\s*CPU:\s*(?P<cpu>\d+)\s*\[(?:LOST (?P<n>\d+) EVENTS|LOST EVENTS|(?P<d>\d+) EVENTS DROPPED)\]")
 _BUFFER_START = re.compile(r"#+ CPU (?P<cpu>\d+) buffer started")
+# Without the cpu column a call over 1 ms starts with its `#` overhead mark, not a header.
+_HASH_MARKED_CALL = re.compile(r"# \d+(?:\.\d+)? us +\|  ")
 _TRACECMD_HEADER = re.compile(r"\s*(?:cpus=\d+|version = \d+|CPU \d+ is empty|CPU\d+ data recorded at offset=)")
 _IRQ_PROLOGUE = re.compile(r"(?:(?P<abs> *\d+\.\d+) \|  )?(?:(?P<rel> *\d+) us \|  )?(?: *(?P<cpu>\d+)\) )?"
                            r"(?: *(?P<comm>[^|\s][^|]*?)-(?P<pid>\d+) * \| )?")
@@ -199,7 +201,7 @@ def parse_line(line: str) -> Line:
     stripped = line.rstrip("\r\n")
     if not stripped.strip():
         return Line(BLANK)
-    if stripped.startswith("#"):
+    if stripped.startswith("#") and not _HASH_MARKED_CALL.match(stripped):
         m = _BUFFER_START.match(stripped)
         rec = Line(BUFFER_START if m else HEADER)
         if m:
