@@ -9,33 +9,8 @@
 # (switching tracers back and forth has hung a TCG guest).
 set -eu
 out=${1:?usage: capture_fixtures.sh OUTDIR}
-T=/sys/kernel/tracing
-[ -e "$T/trace" ] || mount -t tracefs nodev "$T"
+. "$(dirname "$0")/tracefs_state.sh"
 mkdir -p "$out"
-
-# --- remember and restore ---------------------------------------------------------------
-saved_tracer=$(cat "$T/current_tracer")
-# "7 (expanded: 1408)" before the first tracer use: the expanded size is what to restore
-saved_buffer=$(sed -e 's/.*expanded: \([0-9]*\).*/\1/' "$T/buffer_size_kb")
-saved_on=$(cat "$T/tracing_on")
-saved_options=$(cat "$T/trace_options")
-saved_graph_options=""
-restore() {
-    echo 0 > "$T/tracing_on"
-    # the graph options first, while function_graph is still current
-    for opt in $saved_graph_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
-    echo "$saved_tracer" > "$T/current_tracer"
-    for opt in $saved_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
-    : > "$T/set_graph_function"
-    : > "$T/set_ftrace_filter"
-    echo 0 > "$T/events/enable"
-    echo "$saved_buffer" > "$T/buffer_size_kb"
-    : > "$T/trace"
-    echo "$saved_on" > "$T/tracing_on"
-}
-trap 'restore' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 opt() { echo "$1" > "$T/trace_options"; }   # opt funcgraph-proc | opt nofuncgraph-proc
 # function_graph's option defaults as the kernel boots with them (its options are listed in

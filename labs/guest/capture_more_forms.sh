@@ -12,29 +12,8 @@
 # Every tracefs setting it changes is put back on exit, Ctrl-C and SIGTERM.
 set -eu
 out=${1:?usage: capture_more_forms.sh OUTDIR}
-T=/sys/kernel/tracing
-[ -e "$T/trace" ] || mount -t tracefs nodev "$T"
+. "$(dirname "$0")/tracefs_state.sh"
 mkdir -p "$out"
-
-saved_tracer=$(cat "$T/current_tracer")
-saved_buffer=$(sed -e 's/.*expanded: \([0-9]*\).*/\1/' "$T/buffer_size_kb")
-saved_on=$(cat "$T/tracing_on")
-saved_options=$(cat "$T/trace_options")
-saved_graph_options=""
-restore() {
-    echo 0 > "$T/tracing_on"
-    for opt in $saved_graph_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
-    echo "$saved_tracer" > "$T/current_tracer"
-    for opt in $saved_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
-    : > "$T/set_graph_function"
-    : > "$T/set_ftrace_filter"
-    echo "$saved_buffer" > "$T/buffer_size_kb"
-    : > "$T/trace"
-    echo "$saved_on" > "$T/tracing_on"
-}
-trap 'restore' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 ls "$T/options" > "$out/options.ls"
 cat "$T/available_tracers" > "$out/available_tracers"

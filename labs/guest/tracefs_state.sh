@@ -1,0 +1,31 @@
+# Sourced by the guest capture scripts (sh): mount tracefs if needed, remember the
+# tracer, buffer size, tracing_on and options, and put them all back on exit, Ctrl-C and
+# SIGTERM. A script sets saved_graph_options=$(cat "$T/trace_options") right after it
+# makes function_graph current, so the graph options are restored while it still is.
+T=/sys/kernel/tracing
+[ -e "$T/trace" ] || mount -t tracefs nodev "$T"
+
+saved_tracer=$(cat "$T/current_tracer")
+# "7 (expanded: 1408)" before the first tracer use: the expanded size is what to restore
+saved_buffer=$(sed -e 's/.*expanded: \([0-9]*\).*/\1/' "$T/buffer_size_kb")
+saved_on=$(cat "$T/tracing_on")
+saved_options=$(cat "$T/trace_options")
+saved_events=$(cat "$T/events/enable")
+saved_graph_options=""
+restore() {
+    echo 0 > "$T/tracing_on"
+    # the graph options first, while function_graph is still current
+    for opt in $saved_graph_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
+    echo "$saved_tracer" > "$T/current_tracer"
+    for opt in $saved_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
+    : > "$T/set_graph_function"
+    : > "$T/set_ftrace_filter"
+    # all events were off before ("0"), or all on ("1"); a mixed "X" cannot be written back
+    case "$saved_events" in 0|1) echo "$saved_events" > "$T/events/enable" ;; esac
+    echo "$saved_buffer" > "$T/buffer_size_kb"
+    : > "$T/trace"
+    echo "$saved_on" > "$T/tracing_on"
+}
+trap 'restore' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
