@@ -17,8 +17,8 @@ from discover.btf import Btf, BtfError
 from discover.errors import UserError
 from discover.events import parse_format
 from discover.profile import empty_profile, parse_filter_functions
+from discover.tracefs import Host, find_tracefs
 
-TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
 #: vmlinux functions whose prototypes a filesystem latency probe may need (VFS entries and
 #: the generic page-cache paths below them)
@@ -29,33 +29,15 @@ DEFAULT_VMLINUX_GLOBS = (
 )
 
 
-def _sysroot() -> Path:
-    return Path(os.environ.get("PROBEKIT_SYSROOT", "/"))
-
-
-def find_tracefs(hint: str = "") -> Path:
-    """tracefs root, never mounting it: $PROBEKIT_TRACEFS, else /sys/kernel/tracing then
-    /sys/kernel/debug/tracing (under $PROBEKIT_SYSROOT), the same search as discover.tracefs.
-    `hint` is appended to the not-found error."""
-    override = os.environ.get("PROBEKIT_TRACEFS")
-    if override:
-        root = Path(override)
-        if (root / "available_tracers").is_file() or (root / "available_events").is_file():
-            return root
-        raise UserError(f"PROBEKIT_TRACEFS={override} is not a tracefs directory "
-                        f"(no available_tracers or available_events in it){hint}")
-    for absolute in TRACEFS_DIRS:
-        root = _sysroot() / absolute.lstrip("/")
-        if (root / "available_tracers").is_file() or (root / "available_events").is_file():
-            return root
-    raise UserError("tracefs not found at /sys/kernel/tracing or /sys/kernel/debug/tracing (snapshot "
-                    f"does not mount it: mount -t tracefs nodev /sys/kernel/tracing){hint}")
-
-
 def host_paths() -> Dict[str, Path]:
     """/proc, /sys and /boot of the host (under $PROBEKIT_SYSROOT when set, as discover.tracefs does)."""
-    root = _sysroot()
-    return {"proc": root / "proc", "sysfs": root / "sys", "boot": root / "boot"}
+    host = Host.from_env()
+    return {"proc": host.path("/proc"), "sysfs": host.path("/sys"), "boot": host.path("/boot")}
+
+
+def find_live_tracefs(hint: str = "") -> Path:
+    """tracefs of the live kernel for read-only commands: found as tracing finds it, never mounted."""
+    return find_tracefs(Host.from_env(), mount=False, hint=hint)
 
 
 def _now() -> str:

@@ -86,16 +86,28 @@ def require_root(host: Host) -> None:
         raise UserError("tracing needs root (ftrace files are root-only): run with sudo")
 
 
-def find_tracefs(host: Host, mount: bool = True) -> Path:
-    """Return the tracefs directory, mounting tracefs when root and it is absent."""
+#: files any tracefs has; a tree with only the event files still serves read-only commands
+TRACEFS_MARKERS = ("available_tracers", "available_events")
+
+
+def _is_tracefs(directory: Path) -> bool:
+    return any((directory / marker).is_file() for marker in TRACEFS_MARKERS)
+
+
+def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
+    """Return the tracefs directory, mounting tracefs when root, absent and `mount` is set.
+
+    Read-only commands (snapshot, events, propose) pass mount=False: they change nothing.
+    `hint` is appended to the not-found error.
+    """
     if host.tracefs_override is not None:
-        if (host.tracefs_override / "available_tracers").is_file():
+        if _is_tracefs(host.tracefs_override):
             return host.tracefs_override
         raise UserError(f"PROBEKIT_TRACEFS={host.tracefs_override} is not a tracefs directory "
-                        "(no available_tracers in it)")
+                        f"(no available_tracers or available_events in it){hint}")
     candidates = [host.path(d) for d in TRACEFS_DIRS]
     for cand in candidates:
-        if (cand / "available_tracers").is_file():
+        if _is_tracefs(cand):
             return cand
     if mount and host.is_real and host.euid == 0:
         for fstype, target in (("tracefs", TRACEFS_DIRS[0]), ("debugfs", "/sys/kernel/debug")):
@@ -103,14 +115,16 @@ def find_tracefs(host: Host, mount: bool = True) -> Path:
                 subprocess.run(["mount", "-t", fstype, "nodev", target],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
             for cand in candidates:
-                if (cand / "available_tracers").is_file():
+                if _is_tracefs(cand):
                     return cand
+    how = "mount it" if mount else "this command does not mount it"
     raise UserError("tracefs not found at /sys/kernel/tracing or /sys/kernel/debug/tracing "
-                    "(kernel without CONFIG_FTRACE, or mount it: mount -t tracefs nodev /sys/kernel/tracing)")
+                    f"(kernel without CONFIG_FTRACE, or {how}: mount -t tracefs nodev /sys/kernel/tracing){hint}")
 
 
 def require_function_graph(tracefs: Path) -> None:
-    tracers = (tracefs / "available_tracers").read_text().split()
+    listing = tracefs / "available_tracers"
+    tracers = listing.read_text().split() if listing.is_file() else []
     if "function_graph" not in tracers:
         raise UserError("the function_graph tracer is not available on this kernel "
                         f"(available_tracers: {' '.join(tracers) or 'none'}): "

@@ -686,8 +686,8 @@ def load_kernel(arg: str, functions: Set[str], modules: Sequence[str], log=None)
     from probes.kernelpkg import cached_profile_from_package
 
     if arg == "live":
-        from discover.snapshot import build_profile, find_tracefs
-        data = build_profile(find_tracefs(), btf_modules=list(modules))
+        from discover.snapshot import build_profile, find_live_tracefs
+        data = build_profile(find_live_tracefs(), btf_modules=list(modules))
         prof = KernelProfile(data, origin="live")
         return Kernel(prof.release, prof)
     path = Path(arg)

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from discover.events import describe_systems, read_system_from_tracefs, tracefs_systems
 from discover.profile import load_profile
-from discover.snapshot import find_tracefs
+from discover.snapshot import find_live_tracefs
 
 EXAMPLES = """
 \b
@@ -28,7 +28,7 @@ def load_events(systems: Tuple[str, ...], profile_path: Optional[Path]) -> Tuple
     if profile_path is not None:
         profile = load_profile(profile_path)
         return profile.events, f"kernel profile {profile_path} ({profile.release})"
-    tracefs = find_tracefs(hint="; or pass --kernel-profile PROFILE.json")
+    tracefs = find_live_tracefs(hint="; or pass --kernel-profile PROFILE.json")
     known = tracefs_systems(tracefs)
     events = {s: read_system_from_tracefs(tracefs, s) for s in systems if s in known}
     events.update({s: {} for s in known if s not in events})

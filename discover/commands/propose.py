@@ -11,7 +11,7 @@ from rich.table import Table
 
 from discover.profile import KernelProfile, load_profile
 from discover.propose import CallGraphs, Candidate, Proposer, build_spec, parse_ops
-from discover.snapshot import build_profile, find_tracefs, host_paths
+from discover.snapshot import build_profile, find_live_tracefs, host_paths
 from probes.spec import OPS, dumps_spec
 
 EXAMPLES = """
@@ -69,7 +69,7 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     if profile_path is not None:
         profile = load_profile(Path(profile_path))
     else:
-        tracefs = find_tracefs(hint="; or pass --kernel-profile PROFILE.json")
+        tracefs = find_live_tracefs(hint="; or pass --kernel-profile PROFILE.json")
         profile = KernelProfile(build_profile(tracefs, **host_paths()), origin="live kernel")
     graphs = CallGraphs.load_dir(Path(graphs_dir)) if graphs_dir is not None else None
     proposer = Proposer(profile, fs, graphs)

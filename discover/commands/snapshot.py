@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 import click
 
 from discover.profile import dump_profile
-from discover.snapshot import DEFAULT_VMLINUX_GLOBS, build_profile, find_tracefs, host_paths
+from discover.snapshot import DEFAULT_VMLINUX_GLOBS, build_profile, find_live_tracefs, host_paths
 
 EXAMPLES = """
 \b
@@ -39,7 +39,7 @@ def snapshot(output: str, btf_modules: Tuple[str, ...], btf_globs: Tuple[str, ..
         click.echo(f"snapshot: reading {section}", err=True)
 
     modules: Optional[Tuple[str, ...]] = btf_modules or None
-    data = build_profile(find_tracefs(), **host_paths(), btf_modules=modules,
+    data = build_profile(find_live_tracefs(), **host_paths(), btf_modules=modules,
                          vmlinux_globs=btf_globs or DEFAULT_VMLINUX_GLOBS, progress=progress)
     dump_profile(data, Path(output))
     for section, why in sorted(data["unavailable"].items()):
