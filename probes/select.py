@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set
 
 from discover.errors import UserError
+from discover.profile import parse_filter_functions
+from discover.tracefs import Host, find_tracefs
 
-TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
 
 class KernelFacts:
@@ -28,11 +29,6 @@ class KernelFacts:
         self.tracefs = tracefs
 
     @staticmethod
-    def parse_filter_functions(text: str) -> Set[str]:
-        """Names from available_filter_functions (`nfs_file_read [nfs]` -> nfs_file_read)."""
-        return {line.split()[0] for line in text.splitlines() if line.strip()}
-
-    @staticmethod
     def parse_modules(text: str) -> Set[str]:
         """Module names from /proc/modules or `lsmod` output (header line skipped)."""
         return {line.split()[0] for line in text.splitlines()
@@ -41,8 +37,8 @@ class KernelFacts:
     @classmethod
     def from_tracefs(cls, tracefs: Path, modules_text: str, release: str = "?") -> "KernelFacts":
         try:
-            functions = cls.parse_filter_functions(
-                (tracefs / "available_filter_functions").read_text(errors="replace"))
+            functions = {name for name, _module in parse_filter_functions(
+                (tracefs / "available_filter_functions").read_text(errors="replace").splitlines())}
             events = {line.strip() for line in (tracefs / "available_events").read_text().splitlines()
                       if line.strip()}
         except OSError as exc:
@@ -52,12 +48,7 @@ class KernelFacts:
     @classmethod
     def live(cls) -> "KernelFacts":
         import os
-        for tracefs in TRACEFS_DIRS:
-            if (tracefs / "available_events").exists():
-                break
-        else:
-            raise UserError("tracefs not found at /sys/kernel/tracing (mount it: "
-                            "mount -t tracefs nodev /sys/kernel/tracing), or not root")
+        tracefs = find_tracefs(Host.from_env())
         try:
             modules_text = Path("/proc/modules").read_text()
         except OSError:

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from discover.errors import UserError
-from discover.profile import KernelProfile
+from discover.profile import KernelProfile, parse_filter_functions
 from probes import commands, runtime
 from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Tool, decode_event, event_c_struct, event_format,
                              generate)
@@ -70,7 +70,8 @@ def test_choice_on_the_lab_kernel(spec: Dict[str, Any], profile_data: Dict[str, 
 def test_shared_capture_chooses_like_the_lab_kernel(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
     """Another 6.1 build (6.1.0-57, tracefs files as captured) gets the same attach points."""
     shared = KernelFacts(
-        KernelFacts.parse_filter_functions((SHARED / "available_filter_functions.nfs.txt").read_text()),
+        {name for name, _module in
+         parse_filter_functions((SHARED / "available_filter_functions.nfs.txt").read_text().splitlines())},
         (SHARED / "available_events.nfs-nfs4-sunrpc.txt").read_text().split(),
         KernelFacts.parse_modules((SHARED / "lsmod-nfs.txt").read_text()))
     lab = KernelFacts.from_profile(KernelProfile(profile_data))
