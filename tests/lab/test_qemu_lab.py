@@ -71,7 +71,12 @@ def test_discover_callgraph_in_the_guest(report: Report, function: str) -> None:
     graphs = {path.stem: path for path in (report.run_dir / "callgraph").glob("*.json")}
     name = function if function in graphs else "nfs_file_open"
     graph = json.loads(graphs[name].read_text())
-    assert graph["graph"]["roots"] == [name]
+    # the traced function is the only real root; anything else at the top is interrupt work or a
+    # call cut at the trace's start or end (both happen in real captures, both are marked)
+    nodes = {node["id"]: node for node in graph["nodes"]}
+    assert name in graph["graph"]["roots"]
+    assert all(nodes[root]["irq"] or nodes[root]["cut_start"] or nodes[root]["cut_end"]
+               for root in graph["graph"]["roots"] if root != name)
     links = [link for link in graph["links"] if link["source"] == name]
     calls = [link for link in links if link["kind"] == "call"]
     assert calls and all(link["calls"] >= 1 for link in calls)
