@@ -1,0 +1,1 @@
+"""Kernel-side C templates of the generated probes (installed as package data)."""
