@@ -61,8 +61,8 @@ def _load_toml_text(text: str, origin: str) -> Dict[str, Any]:
             try:
                 import toml  # type: ignore[import-untyped]
             except ImportError:
-                raise UserError("reading probe specs needs Python 3.11+ or python3-tomli "
-                                "(apt-get install python3-tomli)") from None
+                raise UserError("reading probe specs needs Python 3.11+, python3-tomli or python3-toml "
+                                "(Debian 11: apt-get install python3-toml), or a spec as .json") from None
             try:
                 return toml.loads(text)
             except Exception as exc:  # toml raises its own TomlDecodeError hierarchy
@@ -81,7 +81,13 @@ def load_spec(path: Path) -> Dict[str, Any]:
         raise UserError(f"{path}: no such probe spec") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read probe spec: {exc}") from None
-    spec = _load_toml_text(text, str(path))
+    if Path(path).suffix == ".json":  # the same keys as JSON: readable on Python 3.9 without a TOML module
+        try:
+            spec = json.loads(text)
+        except ValueError as exc:
+            raise UserError(f"{path}: not valid JSON: {exc}") from None
+    else:
+        spec = _load_toml_text(text, str(path))
     validate_spec(spec, str(path))
     return spec
 

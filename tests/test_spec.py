@@ -54,3 +54,14 @@ def test_not_toml_and_not_spec(tmp_path: Path) -> None:
     bad.write_text('schema = "other"\n')
     with pytest.raises(UserError, match="not a probe spec"):
         load_spec(bad)
+
+
+def test_json_spec_reads_like_toml(tmp_path: Path) -> None:
+    """Debian 11 guests (Python 3.9, no TOML module) are given the spec as JSON."""
+    import json
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(GOOD))
+    assert load_spec(path) == GOOD
+    path.write_text("{nope")
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_spec(path)
