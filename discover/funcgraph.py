@@ -494,6 +494,7 @@ class FuncgraphParser:
         self._lanes: Dict[object, _Lane] = {}
         self._tasks: Dict[object, _Task] = {}
         self._anon: List[_Task] = []
+        self._unnamed: List[_Task] = []  # filtered runs: tasks first seen without a name
         self._cpu_task: Dict[Optional[int], Optional[_Task]] = {}
         self._lane: Optional[_Lane] = None
         self._task: Optional[_Task] = None
@@ -677,9 +678,16 @@ class FuncgraphParser:
         return lane
 
     def _new_task(self, pid: Optional[int], comm: Optional[str]) -> _Task:
-        filtered = self.pid_filter is not None or self.comm_filter is not None
-        keep = not filtered or (pid is not None and self._matches_filter(pid, comm))
-        return _Task(pid, comm, self.root if keep else self._scratch)
+        """Under a pid/comm filter, a task not yet named (no proc column, before its CPU's
+        first switch banner) collects calls in a root of its own: the banner that names it
+        may come later, and finish() then keeps or drops them."""
+        if self.pid_filter is None and self.comm_filter is None:
+            return _Task(pid, comm, self.root)
+        if pid is None:
+            task = _Task(None, None, CallNode("<task not yet named>"))
+            self._unnamed.append(task)
+            return task
+        return _Task(pid, comm, self.root if self._matches_filter(pid, comm) else self._scratch)
 
     def _task_for(self, rec: Line, lane: _Lane) -> _Task:
         if rec.pid is not None:
@@ -703,14 +711,12 @@ class FuncgraphParser:
         cpu = rec.cpu
         prev = self._cpu_task.get(cpu)
         ppid = rec.count
-        if prev is not None and prev.pid is None and ppid not in self._tasks:
+        if prev is not None and prev.pid is None:
             prev.pid, prev.comm = ppid, rec.text
-            self._tasks[ppid if ppid != 0 else ("idle", cpu)] = prev
-            if prev in self._anon:
-                self._anon.remove(prev)
-            if prev.root is self._scratch and prev.stack == [] and self._matches_filter(ppid, rec.text):
-                prev.root = self.root
-                prev.cur = self.root
+            if ppid not in self._tasks:
+                self._tasks[ppid if ppid != 0 else ("idle", cpu)] = prev
+                if prev in self._anon:
+                    self._anon.remove(prev)
         tkey: object = rec.pid if rec.pid != 0 else ("idle", cpu)
         task = self._tasks.get(tkey)
         if task is None:
@@ -940,10 +946,13 @@ class FuncgraphParser:
         """Close every open call as cut at the end of the trace and return the tree."""
         if not self._finished:
             self._finished = True
-            for task in list(self._tasks.values()) + self._anon:
+            for task in list(self._tasks.values()) + self._anon + self._unnamed:
                 while task.stack:
                     self._cut_end(task)
             self._flush()
+            for task in self._unnamed:
+                named = task.pid is not None and self._matches_filter(task.pid, task.comm)
+                (self.root if named else self._scratch).merge_from(task.root)
         return CallTree(self.root, self)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
@@ -250,3 +251,47 @@ def test_proc_abstime_tail_calls_per_task():
                       for m in [re.search(r"\| +(\S+)-\d+ +\| +\|  vfs_read\(\) \{", t)] if m)
     for comm, n in by_comm.items():
         assert fg.parse_lines(text, comm=comm).root.children["vfs_read"].calls == n
+
+
+_SWITCH = re.compile(r"^ *(\d+)\) +(\S+)-(\d+) +=> +(\S+)-(\d+) *$")
+_TOP_ENTRY = re.compile(r"^ *(\d+)\) [^|]*\|  (\w+)(?: \[\w+\])?\(\)(?: \{|;)$")
+
+
+def _entries_by_banner(path: Path, function: str) -> Counter:
+    """pid -> depth-0 entries of function, reading the task off the switch banners: the task
+    of a CPU's lines before its first banner is that banner's left side."""
+    current: Dict[int, int] = {}
+    before_first: Dict[int, int] = {}   # cpu -> entries seen before any banner
+    found: Counter = Counter()
+    for text in lines(path):
+        switch = _SWITCH.match(text.rstrip("\n"))
+        if switch:
+            cpu = int(switch.group(1))
+            if cpu not in current and cpu in before_first:
+                found[int(switch.group(3))] += before_first.pop(cpu)
+            current[cpu] = int(switch.group(5))
+            continue
+        entry = _TOP_ENTRY.match(text.rstrip("\n"))
+        if entry and entry.group(2) == function:
+            cpu = int(entry.group(1))
+            if cpu in current:
+                found[current[cpu]] += 1
+            else:
+                before_first[cpu] = before_first.get(cpu, 0) + 1
+    return found
+
+
+_NO_PROC_WITH_BANNERS = sorted(p for p in LAB.glob("*/function_graph/*.default.trace")
+                               if any(_SWITCH.match(t.rstrip("\n")) for t in lines(p)))
+
+
+@pytest.mark.parametrize("path", _NO_PROC_WITH_BANNERS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_pid_filter_keeps_calls_made_before_the_first_banner(path: Path) -> None:
+    """Without a proc column a CPU's task is known only from the switch banners; the calls
+    it made before its first banner belong to that banner's `prev` task and must count."""
+    function = path.name.split(".")[-3]
+    expected = _entries_by_banner(path, function)
+    assert expected, f"{path.name}: no {function} entries"
+    for pid, count in expected.items():
+        node = fg.parse_file(str(path), pid=pid).root.children.get(function)
+        assert node is not None and node.calls == count, (pid, count)
