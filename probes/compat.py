@@ -449,7 +449,10 @@ def lab_verdicts(results: Dict[str, Any], ops: Dict[str, Dict[str, Any]]) -> Dic
     otherwise "disagrees: ..." (a test fails on those).
     """
     out: Dict[str, Dict[str, str]] = {}
-    for label, per_op in results.items():
+    # a lab names its kernel by `uname -r` (5.10.0-32-amd64), a package report by its ABI (5.10.0-32)
+    report_labels = {short_label(lab): lab for op in ops.values() for lab in op.get("kernels", {})}
+    for given, per_op in results.items():
+        label = report_labels.get(short_label(given), given)
         for op_name, run in per_op.items():
             predicted = ops.get(op_name, {}).get("kernels", {}).get(label)
             if predicted is None:

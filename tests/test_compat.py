@@ -139,6 +139,10 @@ def test_lab_hook_marks_and_disagrees(kernels: Dict[str, Kernel]) -> None:
     assert "lab-verified" in render(report, "table")
     clash = {pkg.label: {"read": {"candidate": 0, "ok": True}}}
     assert disagreements(build_report(SPEC, [pkg], pkg, "t", clash))
+    # a lab names the kernel by uname -r: it lands on the package's column
+    by_uname = {pkg.profile.release: {"read": {"candidate": 1, "ok": True}}}
+    assert pkg.profile.release == "6.1.0-50-amd64"
+    assert build_report(SPEC, [pkg], pkg, "t", by_uname)["lab"] == {pkg.label: {"read": "verified"}}
 
 
 def test_committed_nfs_spec_on_61(kernels: Dict[str, Kernel]) -> None:
