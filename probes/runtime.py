@@ -94,7 +94,9 @@ class Session:
         layout = KernelLayout.live(BTF_DIR, tuple(modules))
         if layout is None:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
-        self.probe: Probe = generate(self.selection.chosen, tool, layout)
+        enums = {enum for c in self.selection.chosen if c.candidate["kind"] == "tracepoint"
+                 for p in c.points for end in ("entry", "exit") for enum in facts.event_enum_types(p[end])}
+        self.probe: Probe = generate(self.selection.chosen, tool, layout, enums=sorted(enums))
         self.bpf: Any = None
         self._old_handlers: Dict[int, Any] = {}
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can

@@ -6,6 +6,7 @@ host against real captures, and the tools print it with --verbose before compili
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set
 
@@ -87,6 +88,22 @@ class KernelFacts:
                 decl = line[len("field:"):].split(";")[0].strip()
                 fields.add(decl.split("[")[0].split()[-1])
         return fields
+
+    def event_enum_types(self, event: str) -> Set[str]:
+        """`enum NAME` types of SYSTEM:EVENT's 4-byte fields, from the live format.
+
+        bcc builds TRACEPOINT_PROBE's argument struct from the format text, copying type
+        names; an enum type there (5.10's nfs_commit_done: `enum nfs3_stable_how stable`)
+        is an incomplete type unless the probe declares it.
+        """
+        if self.tracefs is None:
+            return set()
+        system, _, name = event.partition(":")
+        try:
+            text = (self.tracefs / "events" / system / name / "format").read_text()
+        except OSError:
+            return set()
+        return set(re.findall(r"field:\s*enum\s+(\w+)\s+\w+;\s*offset:\d+;\s*size:4;", text))
 
     def has(self, name: str, kind: str) -> bool:
         if kind == "tracepoint":
