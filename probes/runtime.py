@@ -102,6 +102,9 @@ class Session:
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
         #: arrive while bcc runs a Python callback, where an exception would be lost
         self.stopped = False
+        #: last cumulative values read from the dist/top maps (see dist() and top())
+        self._dist_base: Dict[tuple, int] = {}
+        self._top_base: Dict[tuple, tuple] = {}
 
     def _stop(self, _signum: int, _frame: Any) -> None:
         self.stopped = True
@@ -173,34 +176,62 @@ class Session:
         return int(self.bpf["anomalies"][ctypes.c_int(0)].value)
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
-        """Per op: {'slots': {slot: count}, 'count': n, 'bytes': total}."""
+        """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total}.
+
+        The maps stay cumulative: clearing them from user space drops every event that lands
+        between the read and the clear. `clear` moves the baseline instead.
+        """
         out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0} for op in self.probe.ops}
-        table = self.bpf["dist"]
-        for key, value in table.items():
-            entry = out[self.op_name(key.op)]
-            entry["slots"][int(key.slot)] = entry["slots"].get(int(key.slot), 0) + int(value.value)
-            entry["count"] += int(value.value)
+        now: Dict[tuple, int] = {(int(key.op), int(key.slot)): int(value.value)
+                                 for key, value in self.bpf["dist"].items()}
         byte_table = self.bpf["op_bytes"]
-        for op_id, op in enumerate(self.probe.ops):
-            out[op]["bytes"] = int(byte_table[ctypes.c_int(op_id)].value)
+        for op_id in range(len(self.probe.ops)):
+            now[(op_id, "bytes")] = int(byte_table[ctypes.c_int(op_id)].value)
+        for (op_id, slot), value in now.items():
+            delta = value - self._dist_base.get((op_id, slot), 0)
+            entry = out[self.op_name(op_id)]
+            if slot == "bytes":
+                entry["bytes"] = delta
+            elif delta:
+                entry["slots"][slot] = delta
+                entry["count"] += delta
         if clear:
-            table.clear()
-            for op_id in range(len(self.probe.ops)):
-                byte_table[ctypes.c_int(op_id)] = ctypes.c_ulonglong(0)
+            self._dist_base = now
         return out
 
     def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:
-        """Per tgid, per op: count, lat_ns, bytes, comm, slots (usec log2); both maps cleared."""
+        """Per tgid, per op since the previous call: count, lat_ns, bytes, comm, slots (usec log2).
+
+        As in dist(), the maps stay cumulative and an interval is a difference. Only entries
+        of processes that have exited are deleted (no task updates them any more; an async
+        commit ending later recreates its entry), so the maps do not fill up.
+        """
         out: Dict[int, Dict[str, Dict[str, Any]]] = {}
         stats, hist = self.bpf["top_stats"], self.bpf["top_hist"]
+        now: Dict[tuple, tuple] = {}
+        exited: List[Any] = []
         for key, value in stats.items():
-            out.setdefault(int(key.tgid), {})[self.op_name(key.op)] = {
-                "count": int(value.count), "lat_ns": int(value.lat_ns), "bytes": int(value.bytes),
-                "comm": bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"), "slots": {}}
+            tgid, op_id = int(key.tgid), int(key.op)
+            totals = (int(value.count), int(value.lat_ns), int(value.bytes))
+            now[(tgid, op_id)] = totals
+            base = self._top_base.get((tgid, op_id), (0, 0, 0))
+            if totals[0] > base[0]:
+                out.setdefault(tgid, {})[self.op_name(op_id)] = {
+                    "count": totals[0] - base[0], "lat_ns": totals[1] - base[1], "bytes": totals[2] - base[2],
+                    "comm": bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"), "slots": {}}
+            if not Path(f"/proc/{tgid}").exists():
+                exited.append((stats, key))
         for key, value in hist.items():
-            entry = out.get(int(key.tgid), {}).get(self.op_name(key.op))
-            if entry is not None:
-                entry["slots"][int(key.slot)] = int(value.value)
-        stats.clear()
-        hist.clear()
+            tgid, op_id, slot = int(key.tgid), int(key.op), int(key.slot)
+            now[(tgid, op_id, slot)] = (int(value.value),)
+            delta = int(value.value) - self._top_base.get((tgid, op_id, slot), (0,))[0]
+            entry = out.get(tgid, {}).get(self.op_name(op_id))
+            if delta and entry is not None:
+                entry["slots"][slot] = delta
+            if not Path(f"/proc/{tgid}").exists():
+                exited.append((hist, key))
+        for table, key in exited:
+            del table[key]
+            now.pop((int(key.tgid), int(key.op)) + ((int(key.slot),) if table is hist else ()), None)
+        self._top_base = now
         return out
