@@ -95,12 +95,11 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
     """
     import json
 
-    from probes.compat import build_report, load_kernels, render, spec_attach_points, spec_functions
+    from probes.compat import build_report, load_kernels, render, spec_events, spec_functions, spec_modules
     from probes.spec import load_spec
     spec_data = load_spec(spec)
-    functions = spec_functions(spec_data)
-    modules = sorted({p.module for p in spec_attach_points(spec_data) if p.module and p.module != "vmlinux"})
-    loaded = load_kernels(kernels, functions, modules, log=_log)
+    loaded = load_kernels(kernels, spec_functions(spec_data), spec_modules(spec_data), log=_log,
+                          events=spec_events(spec_data))
     labels = [k.label for _a, k in loaded]
     for arg, kernel in loaded:
         if labels.count(kernel.label) > 1:

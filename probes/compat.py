@@ -6,9 +6,10 @@ to a module, or changes its first parameter. This module answers, for every atta
 of a spec and every kernel profile (live, saved JSON, Debian package), what the runtime
 would find there, and which candidate each operation would fall back to.
 
-The candidate rule is the generator's runtime rule (docs/probe-spec.md): the first
-candidate whose non-optional attach points all exist: traceable function or listed event,
-its module available, not blacklisted, BTF prototype present for fentry/fexit.
+The pick is the generated tool's own code run on the profile: probes.select.select (the
+first candidate whose non-optional attach points are traceable functions or listed events)
+and probes.generate.points_of (fentry candidates are attached as kprobe/kretprobe pairs).
+What BTF the kernel lacks then only costs detail (file names, offsets), said as such.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import html
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
 from discover.profile import KernelProfile, clone_base
@@ -26,7 +27,7 @@ OK, CHANGED, DUPLICATE, MODULE_NOT_LOADED = "ok", "changed", "duplicate", "modul
 COPIES, NOTRACE, BLACKLISTED, INLINED, ABSENT, NO_BTF, UNKNOWN = (
     "copies-only", "not-traceable", "blacklisted", "possibly-inlined", "absent", "no-btf", "unknown")
 USABLE = (OK, CHANGED, DUPLICATE)
-NO_BTF_NOTE = "no BTF prototype here: fentry/fexit unusable, argument types unchecked"
+NO_BTF_NOTE = "no BTF prototype here: argument types unchecked"
 NO_FIELDS_NOTE = "record fields unknown here (no BTF for this module)"
 #: short cell words for the table and markdown output
 SHORT = {OK: "ok", CHANGED: "CHANGED", DUPLICATE: "dup", MODULE_NOT_LOADED: "not loaded",
@@ -318,39 +319,114 @@ def rename_hint(point: AttachPoint, here: Kernel, there: Kernel) -> Optional[str
 # --------------------------------------------------------------------------- candidates
 
 def kernel_facts(kernel: Kernel, spec: Dict[str, Any]):
-    """What the generated tool's runtime check (probes.select) would see on this kernel."""
+    """What the generated tool's runtime check (probes.select) would see on this kernel.
+
+    Tracepoint formats (field names) are passed when the profile knows them, since the
+    runtime reads them from tracefs to check a keyed candidate's keys.
+    """
     from probes.select import KernelFacts
     prof = kernel.profile
     points = spec_attach_points(spec)
     functions = [p.name for p in points if p.kind == "function" and prof.traceable(p.name)]
-    events = [p.name for p in points if p.kind == "tracepoint" and _event(prof, p.name)[1] is not None]
+    events, formats = [], {}
+    for p in points:
+        if p.kind != "tracepoint":
+            continue
+        record = _event(prof, p.name)[1]
+        if record is None:
+            continue
+        events.append(p.name)
+        fields = _field_names(record)
+        if fields is not None:
+            formats[p.name] = set(fields)
     if kernel.from_package:  # nothing is loaded in a package: every shipped module can be
         modules = list((prof.data.get("package") or {}).get("modules") or {})
     else:
         modules = list(prof.modules)
-    return KernelFacts(functions, events, modules, prof.release)
+    return KernelFacts(functions, events, modules, prof.release, formats=formats)
+
+
+#: argument roles a kprobe handler reads through BTF offsets (probes.generate._kprobe_handlers)
+BTF_ROLES = ("file", "dentry", "offset")
+
+
+def _module_has_btf(kernel: Kernel, module: str) -> Optional[bool]:
+    """Whether a module ships/loads BTF on this kernel; None when the profile does not say."""
+    data = kernel.profile.data
+    if kernel.from_package:
+        info = ((data.get("package") or {}).get("modules") or {}).get(module)
+        return None if info is None else bool(info["btf"])
+    return True if module in ((data.get("btf") or {}).get("modules") or []) else None
+
+
+def _degraded(kernel: Kernel, point, cells: Dict[str, Cell], layout_modules: Set[str]) -> List[str]:
+    """What the generated tool loses at one attach point of the pick on this kernel.
+
+    The runtime builds probes.layout.KernelLayout from /sys/kernel/btf: vmlinux plus the
+    modules the chosen points name (`layout_modules`). Without vmlinux BTF there is no
+    layout (no file names, no offsets); without the function's prototype in those blobs its
+    file/dentry/offset arguments cannot be resolved (nor inferred when the spec names none)
+    and are left out of the events.
+    """
+    if point.kind != "kprobe":
+        return []  # tracepoint fields are read by name from the event format: no BTF needed
+    roles = [r for r in BTF_ROLES if point.args.get(r) and point.args[r] != "retval"]
+    if kernel.profile.data.get("btf") is None:
+        why = kernel.profile.unavailable("btf") or kernel.profile.unavailable("vmlinux") or "no vmlinux BTF"
+        return [f"no kernel BTF ({why}): no file names or offsets in its events"]
+    cell = cells[point.entry]
+    if cell.prototype is not None or not (roles or not point.args):
+        return []
+    lost = ", ".join(roles) if roles else "the arguments it would infer from BTF"
+    module = cell.module
+    if module and module != "vmlinux":
+        if module not in layout_modules:
+            why = f"lives in {module}, whose BTF the tool does not load (the spec does not name it)"
+        elif _module_has_btf(kernel, module) is False:
+            why = f"module {module} has no BTF here"
+        else:
+            return []  # the profile did not record this module's prototypes: cannot tell
+    else:
+        why = "no BTF prototype in vmlinux"
+    return [f"{point.entry}: {why}, so {lost} not read (no file name/offset in its events)"]
 
 
 def runtime_picks(spec: Dict[str, Any], kernel: Kernel, cells: Dict[str, Cell]) -> Dict[str, Dict[str, Any]]:
-    """Per op: the candidate probes.select picks (the runtime rule), plus what the cells warn about it."""
+    """Per op: the candidate probes.select picks and how probes.generate attaches it there.
+
+    `attached_as`: the generator's point kinds (fentry candidates become kprobe/kretprobe
+    pairs); `warnings`: the pick will misbehave (a point not usable, or an `args`
+    expression naming a parameter/field this kernel lacks; other signature or field
+    changes are shown in the cells: the code reads parameters and fields by name);
+    `degraded`: it works but loses detail (no BTF for names/offsets).
+    """
+    from probes.generate import points_of
     from probes.select import select
     selection = select(spec, kernel_facts(kernel, spec), list(spec["ops"]))
+    # the modules whose BTF probes.runtime.Session loads: those the chosen points name
+    layout_modules = {m for c in selection.chosen for p in c.points
+                      for m in p.get("module", "").split(",") if m and m != "vmlinux"}
     out: Dict[str, Dict[str, Any]] = {}
     for chosen in selection.chosen:
-        warnings = []
-        for point in chosen.points:
-            for end in (point["entry"], point["exit"]):
+        warnings: List[str] = []
+        degraded: List[str] = []
+        points = points_of([chosen], None)
+        for point in points:
+            for end in (point.entry, point.exit):
                 cell = cells[end]
-                if chosen.candidate["kind"] == "fentry" and cell.prototype is None:
-                    warnings.append(f"{end}: no BTF prototype here, fentry/fexit will fail to attach")
+                broken = [n for n in cell.notes if n.startswith("args.")]
                 if cell.status not in USABLE:
                     warnings.append(f"{end}: {SHORT[cell.status]}")
-                elif cell.status == CHANGED:
-                    warnings.append(f"{end}: " + "; ".join(n for n in cell.notes if "changed" in n or "args." in n))
+                elif broken:  # a changed signature or record the code reads by name is no failure
+                    warnings.append(f"{end}: " + "; ".join(broken))
+            degraded += _degraded(kernel, point, cells, layout_modules)
         out[chosen.op] = {"candidate": chosen.index, "label": candidate_label(chosen.candidate),
-                          "skipped": chosen.skipped, "covered": True, "warnings": sorted(set(warnings))}
+                          "attached_as": sorted({p.kind for p in points}),
+                          "skipped": chosen.skipped, "covered": True, "warnings": sorted(set(warnings)),
+                          "degraded": sorted(set(degraded))}
     for op, why in selection.uncovered.items():
-        out[op] = {"candidate": None, "label": None, "skipped": [why], "covered": False, "warnings": []}
+        out[op] = {"candidate": None, "label": None, "attached_as": [], "skipped": [why], "covered": False,
+                   "warnings": [], "degraded": []}
     return out
 
 
@@ -486,6 +562,8 @@ def _op_text(report: Dict[str, Any], op_name: str, label: str) -> str:
     text = f"#{pick['candidate'] + 1}" if pick["covered"] else "UNCOVERED"
     if pick["warnings"]:
         text += " (!)"
+    elif pick["degraded"]:
+        text += " (~)"
     lab = report["lab"].get(label, {}).get(op_name)
     if lab:
         text += " lab-verified" if lab == "verified" else " LAB DISAGREES"
@@ -509,7 +587,7 @@ def _details(report: Dict[str, Any]) -> List[Tuple[str, str, str]]:
                 rows.append((point["name"], label, "; ".join(interesting or cell["notes"])))
     for label, count in unknown.items():
         rows.append(("(all)", label, f"{count} attach points without BTF prototype or tracepoint fields: "
-                                     "fentry/fexit unusable, arguments and fields unchecked"))
+                                     "argument types and fields unchecked (what the tool loses: the (~) picks)"))
     return rows
 
 
@@ -531,7 +609,8 @@ def render_text(report: Dict[str, Any], markdown: bool = False) -> str:
     else:
         out += [title, ref, ""]
         out += _text_table(head, rows)
-        out += ["", "Candidate picked per operation (probes.select, the generated tool's rule; (!) = see Details):"]
+        out += ["", "Candidate picked per operation (probes.select + probes.generate, the generated tool's code; "
+                "(!) = will misbehave, (~) = works with less detail, see Details):"]
         out += _text_table(["operation", ""] + labels, op_rows)
     out += ["", "## Candidates" if markdown else "Candidates:"]
     for op, info in report["ops"].items():
@@ -547,6 +626,9 @@ def render_text(report: Dict[str, Any], markdown: bool = False) -> str:
             if pick["warnings"]:
                 out.append(f"{'- ' if markdown else '  '}{op} @ {label}: (!) picked #{pick['candidate'] + 1} but "
                            + "; ".join(pick["warnings"]))
+            if pick["degraded"]:
+                out.append(f"{'- ' if markdown else '  '}{op} @ {label}: (~) #{pick['candidate'] + 1} attaches "
+                           f"({'/'.join(pick['attached_as'])}) but " + "; ".join(pick["degraded"]))
     out += ["", "## Kernels" if markdown else "Kernels:"]
     for k in report["kernels"]:
         out.append(f"{'- ' if markdown else '  '}{k['label']}: {k['release']} ({k['source']}, {k['origin']})")
@@ -638,42 +720,55 @@ def short_label(release: str) -> str:
     return release[:-len("-amd64")] if release.endswith("-amd64") else release
 
 
-def _analyse(paths: List[Path], functions: List[str]) -> None:
+def _analyse(paths: List[Path], lookup) -> None:
     """Worker: fill the profile cache for one kernel's packages (runs in a child process)."""
     from probes.kernelpkg import cached_profile_from_package
-    cached_profile_from_package(paths, functions, [], workers=1)  # the kernels are the parallel unit
+    cached_profile_from_package(paths, lookup, workers=1)  # the kernels are the parallel unit
 
 
-def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str], log=None) -> List[Tuple[str, Kernel]]:
+def spec_events(spec: Dict[str, Any]) -> Set[str]:
+    """SYSTEM:EVENT names of a spec's tracepoint attach points."""
+    return {p.name for p in spec_attach_points(spec) if p.kind == "tracepoint"}
+
+
+def spec_modules(spec: Dict[str, Any]) -> List[str]:
+    """Modules the spec's attach points name (vmlinux excluded)."""
+    return sorted({m.strip() for p in spec_attach_points(spec) if p.module
+                   for m in p.module.split(",") if m.strip() and m.strip() != "vmlinux"})
+
+
+def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str], log=None,
+                 events: Iterable[str] = ()) -> List[Tuple[str, Kernel]]:
     """load_kernel for each --kernel value; packages not yet profiled are analysed in parallel.
 
-    Analysing one package is CPU-bound (decompressing ~400 MB of modules), so several
+    Analysing one package is CPU-bound (decompressing ~100-400 MB of modules), so several
     kernels go to a process pool of one worker per core before being loaded in order.
     """
     import os
     from concurrent.futures import ProcessPoolExecutor
 
     from probes.fetch import fetch_kernel
+    from probes.kernelpkg import Lookup, profile_is_cached
+    lookup = Lookup.of(functions, events, modules)
     resolved = []
     for arg in args:
         if arg != "live" and not Path(arg).exists() and re.match(r"^\d+\.\d+", arg):
             resolved.append(str(fetch_kernel(arg, log=log)))
         else:
             resolved.append(arg)
-    from probes.kernelpkg import profile_is_cached
     packages = [r for r in resolved if r != "live" and (Path(r).is_dir() or (Path(r).is_file() and _is_deb(Path(r))))
-                and not profile_is_cached([Path(r)])]
+                and not profile_is_cached([Path(r)], lookup)]
     if len(packages) > 1:
         workers = min(len(packages), os.cpu_count() or 1)
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_analyse, [Path(p)], sorted(functions)) for p in packages]
+            futures = [pool.submit(_analyse, [Path(p)], lookup) for p in packages]
             for future in futures:
                 future.result()  # re-raises a worker's UserError here, as one line
     out = []
     for arg, res in zip(args, resolved):
         if log:
             log(f"loading kernel {arg}")
-        out.append((arg, load_kernel(res, functions, modules, log=log)))
+        out.append((arg, load_kernel(res, functions, modules, log=log, events=events)))
     return out
 
 
@@ -682,11 +777,16 @@ def _is_deb(path: Path) -> bool:
         return fh.read(8) == b"!<arch>\n"
 
 
-def load_kernel(arg: str, functions: Set[str], modules: Sequence[str], log=None) -> Kernel:
-    """A Kernel from what --kernel names: live, a profile JSON, a .deb/directory, or a version."""
+def load_kernel(arg: str, functions: Set[str], modules: Sequence[str], log=None,
+                events: Iterable[str] = ()) -> Kernel:
+    """A Kernel from what --kernel names: live, a profile JSON, a .deb/directory, or a version.
+
+    A package is read for `functions`, `events` (SYSTEM:EVENT) and `modules` only
+    (kernelpkg.Lookup): its profile answers for those names, not for others.
+    """
     from discover.profile import load_profile
     from probes.fetch import fetch_kernel
-    from probes.kernelpkg import cached_profile_from_package
+    from probes.kernelpkg import Lookup, cached_profile_from_package
 
     if arg == "live":
         from discover.snapshot import build_profile, find_live_tracefs
@@ -703,6 +803,6 @@ def load_kernel(arg: str, functions: Set[str], modules: Sequence[str], log=None)
         paths = [fetch_kernel(arg, log=log)]
     else:
         raise UserError(f"--kernel {arg}: no such file, and not a kernel version (e.g. 6.12) or `live`")
-    data = cached_profile_from_package(paths, functions, [])
+    data = cached_profile_from_package(paths, Lookup.of(functions, events, modules))
     prof = KernelProfile(data, origin=str(paths[0]))
     return Kernel(short_label(prof.release), prof)

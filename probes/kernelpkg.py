@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import bisect
 import datetime
-import fnmatch
 import gzip
 import hashlib
 import io
@@ -36,7 +35,9 @@ import json
 import lzma
 import os
 import re
+import shutil
 import struct
+import subprocess
 import tarfile
 from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
@@ -107,6 +108,11 @@ class _Limited(io.RawIOBase):
         return len(data)
 
 
+#: data.tar compressions a system tool decompresses in a parallel process; --single-stream
+#: stops at the end of the member (ar padding and later members follow it in the file)
+_TAR_TOOLS = {"xz": ["xz", "-dc", "-T0", "--single-stream"]}
+
+
 def _open_tar_stream(raw: IO[bytes], compression: str, origin: str) -> tarfile.TarFile:
     if compression == "zst":
         try:
@@ -119,6 +125,50 @@ def _open_tar_stream(raw: IO[bytes], compression: str, origin: str) -> tarfile.T
     if compression not in modes:
         raise PackageError(f"{origin}: unsupported data.tar compression {compression!r}")
     return tarfile.open(fileobj=raw, mode=modes[compression])
+
+
+class _ToolStream:
+    """data.tar decompressed by `xz -T0` in a child process reading the .deb from the member on.
+
+    Why: liblzma in a separate process decompresses while Python parses the modules (and
+    `xz -T0` uses every core on Debian's multi-block data.tar.xz), instead of one after the
+    other in the interpreter. The tool reads the file itself: no pipe of ours feeds it, so
+    worker processes forked meanwhile hold nothing that keeps its input open.
+    """
+
+    def __init__(self, tool: List[str], path: Path, offset: int) -> None:
+        with open(path, "rb") as member:
+            member.seek(offset)
+            self.proc = subprocess.Popen(tool, stdin=member, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def error(self) -> Optional[str]:
+        """The tool's complaint after the stream ended, None when it succeeded."""
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        while self.proc.stdout.read(1 << 20):  # tar padding after the end-of-archive blocks
+            pass
+        err = self.proc.stderr.read().decode("utf-8", "replace").strip()
+        if self.proc.wait() != 0:
+            return (err.splitlines() or [f"exit status {self.proc.returncode}"])[-1]
+        return None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _tar_members(tar: tarfile.TarFile, wanted) -> Iterator[Tuple[str, bytes]]:
+    for member in tar:
+        if not member.isfile():
+            continue
+        rel = member.name[2:] if member.name.startswith("./") else member.name
+        if wanted(rel):
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            yield rel, extracted.read()
 
 
 def iter_package_files(path: Path, wanted) -> Iterator[Tuple[str, bytes]]:
@@ -145,16 +195,25 @@ def iter_package_files(path: Path, wanted) -> Iterator[Tuple[str, bytes]]:
             if offset + size > os.fstat(fh.fileno()).st_size:
                 raise PackageError(f"{origin}: truncated package ({name} runs past the end of the file)")
             compression = name[len("data.tar"):].lstrip(".")
+            tool = _TAR_TOOLS.get(compression)
+            if tool is not None and shutil.which(tool[0]):
+                stream = _ToolStream(tool, path, offset)
+                try:
+                    try:
+                        with tarfile.open(fileobj=stream.proc.stdout, mode="r|") as tar:
+                            yield from _tar_members(tar, wanted)
+                    except (tarfile.TarError, EOFError, OSError) as exc:
+                        why = stream.error() or f"{exc.__class__.__name__}: {exc}"
+                        raise PackageError(f"{origin}: corrupt or truncated package ({tool[0]}: {why})") from None
+                    why = stream.error()
+                    if why:
+                        raise PackageError(f"{origin}: corrupt or truncated package ({tool[0]}: {why})")
+                finally:
+                    stream.close()
+                return
             raw = io.BufferedReader(_Limited(fh, offset, size), 1 << 20)
             with _open_tar_stream(raw, compression, origin) as tar:
-                for member in tar:
-                    if not member.isfile():
-                        continue
-                    rel = member.name[2:] if member.name.startswith("./") else member.name
-                    if wanted(rel):
-                        extracted = tar.extractfile(member)
-                        assert extracted is not None
-                        yield rel, extracted.read()
+                yield from _tar_members(tar, wanted)
     except FileNotFoundError:
         raise UserError(f"{path}: no such package or directory") from None
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError, zlib_error()) as exc:
@@ -279,10 +338,12 @@ class Elf:
 class ModuleInfo(NamedTuple):
     name: str
     path: str
-    functions: List[Tuple[str, bool, bool]]  # (name, global, traceable)
+    functions: List[Tuple[str, bool, bool]]  # (name, global, traceable); empty when not read
     traceability_known: bool  # False when the module has no __mcount_loc table
-    events: Dict[str, Tuple[Optional[str], Optional[str]]]  # event -> (system, class)
-    btf: Optional[bytes]
+    events: Dict[str, Tuple[Optional[str], Optional[str]]]  # event -> (system, class); empty when not read
+    btf: Optional[bytes]  # raw split BTF of a module read in full
+    has_btf: bool
+    read: bool  # False: only listed (no searched name in its string table), symbols not read
 
 
 def _module_name(path: str, modinfo: Optional[bytes]) -> str:
@@ -297,11 +358,64 @@ def _module_name(path: str, modinfo: Optional[bytes]) -> str:
     return base.replace("-", "_")
 
 
-def read_module(path: str, data: bytes) -> ModuleInfo:
-    """Functions, traceability, tracepoints and raw BTF of one module ELF."""
+class Lookup(NamedTuple):
+    """The names a report looks up in a package: only modules defining one of them are read.
+
+    Why: symbol tables, __mcount_loc and tracepoint relocations of ~4000 modules cost more
+    than everything else; a report needs only the modules that define one of its names. A
+    module defining function F (or a compiler copy F.isra.0, F.cold) or tracepoint E
+    (`__tracepoint_E`) has that string in its .strtab, so a byte search there finds every
+    module that can change a verdict; the others are only listed (name, path, BTF or not).
+    `modules` are read in full whatever they define (the spec's modules, for rename hints).
+    """
+
+    functions: Tuple[str, ...]
+    events: Tuple[str, ...]  # event names without the system (`nfs_getattr_enter`)
+    modules: Tuple[str, ...]
+
+    @classmethod
+    def of(cls, functions: Iterable[str] = (), events: Iterable[str] = (), modules: Iterable[str] = ()) -> "Lookup":
+        return cls(tuple(sorted(set(functions))), tuple(sorted({e.rpartition(":")[2] for e in events})),
+                   tuple(sorted(set(modules))))
+
+    def covers(self, other: "Lookup") -> bool:
+        return all(set(mine) >= set(theirs) for mine, theirs in zip(self, other))
+
+    def union(self, other: "Lookup") -> "Lookup":
+        return Lookup.of(self.functions + other.functions, self.events + other.events, self.modules + other.modules)
+
+    def as_dict(self) -> Dict[str, List[str]]:
+        return {"functions": list(self.functions), "events": list(self.events), "modules": list(self.modules)}
+
+
+class Search(NamedTuple):
+    """A Lookup compiled for the module workers: one regex over each module's .strtab."""
+
+    pattern: "re.Pattern[bytes]"
+    modules: frozenset
+
+    @classmethod
+    def of(cls, lookup: Lookup) -> "Search":
+        alternatives = [re.escape(f.encode()) + rb"[\0.]" for f in lookup.functions]
+        alternatives += [b"__tracepoint_" + re.escape(e.encode()) + b"\0" for e in lookup.events]
+        pattern = re.compile(rb"\0(?:" + b"|".join(alternatives) + rb")") if alternatives else re.compile(rb"(?!)")
+        return cls(pattern, frozenset(lookup.modules))
+
+    def wants(self, name: str, strtab: Optional[bytes]) -> bool:
+        return name in self.modules or (strtab is not None and self.pattern.search(strtab) is not None)
+
+
+def read_module(path: str, data: bytes, search: Optional[Search] = None) -> ModuleInfo:
+    """Functions, traceability, tracepoints and raw BTF of one module ELF.
+
+    With `search`, a module it does not want is only listed: name, BTF and __mcount_loc
+    present or not, from the section headers alone.
+    """
     elf = Elf(data, path)
-    syms = elf.symbols()
     name = _module_name(path, elf.section_bytes(".modinfo"))
+    if search is not None and not search.wants(name, elf.section_bytes(".strtab")):
+        return ModuleInfo(name, path, [], ".rela__mcount_loc" in elf.index, {}, None, ".BTF" in elf.index, False)
+    syms = elf.symbols()
     # functions per section, sorted by start, to map __mcount_loc call sites to functions
     by_section: Dict[int, List[Tuple[int, int, int]]] = {}
     for i, (sname, stype, _bind, shndx, value, size) in enumerate(syms):
@@ -327,7 +441,8 @@ def read_module(path: str, data: bytes) -> ModuleInfo:
     init_sections = {i for n, i in elf.index.items() if n.startswith(".init.")}
     functions = [(s[0], s[2] != STB_LOCAL, i in traced and s[3] not in init_sections)
                  for i, s in enumerate(syms) if s[1] == STT_FUNC and s[3]]
-    return ModuleInfo(name, path, functions, bool(mcount), _module_events(elf, syms), elf.section_bytes(".BTF"))
+    btf = elf.section_bytes(".BTF")
+    return ModuleInfo(name, path, functions, bool(mcount), _module_events(elf, syms), btf, btf is not None, True)
 
 
 def _module_events(elf: Elf, syms: List[Tuple[str, int, int, int, int, int]]) -> Dict[str, Tuple[Optional[str], Optional[str]]]:
@@ -440,10 +555,10 @@ def _wanted(path: str) -> bool:
                 or ("lib/modules/" in path and path.endswith(_MODULE_SUFFIXES)))
 
 
-def _module_or_error(rel: str, data: bytes) -> Tuple[Optional[ModuleInfo], Optional[str]]:
-    """read_module on compressed bytes; runs in worker processes, so errors come back as text."""
+def _module_or_error(rel: str, data: bytes, search: Optional[Search]) -> Tuple[Optional[ModuleInfo], Optional[str]]:
+    """read_module on (maybe compressed) bytes; runs in worker processes, so errors come back as text."""
     try:
-        return read_module(rel, _decompress_module(rel, data)), None
+        return read_module(rel, _decompress_module(rel, data), search), None
     except (PackageError, lzma.LZMAError, OSError, EOFError) as exc:
         return None, f"{rel}: {exc}"
     except Exception as exc:  # zstandard.ZstdError, without importing zstandard here
@@ -452,17 +567,21 @@ def _module_or_error(rel: str, data: bytes) -> Tuple[Optional[ModuleInfo], Optio
         raise
 
 
-def _collect(paths: Sequence[Path], workers: int) -> _Collected:
-    """Stream the packages; modules (decompression dominates) go to `workers` processes."""
+def _collect(paths: Sequence[Path], workers: int, search: Optional[Search]) -> _Collected:
+    """Stream the packages; compressed modules (decompression dominates) go to `workers` processes.
+
+    Uncompressed modules are read here: shipping their bytes to a worker costs more than
+    the section-header scan most of them get.
+    """
     from concurrent.futures import Future, ProcessPoolExecutor
     got = _Collected()
-    pending: List["Future[Tuple[Optional[ModuleInfo], Optional[str]]]"] = []
+    results: List[Any] = []  # per batch, in package order: a list of results or a Future of one
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     batch: List[Tuple[str, bytes]] = []
 
     def flush() -> None:
         if pool is not None and batch:
-            pending.append(pool.submit(_modules_or_errors, list(batch)))
+            results.append(pool.submit(_modules_or_errors, list(batch), search))
             batch.clear()
 
     try:
@@ -478,15 +597,16 @@ def _collect(paths: Sequence[Path], workers: int) -> _Collected:
                     got.config_text = data.decode("utf-8", "replace")
                 elif rel.endswith("/modules.builtin"):
                     got.builtin = [_module_name(line, None) for line in data.decode().split()]
-                elif pool is None:
-                    _keep(got, *_module_or_error(rel, data))
+                elif pool is None or rel.endswith(".ko"):
+                    flush()
+                    results.append([_module_or_error(rel, data, search)])
                 else:
                     batch.append((rel, data))
-                    if len(batch) >= 64:
+                    if len(batch) >= 32:
                         flush()
         flush()
-        for future in pending:
-            for info, error in future.result():
+        for result in results:
+            for info, error in (result.result() if isinstance(result, Future) else result):
                 _keep(got, info, error)
     finally:
         if pool is not None:
@@ -494,8 +614,9 @@ def _collect(paths: Sequence[Path], workers: int) -> _Collected:
     return got
 
 
-def _modules_or_errors(batch: List[Tuple[str, bytes]]) -> List[Tuple[Optional[ModuleInfo], Optional[str]]]:
-    return [_module_or_error(rel, data) for rel, data in batch]
+def _modules_or_errors(batch: List[Tuple[str, bytes]],
+                       search: Optional[Search]) -> List[Tuple[Optional[ModuleInfo], Optional[str]]]:
+    return [_module_or_error(rel, data, search) for rel, data in batch]
 
 
 def _keep(got: _Collected, info: Optional[ModuleInfo], error: Optional[str]) -> None:
@@ -505,23 +626,22 @@ def _keep(got: _Collected, info: Optional[ModuleInfo], error: Optional[str]) -> 
         got.bad_modules.append(error or "?")
 
 
-#: what a cached package profile records prototypes of, so that most specs need no re-analysis:
-#: every function of the filesystem and RPC modules, and the VFS/page-cache entry points
-DEFAULT_BTF_MODULE_DIRS = ("/kernel/fs/", "/kernel/net/sunrpc/")
-
-
 def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
-                         btf_modules: Iterable[str] = (), btf_module_dirs: Sequence[str] = (),
-                         vmlinux_globs: Sequence[str] = (), workers: Optional[int] = None) -> Dict[str, Any]:
+                         btf_modules: Iterable[str] = (), workers: Optional[int] = None,
+                         lookup: Optional[Lookup] = None) -> Dict[str, Any]:
     """A kernel profile (dict) from one kernel's packages.
 
     `btf_functions`: names whose BTF prototypes to record (wherever they live);
-    `btf_modules`: modules all of whose BTF functions to record, also every module whose
-    path contains one of `btf_module_dirs`; `vmlinux_globs`: vmlinux functions to record;
-    `workers`: processes reading modules (default: one per core).
+    `btf_modules`: modules all of whose BTF functions to record; `workers`: processes
+    decompressing modules (default: one per core); `lookup`: read only the modules that
+    define these names (recorded in package.lookup; the prototypes asked for are added to
+    it), None = read every module (a complete profile).
     """
     origin = ", ".join(p.name for p in paths)
-    got = _collect(paths, workers if workers is not None else (os.cpu_count() or 1))
+    if lookup is not None:
+        lookup = lookup.union(Lookup.of(btf_functions, (), btf_modules))
+    got = _collect(paths, workers if workers is not None else (os.cpu_count() or 1),
+                   Search.of(lookup) if lookup is not None else None)
     if got.vmlinuz is None and not got.modules:
         raise PackageError(f"{origin}: no kernel image and no modules: not a Debian kernel package")
     notes: List[str] = []
@@ -565,7 +685,7 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
     if vmlinux_btf is not None:
         for fname in vmlinux_btf.function_names():
             filter_functions.append([fname, None])
-            if fname in wanted_funcs or any(fnmatch.fnmatchcase(fname, g) for g in vmlinux_globs):
+            if fname in wanted_funcs:
                 func = vmlinux_btf.function(fname)
                 if func is not None:
                     btf_funcs[fname] = _btf_record(func, None)
@@ -573,13 +693,13 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
 
     events: Dict[str, Dict[str, Dict[str, Any]]] = {}
     module_files: Dict[str, Dict[str, Any]] = {}
-    wanted_modules = set(btf_modules) | {m.name for m in got.modules
-                                         if any(d in "/" + m.path for d in btf_module_dirs)}
+    wanted_modules = set(btf_modules)
     no_btf, no_mcount = [], []
     btf_read = ["vmlinux"] if vmlinux_btf is not None else []
     for mod in got.modules:
         names_here = {f[0] for f in mod.functions}
-        module_files[mod.name] = {"path": mod.path, "btf": mod.btf is not None, "events": len(mod.events)}
+        module_files[mod.name] = {"path": mod.path, "btf": mod.has_btf, "read": mod.read,
+                                  "events": len(mod.events) if mod.read else None}
         if not mod.traceability_known:
             no_mcount.append(mod.name)
         for fname, is_global, traceable in mod.functions:
@@ -592,9 +712,9 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
                     symbols[fname] = ("T" if is_global else "t") if listed else "notrace"
         mod_btf: Optional[Btf] = None
         needs_btf = mod.events or mod.name in wanted_modules or (names_here & wanted_funcs)
-        if mod.btf is None:
+        if not mod.has_btf:
             no_btf.append(mod.name)
-        elif needs_btf and vmlinux_btf is not None:
+        elif needs_btf and vmlinux_btf is not None and mod.btf is not None:  # None: listed only
             try:
                 mod_btf = Btf(mod.btf, base=vmlinux_btf)
                 btf_read.append(mod.name)
@@ -626,6 +746,11 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
         notes.append(f"{len(no_btf)} module(s) without BTF, e.g. {', '.join(sorted(no_btf)[:3])}")
     if no_mcount:
         notes.append(f"{len(no_mcount)} module(s) without __mcount_loc: all their functions are listed as traceable")
+    if lookup is not None:
+        read = sum(1 for m in got.modules if m.read)
+        notes.append(f"functions and tracepoints of {read} of {len(got.modules)} modules read: those defining one of "
+                     f"the {len(lookup.functions)} functions and {len(lookup.events)} tracepoints looked up "
+                     f"(package.lookup), or named; other names need a new analysis")
 
     release = got.release or "?"
     data: Dict[str, Any] = {
@@ -639,7 +764,8 @@ def profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (
         "btf": {"modules": btf_read, "functions": btf_funcs} if vmlinux_btf is not None else None,
         "unavailable": unavailable,
         "package": {"subset": True, "files": len(got.files), "modules": module_files,
-                    "builtin": got.builtin, "notes": notes},
+                    "builtin": got.builtin, "notes": notes,
+                    "lookup": lookup.as_dict() if lookup is not None else None},
     }
     if got.config_text is None:
         unavailable["config"] = "no boot/config-* or lib/modules/*/config in the packages"
@@ -658,22 +784,8 @@ def _cache_key(paths: Sequence[Path]) -> str:
         for f in files:
             st = f.stat()
             h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    h.update(b"kernelpkg-2")
+    h.update(b"kernelpkg-3")
     return h.hexdigest()[:24]
-
-
-def _lacks_prototypes(data: Dict[str, Any], functions: Iterable[str]) -> List[str]:
-    """Asked-for functions that exist in a module with BTF (or vmlinux) but have no recorded prototype."""
-    if data.get("btf") is None:
-        return []
-    recorded = data["btf"]["functions"]
-    with_btf = set(data["btf"]["modules"]) | {m for m, info in data["package"]["modules"].items() if info["btf"]}
-    where: Dict[str, Optional[str]] = {}
-    wanted = set(functions)
-    for name, module in data["filter_functions"]:
-        if name in wanted:
-            where.setdefault(name, module)
-    return [f for f, m in where.items() if f not in recorded and (m is None or m in with_btf)]
 
 
 def _profile_cache_dir() -> Path:
@@ -681,41 +793,49 @@ def _profile_cache_dir() -> Path:
     return Path(os.environ.get("PROBEKIT_PROFILE_CACHE", cache_root() / "profiles"))
 
 
-def profile_is_cached(paths: Sequence[Path]) -> bool:
-    """True when these packages were analysed before (their profile is in the cache)."""
-    return (_profile_cache_dir() / f"{_cache_key(paths)}.json").is_file()
+def _cached(target: Path) -> Optional[Dict[str, Any]]:
+    """A cached profile that can still be read (a broken entry is dropped)."""
+    if not target.is_file():
+        return None
+    try:
+        return check_profile(json.loads(target.read_text()), str(target))
+    except (ValueError, UserError):
+        target.unlink()
+        return None
 
 
-def cached_profile_from_package(paths: Sequence[Path], btf_functions: Iterable[str] = (),
-                                btf_modules: Iterable[str] = (), cache_dir: Optional[Path] = None,
+def _lookup_of(data: Dict[str, Any]) -> Optional[Lookup]:
+    """The lookup a cached profile was analysed for; None = every module was read."""
+    recorded = data["package"].get("lookup")
+    return None if recorded is None else Lookup.of(recorded["functions"], recorded["events"], recorded["modules"])
+
+
+def profile_is_cached(paths: Sequence[Path], lookup: Lookup) -> bool:
+    """True when these packages were analysed before for (at least) these names."""
+    data = _cached(_profile_cache_dir() / f"{_cache_key(paths)}.json")
+    if data is None:
+        return False
+    had = _lookup_of(data)
+    return had is None or had.covers(lookup)
+
+
+def cached_profile_from_package(paths: Sequence[Path], lookup: Lookup, cache_dir: Optional[Path] = None,
                                 workers: Optional[int] = None) -> Dict[str, Any]:
-    """profile_from_package, memoised on disk by file identity (path, size, mtime).
+    """profile_from_package for a lookup (prototypes of its functions), memoised on disk.
 
-    The cached profile holds the prototypes of every filesystem/sunrpc module function and
-    of the VFS entry points (DEFAULT_BTF_MODULE_DIRS, discover.snapshot's vmlinux globs),
-    so another spec rarely needs a new analysis; when it asks for others, the package is
-    analysed again with them added and the cache entry replaced.
+    Keyed by file identity (path, size, mtime). An entry analysed for other names is
+    analysed again for the union of both lookups, and replaced, so the cache never answers
+    for a name its analysis did not look for.
     """
-    from discover.snapshot import DEFAULT_VMLINUX_GLOBS
     cache_dir = cache_dir or _profile_cache_dir()
     target = cache_dir / f"{_cache_key(paths)}.json"
-    funcs, mods = set(btf_functions), set(btf_modules)
-    data: Optional[Dict[str, Any]] = None
-    if target.is_file():
-        try:
-            data = check_profile(json.loads(target.read_text()), str(target))
-        except (ValueError, UserError):
-            target.unlink()
-            data = None
+    data = _cached(target)
     if data is not None:
-        have_mods = set((data.get("btf") or {}).get("modules") or [])
-        shipped_btf = {m for m, info in data["package"]["modules"].items() if info["btf"]}
-        if not _lacks_prototypes(data, funcs) and not (mods & shipped_btf) - have_mods:
+        had = _lookup_of(data)
+        if had is None or had.covers(lookup):
             return data
-        funcs |= set((data.get("btf") or {}).get("functions") or {})
-        mods |= have_mods - {"vmlinux"}
-    data = profile_from_package(paths, sorted(funcs), sorted(mods), DEFAULT_BTF_MODULE_DIRS, DEFAULT_VMLINUX_GLOBS,
-                                workers)
+        lookup = lookup.union(had)
+    data = profile_from_package(paths, lookup.functions, (), workers, lookup)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".{os.getpid()}.tmp")  # several runs (CI, tests) may fill it at once
     tmp.write_text(json.dumps(data))

@@ -175,3 +175,49 @@ def test_cli_writes_html(tmp_path: Path) -> None:
                   "--format", "html", "-o", str(out))
     assert res.returncode == 0, res.stderr
     assert out.read_text().count("<tr>") > 10
+
+
+def test_lookup_profiles_give_the_full_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading only the modules that define the spec's names changes no cell, pick or warning.
+
+    The same two real packages analysed twice: every module read (a complete profile) and
+    through the compat path (kernelpkg.Lookup: the spec's functions, events and modules).
+    """
+    from probes.compat import spec_events, spec_modules
+    from probes.kernelpkg import Lookup, profile_from_package
+    monkeypatch.setenv("PROBEKIT_PROFILE_CACHE", str(tmp_path))
+    spec = load_spec(NFS_SPEC)
+    functions, events, modules = spec_functions(spec), spec_events(spec), spec_modules(spec)
+    full, fast = [], []
+    for abi in (ABI_61, ABI_612):
+        data = profile_from_package([kernel_dir(abi)], sorted(functions), workers=1)
+        assert data["package"]["lookup"] is None
+        full.append(Kernel(abi, KernelProfile(data)))
+        kernel = load_kernel(str(kernel_dir(abi)), functions, modules, events=events)
+        lookup = kernel.profile.data["package"]["lookup"]
+        assert lookup == Lookup.of(functions, events, modules).as_dict()
+        read = [m for m, info in kernel.profile.data["package"]["modules"].items() if info["read"]]
+        assert set(modules) <= set(read) and len(read) < 20
+        fast.append(kernel)
+    for spec_used in (spec, SPEC):
+        a = build_report(spec_used, full, full[0], "spec")
+        b = build_report(spec_used, fast, fast[0], "spec")
+        assert a["attach_points"] == b["attach_points"]
+        assert a["ops"] == b["ops"]
+
+
+def test_fentry_pick_attaches_as_kprobe_without_module_btf(kernels: Dict[str, Kernel]) -> None:
+    """A 6.1 package whose nfs module has no BTF: the fentry candidate is still picked (the generator
+    attaches it as a kprobe pair) and the report says what is lost, not that it fails."""
+    import copy
+    data = copy.deepcopy(kernels["pkg61"].profile.data)
+    data["package"]["modules"]["nfs"]["btf"] = False
+    data["btf"]["functions"] = {n: f for n, f in data["btf"]["functions"].items() if f["module"] != "nfs"}
+    no_btf = Kernel("nobtf", KernelProfile(data))
+    pick = build_report(SPEC, [no_btf], no_btf, "t")["ops"]["read"]["kernels"]["nobtf"]
+    assert pick["candidate"] == 1 and pick["label"] == "fentry nfs_read_folio"
+    assert pick["attached_as"] == ["kprobe"] and pick["warnings"] == []
+    assert pick["degraded"] == ["nfs_read_folio: module nfs has no BTF here, so file not read "
+                                "(no file name/offset in its events)"]
+    with_btf = build_report(SPEC, [kernels["pkg61"]], kernels["pkg61"], "t")["ops"]["read"]["kernels"]
+    assert with_btf[kernels["pkg61"].label]["degraded"] == [] and with_btf[kernels["pkg61"].label]["warnings"] == []

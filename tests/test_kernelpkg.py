@@ -1,14 +1,17 @@
 """Kernel profiles from a real Debian package (6.1.0-50), checked against the live lab profile."""
 from __future__ import annotations
 
+import gzip
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 import pytest
 
-from debian_kernels import ABI_61, LAB_61, kernel_dir, profile_61
+from debian_kernels import ABI_61, ABI_612, LAB_61, kernel_dir, profile_61
 from discover.profile import KernelProfile, load_profile
 from probes.kernelpkg import PackageError, decompress_vmlinuz, iter_package_files, profile_from_package
 
@@ -121,3 +124,82 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         assert res.returncode == 1
         assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr.startswith("probes: error: ")
+
+
+def _debs(abi: str) -> List[Path]:
+    return sorted(kernel_dir(abi).glob("*.deb"))
+
+
+def _extract(abi: str, target: Path, keep) -> None:
+    """Members of a real package that `keep(path)` accepts, written under `target` (an extracted package)."""
+    for deb in _debs(abi):
+        for rel, data in iter_package_files(deb, keep):
+            out = target / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+
+
+def _without_btf(vmlinuz: bytes) -> bytes:
+    """The same bzImage with the vmlinux `.BTF` section renamed (`.BTX`), payload re-packed with gzip."""
+    vmlinux = bytearray(decompress_vmlinuz(vmlinuz, "real"))
+    shoff, = struct.unpack_from("<Q", vmlinux, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", vmlinux, 0x3A)
+    names_at = struct.unpack_from("<Q", vmlinux, shoff + shstrndx * shentsize + 24)[0]
+    for i in range(shnum):
+        name_off = struct.unpack_from("<I", vmlinux, shoff + i * shentsize)[0]
+        at = names_at + name_off
+        if vmlinux[at:at + 5] == b".BTF\0":
+            vmlinux[at:at + 5] = b".BTX\0"
+            break
+    else:
+        raise AssertionError("no .BTF section in the real kernel image")
+    payload = gzip.compress(bytes(vmlinux), compresslevel=1)
+    setup_sects = vmlinuz[0x1F1] or 4
+    payload_offset = struct.unpack_from("<I", vmlinuz, 0x248)[0]
+    start = (setup_sects + 1) * 512 + payload_offset
+    image = bytearray(vmlinuz[:start]) + payload
+    struct.pack_into("<I", image, 0x24C, len(payload))
+    return bytes(image)
+
+
+def test_package_without_btf_is_a_note_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real 6.1 kernel image whose .BTF section is gone: functions from module symbol tables, said so."""
+    monkeypatch.setenv("PROBEKIT_PROFILE_CACHE", str(tmp_path / "profiles"))
+    tmp_path = tmp_path / "pkg"
+    _extract(ABI_61, tmp_path, lambda p: p.startswith("boot/") or p.endswith(("/nfs.ko", "/sunrpc.ko")))
+    vmlinuz = next(tmp_path.glob("boot/vmlinuz-*"))
+    vmlinuz.write_bytes(_without_btf(vmlinuz.read_bytes()))
+    data = profile_from_package([tmp_path], ["nfs_file_read"])
+    assert data["btf"] is None and "no .BTF section" in data["unavailable"]["btf"]
+    assert any("no .BTF section" in note for note in data["package"]["notes"])
+    assert KernelProfile(data).function_modules("nfs_file_read") == {"nfs"}
+    res = _probes("compat", str(REPO / "probes" / "specs" / "nfs.toml"), "--kernel", str(tmp_path))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "no .BTF section" in res.stdout
+    assert "no kernel BTF" in res.stdout and "(~)" in res.stdout  # the picks attach, without names/offsets
+
+
+def test_corrupt_module_is_a_note(tmp_path: Path) -> None:
+    """One damaged .ko.xz in a real 6.12 package: the others are read, the report names the bad one."""
+    _extract(ABI_612, tmp_path, lambda p: p.startswith("boot/") or p.endswith(("/nfs.ko.xz", "/nfsv4.ko.xz")))
+    nfsv4 = next(tmp_path.rglob("nfsv4.ko.xz"))
+    nfsv4.write_bytes(nfsv4.read_bytes()[:20000])
+    data = profile_from_package([tmp_path], ["nfs_file_read"])
+    assert any("1 module(s) unreadable" in n and "nfsv4.ko.xz" in n for n in data["package"]["notes"])
+    assert KernelProfile(data).function_modules("nfs_file_read") == {"nfs"}
+
+
+def test_compat_on_damaged_packages_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROBEKIT_PROFILE_CACHE", str(tmp_path / "profiles"))
+    cut = tmp_path / "cut.deb"
+    with open(_deb(), "rb") as src:
+        cut.write_bytes(src.read(20 << 20))
+    bad = tmp_path / "bad.deb"
+    raw = bytearray(_deb().read_bytes())
+    raw[5 << 20:(5 << 20) + 4096] = bytes(4096)
+    bad.write_bytes(bytes(raw))
+    for deb, word in ((cut, "truncated"), (bad, "corrupt")):
+        res = _probes("compat", str(REPO / "probes" / "specs" / "nfs.toml"), "--kernel", str(deb))
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        last = res.stderr.strip().splitlines()[-1]
+        assert last.startswith("probes: error: ") and word in last, res.stderr
