@@ -85,7 +85,10 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
     For every attach point and kernel: ok, absent, only compiler copies (.isra/.constprop/
     .part/.cold), not found (possibly inlined), not traceable, in which module, signature or
     tracepoint fields changed against the reference, duplicate static names. Per operation:
-    the candidate the generated tool would pick there (the first usable one), or UNCOVERED.
+    the candidate the generated tool would pick there (probes.select and probes.generate run
+    on the profile), or UNCOVERED; (!) = it will misbehave (an argument the spec reads is
+    gone), (~) = it works without file names/offsets (no BTF there). A Debian package is
+    read only for the spec's names (modules defining them); see docs/compat.md.
 
     \b
     Examples:
