@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import shutil
 import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import pytest
 
 from debian_kernels import ABI_61, ABI_612, LAB_61, kernel_dir, profile_61
 from discover.profile import KernelProfile, load_profile
+from probes import kernelpkg
 from probes.kernelpkg import PackageError, decompress_vmlinuz, iter_package_files, profile_from_package
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,13 +79,25 @@ def test_truncated_package_is_one_error(tmp_path: Path) -> None:
         profile_from_package([cut])
 
 
-def test_corrupt_package_is_one_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("xz_tool", [True, False], ids=["xz-process", "python-lzma"])
+def test_corrupt_package_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xz_tool: bool) -> None:
+    if not xz_tool:
+        monkeypatch.setattr(kernelpkg, "_TAR_TOOLS", {})
     bad = tmp_path / "bad.deb"
     raw = bytearray(_deb().read_bytes()[: 30 << 20])
     raw[5 << 20:(5 << 20) + 4096] = bytes(4096)  # zero 4 KiB inside the xz stream
     bad.write_bytes(bytes(raw) + _deb().read_bytes()[30 << 20:])
     with pytest.raises(PackageError, match="corrupt"):
         profile_from_package([bad])
+
+
+def test_xz_process_and_python_lzma_read_the_same_members(monkeypatch: pytest.MonkeyPatch) -> None:
+    def members() -> List[Tuple[str, str]]:
+        return [(rel, hashlib.sha256(data).hexdigest())
+                for rel, data in iter_package_files(_deb(), lambda p: p.startswith("boot/") or "/fs/nfs/" in p)]
+    with_tool = members()
+    monkeypatch.setattr(kernelpkg, "_TAR_TOOLS", {})
+    assert members() == with_tool and len(with_tool) >= 10
 
 
 def test_not_a_package(tmp_path: Path) -> None:
