@@ -12,7 +12,7 @@ import pytest
 
 from debian_kernels import ABI_61, ABI_612, LAB_61, kernel_dir
 from discover.errors import UserError
-from discover.profile import KernelProfile, load_profile
+from discover.profile import KernelProfile
 from probes.compat import (ABSENT, CHANGED, INLINED, OK, Kernel, build_report, disagreements,
                            load_kernel, render, spec_attach_points, spec_functions)
 from probes.fetch import fetch_kernel

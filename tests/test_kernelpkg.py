@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import shutil
 import struct
 import subprocess
 import sys
