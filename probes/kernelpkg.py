@@ -21,8 +21,14 @@ tracepoints come from `__tracepoint_<event>` symbols; their system and event cla
 read by following `__event_<event>` -> trace_event_call.class -> trace_event_class.system
 through the module's relocations; their record fields from BTF `trace_event_raw_<class>`.
 
+Speed: decompression is most of the cost (`data.tar.xz`, and on 6.12+ every `.ko.xz`), so
+data.tar goes through `xz -T0` in a child process and compressed modules through a process
+pool; with a Lookup (what `probes compat` passes) only the modules whose string table names
+one of the report's functions or tracepoints are read in full, the rest are only listed.
+
 Output: the profile format of discover/profile.py (schema version 1) with `source.how =
-"package"` and an extra `package` section (files read, every module shipped, notes).
+"package"` and an extra `package` section (files read, every module shipped, notes, and
+the lookup the profile answers for).
 """
 from __future__ import annotations
 
