@@ -1,0 +1,304 @@
+"""Guest side of the probe lab checks: run nfsslower/nfsdist/nfstop against a known workload.
+
+Runs inside a lab guest (Python 3.9+, root, bcc, /mnt/nfs3 and /mnt/nfs42 mounted) from
+the read-only project share, and prints one JSON document with what the tools reported
+next to what the workload issued. tests/lab/test_probes_lab.py asserts on it; `picks`
+alone gives this kernel's --lab-results for `probes compat` (docs/compat.md), for
+`labs test --lab-results FILE`.
+
+  python3 labs/guest/probes_guest.py main|v3only|picks
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, PROJECT)
+from probes.spec import OPS  # noqa: E402  (the project share is not on sys.path by itself)
+
+MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
+#: where the host puts the spec as JSON, for guests without a TOML module (Debian 11's Python 3.9)
+SPEC_JSON = "/tmp/probekit-nfs-spec.json"
+
+#: the known workload: N reads of 64 KiB, M writes of 1 MiB (more than wsize, so the
+#: flush is UNSTABLE and the kernel issues COMMIT by itself), K stats, 4 opens (first
+#: lookup, cached dentry, 2 creates), 2 fsyncs, and one O_SYNC 4 KiB write whose fsync
+#: runs nested inside the write
+N_READS, READ_SIZE = 4, 65536
+M_WRITES, WRITE_SIZE = 8, 1 << 20
+K_STATS = 5
+GAP_S = 5.0  # quiet seconds between workload phases (their COMMITs done)
+
+
+def tool(args: List[str], log: str) -> subprocess.Popen:
+    """Start one of our tools; it is ready once its stdout has its first line."""
+    out = open(log, "w")
+    return subprocess.Popen([sys.executable, "-m", "probes.commands"] + args, cwd=PROJECT,
+                            stdout=out, stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def wait_ready(proc: subprocess.Popen, log: str, timeout: float = 400.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{log}: tool exited {proc.returncode}: {proc.stderr.read()}")
+        with open(log) as handle:
+            if handle.readline().endswith("\n"):
+                return time.monotonic() - started
+        time.sleep(0.5)
+    raise RuntimeError(f"{log}: not ready after {timeout} s")
+
+
+def stop(proc: subprocess.Popen, log: str) -> Dict[str, Any]:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    with open(log) as handle:
+        lines = handle.read().splitlines()
+    return {"rc": proc.returncode, "stderr": err, "lines": lines}
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as handle:
+        handle.write("3\n")
+
+
+def prepare(mount: str, tag: str) -> None:
+    """Create the file the workload reads, before any tool runs (its set-up is not counted)."""
+    work = os.path.join(mount, "work", f"probes-{tag}")
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(work, "read.bin"), "wb") as handle:
+        handle.write(os.urandom(N_READS * READ_SIZE))
+
+
+def workload(mount: str, tag: str) -> Dict[str, int]:
+    """Issue a known set of operations on one mount (after prepare); return what was issued."""
+    work = os.path.join(mount, "work", f"probes-{tag}")
+    src = os.path.join(work, "read.bin")
+    drop_caches()
+    issued = {"read": 0, "write": 0, "open": 0, "getattr": 0, "fsync": 0, "unstable_fsync": 0,
+              "read_bytes": 0, "write_bytes": 0}
+    fd = os.open(src, os.O_RDONLY)                               # open of an existing file
+    issued["open"] += 1
+    for i in range(N_READS):
+        issued["read_bytes"] += len(os.pread(fd, READ_SIZE, i * READ_SIZE))
+        issued["read"] += 1
+    os.close(fd)
+    fd = os.open(src, os.O_RDONLY)                               # open of a cached dentry
+    issued["open"] += 1
+    os.close(fd)
+    # an O_SYNC write: the fsync runs nested inside the write, on the same thread
+    fd = os.open(os.path.join(work, "sync.bin"), os.O_WRONLY | os.O_CREAT | os.O_SYNC, 0o644)
+    issued["open"] += 1
+    issued["write_bytes"] += os.write(fd, b"s" * 4096)
+    issued["write"] += 1
+    issued["fsync"] += 1
+    os.close(fd)
+    big = os.path.join(work, f"write-{time.monotonic_ns()}.bin")
+    fd = os.open(big, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # open that creates
+    issued["open"] += 1
+    block = b"\0" * WRITE_SIZE
+    for i in range(M_WRITES):
+        issued["write_bytes"] += os.write(fd, block)
+        issued["write"] += 1
+        if i in (M_WRITES // 2 - 1, M_WRITES - 1):
+            os.fsync(fd)
+            issued["fsync"] += 1
+            issued["unstable_fsync"] += 1  # flushes 4 MiB > wsize: UNSTABLE writes + COMMIT
+    os.close(fd)
+    for _ in range(K_STATS):
+        os.stat(src)
+        issued["getattr"] += 1
+    return issued
+
+
+def spec_args() -> List[str]:
+    """`--spec FILE.json` where this Python has no TOML module (Debian 11), else the default spec."""
+    for module in ("tomllib", "tomli", "toml"):
+        try:
+            __import__(module)
+            return []
+        except ImportError:
+            continue
+    if not os.path.exists(SPEC_JSON):
+        raise RuntimeError(f"no TOML module in Python {sys.version.split()[0]} and no {SPEC_JSON}")
+    return ["--spec", SPEC_JSON]
+
+
+def picks(stderr: str) -> Dict[str, int]:
+    """op -> 0-based spec candidate, from a tool's --verbose lines (`read (R): candidate 2 ...`)."""
+    found: Dict[str, int] = {}
+    for line in stderr.splitlines():
+        match = re.match(r"^\S+: (\w+) \(\w\): candidate (\d+) ", line)
+        if match:
+            found[match.group(1)] = int(match.group(2)) - 1
+    return found
+
+
+def lab_results(picked: Dict[str, int], recorded: Dict[str, int]) -> Dict[str, Any]:
+    """docs/compat.md's --lab-results for this kernel: per op the candidate used and whether it
+    attached (the tool ran) and recorded the op (count > 0)."""
+    return {os.uname().release: {op: {"candidate": picked.get(op), "ok": op in picked and recorded.get(op, 0) > 0}
+                                 for op in OPS}}
+
+
+def kernel_facts() -> Dict[str, Any]:
+    bcc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-bpfcc"], stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    return {"release": os.uname().release, "python": sys.version.split()[0], "bcc": bcc,
+            "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "spec": spec_args()[1:] or ["default"]}
+
+
+def phase_of(moment: float, starts: List[Tuple[str, float]]) -> str:
+    """The last phase that had started by `moment` ("before" when none)."""
+    found = "before"
+    for name, start in starts:
+        if moment >= start:
+            found = name
+    return found
+
+
+def label_phases(result: Dict[str, Any], phases: Dict[str, Any]) -> None:
+    """Label nfsslower events (monotonic end time) and nfsdist intervals (wall second) by phase.
+
+    Phases are GAP_S apart and nothing else touches NFS, so an interval printed at wall
+    second T (covering about T-1..T+1) belongs to the phase started by T + 1.
+    """
+    mono = sorted(((name, p["mono_start"]) for name, p in phases.items()), key=lambda item: item[1])
+    wall = sorted(((name, p["start"] - 1) for name, p in phases.items()), key=lambda item: item[1])
+    for event in result["nfsslower"]["events"]:
+        event["phase"] = phase_of(event["end_us"] / 1e6, mono)
+    for interval in result["nfsdist"]["intervals"]:
+        interval["phase"] = phase_of(time.mktime(time.strptime(interval["ts"], "%Y-%m-%d %H:%M:%S")), wall)
+
+
+def phase_totals(intervals: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """phase -> {"ops": {op: {count, bytes}}, "anomalies": n}, summed over its nfsdist intervals."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for interval in intervals:
+        total = out.setdefault(interval["phase"], {"ops": {op: {"count": 0, "bytes": 0} for op in OPS},
+                                                   "anomalies": 0})
+        total["anomalies"] += interval["anomalies"]
+        for op, entry in interval["ops"].items():
+            total["ops"][op]["count"] += entry["count"]
+            total["ops"][op]["bytes"] += entry["bytes"]
+    return out
+
+
+def timed_phase(mount: str, tag: str) -> Dict[str, Any]:
+    """One workload run with its wall and monotonic (= bpf_ktime_get_ns) time span."""
+    started, mono = time.time(), time.monotonic()
+    issued = workload(mount, tag)
+    return {"issued": issued, "start": started, "end": time.time(), "mono_start": mono,
+            "mono_end": time.monotonic()}
+
+
+def check_main(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
+    """One nfsslower (at a threshold) and one nfsdist (1 s intervals), started once, around three
+    phases: the workload on NFSv3, on NFSv4.2, then on NFSv3 with netem delay on lo."""
+    slower_log, dist_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out"
+    plan = (("nfs3", MOUNTS["nfs3"]), ("nfs42", MOUNTS["nfs42"]), ("delay", MOUNTS["nfs3"]))
+    for tag, mount in plan:
+        prepare(mount, tag)
+    slower = tool(["nfsslower", "--json", "-v", str(threshold_ms)] + spec_args(), slower_log)
+    dist = tool(["nfsdist", "--json", "-v", "1"] + spec_args(), dist_log)
+    ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
+    phases: Dict[str, Any] = {}
+    try:
+        for tag, mount in plan:
+            if tag == "delay":
+                subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", f"{delay_ms}ms"],
+                               check=True)
+            phases[tag] = timed_phase(mount, tag)
+            if tag != "delay":
+                time.sleep(GAP_S)
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
+    time.sleep(GAP_S)
+    result = {"delay_ms": delay_ms, "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
+              "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log), "kernel": kernel_facts()}
+    result["nfsslower"]["events"] = [json.loads(line) for line in result["nfsslower"]["lines"]
+                                     if line.startswith("{") and '"lat_us"' in line]
+    result["nfsdist"]["intervals"] = [json.loads(line) for line in result["nfsdist"]["lines"]
+                                      if line.startswith("{") and '"ops"' in line]
+    label_phases(result, phases)
+    result["seen"] = phase_totals(result["nfsdist"]["intervals"])
+    result["picks"] = {name: picks(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
+    recorded = {op: sum(result["seen"].get(tag, {}).get("ops", {}).get(op, {}).get("count", 0)
+                        for tag in ("nfs3", "nfs42")) for op in OPS}
+    result["lab_results"] = lab_results(result["picks"]["nfsdist"], recorded)
+    return result
+
+
+def check_picks() -> Dict[str, Any]:
+    """The lean lab-results run (`labs test --lab-results`): one nfsdist around the workload on
+    both mounts."""
+    log = "/tmp/nfsdist-picks.out"
+    for name, mount in MOUNTS.items():
+        prepare(mount, f"picks-{name}")
+    proc = tool(["nfsdist", "--json", "-v"] + spec_args(), log)
+    wait_ready(proc, log)
+    for name, mount in MOUNTS.items():
+        workload(mount, f"picks-{name}")
+    time.sleep(GAP_S)
+    res = stop(proc, log)
+    seen = [json.loads(line) for line in res["lines"] if line.startswith("{") and '"ops"' in line][-1]
+    recorded = {op: entry["count"] for op, entry in seen["ops"].items()}
+    return {"rc": res["rc"], "kernel": kernel_facts(), "lab_results": lab_results(picks(res["stderr"]), recorded)}
+
+
+def check_v3only() -> Dict[str, Any]:
+    """With nfsv4 unloaded, every command still starts and sees NFSv3 operations; nfstop shows
+    the workload's process (a child, which exits before nfstop's last refresh)."""
+    out: Dict[str, Any] = {}
+    subprocess.run(["umount", MOUNTS["nfs42"]], check=True)
+    unload = subprocess.run(["modprobe", "-r", "nfsv4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True)
+    try:
+        out["nfsv4_loaded"] = os.path.exists("/sys/module/nfsv4")
+        out["unload"] = unload.stdout
+        runs = {"nfsslower": ["nfsslower", "--json", "0", "-v"], "nfsdist": ["nfsdist", "--json", "-v"],
+                "nfstop": ["nfstop", "--json", "-i", "1", "-v"]}
+        prepare(MOUNTS["nfs3"], "v3only")
+        procs = {name: tool(args + spec_args(), f"/tmp/v3only-{name}.out") for name, args in runs.items()}
+        # nfstop --json prints its first line after its first interval: ready then, too
+        out["ready_s"] = {name: wait_ready(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
+        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload-child"],
+                                 stdout=subprocess.PIPE, universal_newlines=True)
+        out["issued"] = json.loads(child.communicate()[0])
+        out["child_pid"] = child.pid
+        time.sleep(2.5)
+        out["results"] = {name: stop(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
+    finally:
+        subprocess.run(["modprobe", "nfsv4"], check=False)
+        subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", "127.0.0.1:/srv/nfs", MOUNTS["nfs42"]], check=False)
+    return out
+
+
+def main(argv: List[str]) -> int:
+    what = argv[1] if len(argv) > 1 else ""
+    if what == "workload-child":
+        print(json.dumps(workload(MOUNTS["nfs3"], "v3only")))
+        return 0
+    checks = {"main": lambda: check_main(50, 90), "v3only": check_v3only, "picks": check_picks}
+    if what not in checks:
+        print(f"usage: {argv[0]} {'|'.join(checks)}", file=sys.stderr)
+        return 2
+    result: Optional[Dict[str, Any]] = None
+    try:
+        result = {"check": what, "ok": True, "data": checks[what]()}
+    except Exception as exc:  # report the failure as data: the host test shows it
+        result = {"check": what, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
