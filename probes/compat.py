@@ -760,6 +760,9 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
                 and not profile_is_cached([Path(r)], lookup)]
     if len(packages) > 1:
         workers = min(len(packages), os.cpu_count() or 1)
+        # biggest first, so that no large package is left running alone at the end
+        packages.sort(key=lambda p: -sum(f.stat().st_size for f in ([Path(p)] if Path(p).is_file()
+                                                                    else Path(p).rglob("*")) if f.is_file()))
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(_analyse, [Path(p)], lookup) for p in packages]
             for future in futures:
