@@ -5,7 +5,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
@@ -173,6 +173,8 @@ def down(name: str) -> None:
     "labs test                                   # QEMU, Debian 6.1",
     "labs test --kernel 5.10 --kernel 6.12 --kernel 7",
     "labs test --backend vagrant --topology pair",
+    "labs test --kernel 5.10 --kernel 6.12 --lab-results lab.json   # + the generated probes",
+    "  probes compat probes/specs/nfs.toml --kernel 5.10 --kernel 6.12 --lab-results lab.json",
 ))
 @backend_option
 @click.option("--kernel", "kernels", multiple=True, default=("6.1",), show_default=True,
@@ -180,18 +182,27 @@ def down(name: str) -> None:
 @topology_option
 @click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path), default=Path("artifacts"),
               show_default=True, help="Where call graphs, tracefs metadata and reports go.")
-def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path) -> None:
+@click.option("--lab-results", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also run the generated NFS probes; write per kernel and operation the candidate "
+                   "used and whether it recorded the operation (input of `probes compat --lab-results`).")
+def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
+         lab_results: Optional[Path]) -> None:
     """Integration run: boot a lab per kernel, mount NFS, run `discover` in it, write a report.
 
     Exit code 0 only when every check on every kernel passed.
     """
     from labs.integration import run_integration
     failed = 0
+    merged: Dict[str, Any] = {}
     for kernel in kernels:
         lab = make_lab(backend, kernel, topology, name=f"test-{backend}-{kernel}")
-        report = run_integration(lab, artifacts, progress=_progress)
+        report = run_integration(lab, artifacts, progress=_progress, probes=lab_results is not None)
         click.echo(report.text())
         failed += 0 if report.passed else 1
+        if lab_results is not None:
+            merged.update(report.lab_results)
+            lab_results.write_text(json.dumps(merged, indent=1) + "\n")
+            click.echo(f"lab results of {len(merged)} kernel(s) in {lab_results}")
     if failed:
         raise UserError(f"{failed} of {len(kernels)} kernel(s) failed; reports under {artifacts}/")
 

@@ -3,7 +3,10 @@
 One run = one lab on one kernel: boot, check NFSv3 and v4.2 mounts, run the known
 workload, run `discover callgraph` inside the guest for the NFS entry points, kill a
 capture with SIGINT and SIGTERM and prove tracefs is restored, copy the results out as
-artefacts (call graphs, tracefs metadata) and write a report (text + JSON).
+artefacts (call graphs, tracefs metadata) and write a report (text + JSON). On request,
+also run the generated NFS probes (nfsdist) around the workload and record, per
+operation, the spec candidate they picked and whether it recorded the operation: the
+`--lab-results` input of `probes compat` (docs/compat.md).
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ Progress = Callable[[str], None]
 #: guest-local scratch for one run (tarred and copied out by Lab.get: works on every backend)
 GUEST_RESULTS = "/var/tmp/probekit-results"
 WORKLOAD = "labs/guest/workload.sh"
+PROBES_GUEST = "labs/guest/probes_guest.py"
+#: where the spec goes as JSON for guests without a TOML module (probes_guest.SPEC_JSON)
+GUEST_SPEC_JSON = "/tmp/probekit-nfs-spec.json"
 
 
 class Check(NamedTuple):
@@ -42,6 +48,8 @@ class Report:
         self.run_dir = run_dir
         self.checks: List[Check] = []
         self.timings: Dict[str, float] = {}
+        #: {uname -r: {op: {"candidate": i, "ok": bool}}} when the probes ran (docs/compat.md)
+        self.lab_results: Dict[str, Any] = {}
 
     @property
     def passed(self) -> bool:
@@ -51,7 +59,8 @@ class Report:
         return {"backend": self.backend, "kernel_requested": self.kernel_requested,
                 "kernel_release": self.kernel_release, "passed": self.passed,
                 "timings": {k: round(v, 1) for k, v in self.timings.items()},
-                "checks": [c._asdict() for c in self.checks], "artifacts": str(self.run_dir)}
+                "checks": [c._asdict() for c in self.checks], "artifacts": str(self.run_dir),
+                "lab_results": self.lab_results}
 
     def text(self) -> str:
         lines = [f"labs test: {self.backend}, kernel {self.kernel_release or self.kernel_requested}: "
@@ -205,6 +214,24 @@ wc -l < {out}/available_filter_functions.nfs.txt
         assert result["restored"], f"tracefs not restored after SIG{sig}: changed {result['changed']}"
         return f"SIG{sig} mid-capture: exit {result['exit_code']}, tracefs restored ({len(result['before'])} files)"
 
+    def probe_picks(self) -> str:
+        """nfsdist around the workload on both mounts: per op the candidate used, and recorded?"""
+        from probes.runtime import DEFAULT_SPEC
+        from probes.spec import load_spec
+        spec_json = self.report.run_dir / "nfs-spec.json"
+        spec_json.parent.mkdir(parents=True, exist_ok=True)
+        spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
+        self.lab.put(spec_json, GUEST_SPEC_JSON)
+        result = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} picks", timeout=900)
+                            .strip().splitlines()[-1])
+        assert result["ok"], result.get("error")
+        self.report.lab_results = result["data"]["lab_results"]
+        (self.report.run_dir / "lab-results.json").write_text(json.dumps(self.report.lab_results, indent=1) + "\n")
+        picks = [(op, run) for ops in self.report.lab_results.values() for op, run in ops.items()]
+        failed = [op for op, run in picks if not run["ok"]]
+        assert not failed, f"not picked or nothing recorded: {', '.join(failed)}"
+        return ", ".join(f"{op} #{run['candidate'] + 1}" for op, run in picks)
+
     def collect(self) -> None:
         """Copy the guest's run directory out as artefacts (one tarball through the Lab interface)."""
         tarball = f"/tmp/{self.report.run_dir.name}.tar.gz"
@@ -217,8 +244,12 @@ wc -l < {out}/available_filter_functions.nfs.txt
 
 
 def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
-                    keep_up: bool = False) -> Report:
-    """Bring the lab up, run every check, copy artefacts, write the report, take the lab down."""
+                    keep_up: bool = False, probes: bool = False) -> Report:
+    """Bring the lab up, run every check, copy artefacts, write the report, take the lab down.
+
+    `probes`: also run the generated NFS probes for the report's lab results (a bcc compile,
+    ~30-60 s under TCG).
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kernel = getattr(lab, "kernel", "?")
     report = Report(lab.backend, kernel, Path(artifacts) / f"{lab.backend}-{kernel}-{stamp}")
@@ -238,6 +269,8 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
             report.timings["callgraphs"] = time.monotonic() - checks_started
             for sig in ("INT", "TERM"):
                 run.check(f"SIG{sig} mid-capture restores tracefs", lambda s=sig: run.interrupt(s))
+            if probes:
+                run.check("generated probes: candidate per operation", run.probe_picks)
             run.check("artefacts copied out", lambda: (run.collect(), "ok")[1])
     finally:
         if not keep_up:
