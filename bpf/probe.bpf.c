@@ -11,7 +11,8 @@
  * Generated constants used here:
  *   NPOINTS, NOPS, TARGET_TGID (0 = every process), MIN_LAT_NS, MAX_LAT_NS,
  *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS,
- *   HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY), HAVE_DENTRY_NAME (OFF_DENTRY_NAME),
+ *   USE_RINGBUF (RINGBUF_PAGES), USE_TASK_STORAGE, HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY),
+ *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME),
  *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN.
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
@@ -30,7 +31,17 @@ struct start_val {
     u64 fileid;
 };
 
+#if USE_TASK_STORAGE
+/* per thread, one slot per attach point (ts 0 = none): found through the task
+ * itself, without hashing, bucket locks or a free list (kernel >= 5.11); freed
+ * with the task */
+struct task_starts {
+    struct start_val at[NPOINTS];
+};
+BPF_TASK_STORAGE(task_starts, struct task_starts);
+#else
 BPF_HASH(starts, struct start_key, struct start_val, 10240);
+#endif
 
 #if HAVE_ASYNC
 /* starts whose end fires in another task (RPC completion in rpciod/kworker):
@@ -55,7 +66,16 @@ BPF_HASH(async_starts, struct async_key, struct async_val, 10240);
 BPF_ARRAY(anomalies, u64, 1);
 
 #if WANT_EVENTS
+#if USE_RINGBUF
+/* slow events. Submitted without a wakeup: a wakeup queues irq_work whose
+ * handler (waking the reader) runs inside this program's time (measured: most
+ * of an event's cost); user space reads on a short timer instead. */
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+/* [0] events dropped because the ring buffer was full */
+BPF_ARRAY(lost_events, u64, 1);
+#else
 BPF_PERF_OUTPUT(events);
+#endif
 #endif
 
 #if WANT_DIST
@@ -103,13 +123,22 @@ static __always_inline int want_task(u64 pid_tgid)
 static __always_inline void task_start(u32 point, struct start_val *v)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct start_key k;
     if (!want_task(id))
         return;
+#if USE_TASK_STORAGE
+    struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
+                                                         BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!t || point >= NPOINTS)
+        return;
+    v->ts = bpf_ktime_get_ns();
+    t->at[point] = *v;
+#else
+    struct start_key k;
     k.tid = (u32)id;
     k.point = point;
     v->ts = bpf_ktime_get_ns();
     starts.update(&k, v);
+#endif
 }
 
 static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
@@ -126,6 +155,28 @@ static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
         bpf_probe_read_kernel_str(dst, NAME_LEN, (void *)read_ptr(dentry + OFF_DENTRY_NAME));
 #endif
 }
+
+#if WANT_EVENTS
+/* zeroed first: the record goes to user space whole, padding and unused name bytes included */
+static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 now,
+                                       u64 delta, struct start_val *s, int ptr_kind)
+{
+    __builtin_memset(e, 0, sizeof(*e));
+    e->end_ns = now;
+    e->lat_ns = delta;
+    e->bytes = s->bytes;
+    e->offset = s->offset;
+    e->fileid = s->fileid;
+    e->pid = pid;
+    e->op = op;
+    if (comm)
+        __builtin_memcpy(e->comm, comm, COMM_LEN);
+    else
+        bpf_get_current_comm(&e->comm, sizeof(e->comm));
+    if (s->ptr)
+        name_of(e->name, s->ptr, ptr_kind);
+}
+#endif
 
 /* one finished operation: a sane delta feeds the histograms and, above the
  * threshold, one event */
@@ -177,22 +228,22 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
 #endif
 #if WANT_EVENTS
     if (delta >= MIN_LAT_NS) {
+#if USE_RINGBUF
+        struct event *e = events.ringbuf_reserve(sizeof(struct event));
+        if (!e) {
+            u32 zero = 0;
+            u64 *lost = lost_events.lookup(&zero);
+            if (lost)
+                __sync_fetch_and_add(lost, 1);
+            return;
+        }
+        fill_event(e, op, pid, comm, now, delta, s, ptr_kind);
+        events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+#else
         struct event e;
-        __builtin_memset(&e, 0, sizeof(e));
-        e.end_ns = now;
-        e.lat_ns = delta;
-        e.bytes = s->bytes;
-        e.offset = s->offset;
-        e.fileid = s->fileid;
-        e.pid = pid;
-        e.op = op;
-        if (comm)
-            __builtin_memcpy(e.comm, comm, COMM_LEN);
-        else
-            bpf_get_current_comm(&e.comm, sizeof(e.comm));
-        if (s->ptr)
-            name_of(e.name, s->ptr, ptr_kind);
+        fill_event(&e, op, pid, comm, now, delta, s, ptr_kind);
         events.perf_submit(ctx, &e, sizeof(e));
+#endif
     }
 #endif
 }
@@ -215,10 +266,21 @@ static __always_inline int sane_delta(u64 start, u64 now)
 static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_end, int ptr_kind)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct start_key k;
     struct start_val s;
     struct start_val *found;
     u64 now;
+#if USE_TASK_STORAGE
+    struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0, 0);
+    if (!t || point >= NPOINTS)
+        return;
+    found = &t->at[point];
+    if (found->ts == 0)
+        return;
+    now = bpf_ktime_get_ns();
+    s = *found;
+    found->ts = 0;
+#else
+    struct start_key k;
     k.tid = (u32)id;
     k.point = point;
     found = starts.lookup(&k);
@@ -227,6 +289,7 @@ static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_
     now = bpf_ktime_get_ns();
     s = *found;
     starts.delete(&k);
+#endif
     if (!sane_delta(s.ts, now))
         return;
     if (bytes_at_end >= 0)

@@ -21,6 +21,9 @@ NAME_LEN = 32   # bytes of file name kept per event (bcc's nfsslower keeps 32 to
 COMM_LEN = 16   # TASK_COMM_LEN
 #: deltas above this are dropped as impossible (a wrapped or unmatched start), not printed
 MAX_LAT_NS = 3600 * 10**9
+#: ring buffer size for slow events (a power of two): 1 MiB holds ~9,300 events, i.e. what
+#: arrives between two reads of user space (runtime.RINGBUF_READ_MS) at ~90,000 events/s
+RINGBUF_PAGES = 256
 
 #: (field, C type, array length): the one definition of the slow-event record.
 #: u64 first, then u32, then byte arrays, so the C struct has no implicit padding.
@@ -92,6 +95,8 @@ class Probe(NamedTuple):
     points: List[Point]
     kprobes: List[Tuple[str, str, str]]  # (function, "entry"|"exit", handler name)
     names: bool                  # file names available (BTF offsets found)
+    ringbuf: bool                # events go through a BPF ring buffer (else the perf buffer)
+    task_storage: bool           # start times in task local storage (else a hash map by thread)
 
 
 def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout]) -> List[Point]:
@@ -170,8 +175,14 @@ def _tp_end(point: Point, op_macro: str) -> List[str]:
 
 
 def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout],
-             template: Path = TEMPLATE, enums: Sequence[str] = ()) -> Probe:
+             template: Path = TEMPLATE, enums: Sequence[str] = (), ringbuf: bool = False,
+             task_storage: bool = False) -> Probe:
     """The complete C text for bcc plus what the front end needs to attach and decode.
+
+    `ringbuf`: slow events go through a BPF ring buffer (kernel >= 5.8, bcc >= 0.16), else
+    through the perf buffer (runtime.ringbuf_support decides). `task_storage`: same-thread
+    start times in task local storage (kernel >= 5.11, bcc >= 0.24), else in a hash map keyed
+    by (thread, attach point).
 
     `enums`: enum types named by the chosen tracepoints' formats (KernelFacts.event_enum_types),
     declared so that bcc's generated argument structs compile; a 4-byte placeholder keeps
@@ -188,6 +199,8 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 ("WANT_EVENTS", int(tool.events)), ("WANT_DIST", int(tool.dist)), ("WANT_TOP", int(tool.top)),
                 ("HAVE_ASYNC", int(any(p.match == "keys" for p in points))), ("NKEYS", nkeys),
                 ("DIST_UNIT_NS", tool.dist_unit_ns), ("NAME_LEN", NAME_LEN), ("COMM_LEN", COMM_LEN),
+                ("USE_RINGBUF", int(ringbuf and tool.events)), ("RINGBUF_PAGES", RINGBUF_PAGES),
+                ("USE_TASK_STORAGE", int(task_storage)),
                 ("HAVE_FILE_NAME", int("OFF_FILE_PATH_DENTRY" in offsets)),
                 ("HAVE_DENTRY_NAME", int("OFF_DENTRY_NAME" in offsets))]
     defines += [(f"PTR_{name.upper()}", value) for name, value in PTR_KINDS.items()]
@@ -213,4 +226,4 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
         system, _, name = event.partition(":")
         handlers.append(f"TRACEPOINT_PROBE({system}, {name})\n{{\n" + "\n".join(body) + "\n    return 0;\n}\n")
     c_text = "\n".join(head) + "\n\n" + template.read_text() + "\n" + "\n".join(handlers)
-    return Probe(c_text, ops, letters, points, kprobes, bool(offsets))
+    return Probe(c_text, ops, letters, points, kprobes, bool(offsets), ringbuf and tool.events, task_storage)

@@ -136,9 +136,58 @@ def test_c_and_python_agree(spec: Dict[str, Any], profile_data: Dict[str, Any]) 
                 assert "TRACEPOINT_PROBE(%s, %s)" % tuple(event.split(":")) in text
     # structs handed to maps or perf are zeroed first (verifier: uninitialised padding)
     assert text.count("__builtin_memset(&k, 0, sizeof(k));") >= 2
-    assert "__builtin_memset(&e, 0, sizeof(e));" in text
+    assert "__builtin_memset(e, 0, sizeof(*e));" in text
     # nothing includes the big kernel headers
     assert re.findall(r"#include <([^>]+)>", text) == ["uapi/linux/ptrace.h"]
+
+
+def test_event_buffer_choice(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    """Ring buffer where kernel (>= 5.8) and bcc (ring_buffer_consume) have one, else perf buffer."""
+    class NewBcc:
+        def ring_buffer_consume(self) -> None: ...
+
+    class OldBcc:
+        pass
+
+    assert runtime.ringbuf_support("6.1.0-50-amd64", NewBcc)[0]
+    assert runtime.ringbuf_support("5.10.0-32-amd64", NewBcc)[0]
+    old_kernel, why = runtime.ringbuf_support("4.19.0-27-amd64", NewBcc)
+    assert not old_kernel and "perf buffer" in why and "4.19.0-27-amd64" in why
+    old_bcc, why = runtime.ringbuf_support("6.1.0-50-amd64", OldBcc)
+    assert not old_bcc and "bcc" in why
+    sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
+    ring = generate(sel.chosen, Tool(events=True), None, ringbuf=True)
+    perf = generate(sel.chosen, Tool(events=True), None, ringbuf=False)
+    assert ring.ringbuf and "#define USE_RINGBUF 1\n" in ring.c_text
+    assert not perf.ringbuf and "#define USE_RINGBUF 0\n" in perf.c_text
+    # the histogram tools have no events: no ring buffer to read
+    assert not generate(sel.chosen, Tool(dist=True), None, ringbuf=True).ringbuf
+    template = (REPO / "bpf" / "probe.bpf.c").read_text()
+    # records are submitted without a wakeup (user space reads on a timer) and a full
+    # buffer is counted, not silently lost
+    assert "ringbuf_submit(e, BPF_RB_NO_WAKEUP)" in template and "lost_events" in template
+
+
+def test_start_time_store_choice(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    """Task local storage where kernel (>= 5.11), bcc (task storage maps) and BTF allow, else the hash."""
+    new_bcc = type("table", (), {"BPF_MAP_TYPE_TASK_STORAGE": 29})
+    old_bcc = type("table", (), {})
+    assert runtime.task_storage_support("6.1.0-50-amd64", new_bcc, True)[0]
+    for release, table, btf, reason in (("5.10.0-32-amd64", new_bcc, True, "5.11"),
+                                        ("6.1.0-50-amd64", old_bcc, True, "bcc"),
+                                        ("6.1.0-50-amd64", new_bcc, False, "BTF")):
+        usable, why = runtime.task_storage_support(release, table, btf)
+        assert not usable and "hash map" in why and reason in why
+    sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
+    stored = generate(sel.chosen, Tool(dist=True), None, task_storage=True)
+    hashed = generate(sel.chosen, Tool(dist=True), None)
+    assert stored.task_storage and "#define USE_TASK_STORAGE 1\n" in stored.c_text
+    assert not hashed.task_storage and "#define USE_TASK_STORAGE 0\n" in hashed.c_text
+    template = (REPO / "bpf" / "probe.bpf.c").read_text()
+    # one slot per attach point (nesting still works) and an end without a start is skipped
+    assert "struct start_val at[NPOINTS];" in template
+    end = template.split("static __always_inline void task_end(")[1].split("\n}\n")[0]
+    assert "if (found->ts == 0)\n        return;" in end and "found->ts = 0;" in end
 
 
 def test_nested_operations_are_keyed_per_attach_point(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
