@@ -3,14 +3,18 @@
 Measures, in the same guest on the same workload (both tools attached at once):
 - BPF cost per event: kernel.bpf_stats_enabled=1, then run_time_ns / run_cnt summed over
   each tool's programs (bpftool prog show: the programs that appeared when it started; Debian's
-  bpftool lists no owner pids, and nothing else loads programs meanwhile), over one
-  fixed workload, both tools at their default 10 ms; target ratio ours/bcc <= 1.0.
+  bpftool lists no owner pids, and nothing else loads programs meanwhile), over the fixed
+  workload run twice (ours attached first, then bcc's first), both tools at their default
+  10 ms, after a short warm-up; target ratio ours/bcc <= 1.0. Also per attach order and
+  per operation group.
 - start-up time to first event: spawn -> first event line while O_SYNC writes (> 10 ms
   under TCG) keep coming; bcc compiles its C at start (70-125 s under TCG); target ratio <= 0.5.
 
   python3 bench/bench_probes.py            # host: boot the QEMU lab (6.1), run, tear down
   python3 bench/bench_probes.py --lab NAME # host: use a lab that is already up
+  python3 bench/bench_probes.py --lab NAME --spec /tmp/other.json  # ours with another spec
   python3 bench/bench_probes.py --in-guest # inside a guest (root, bcc, NFS mounts)
+  python3 bench/bench_probes.py --in-guest --solo "nfsslower 0"  # ours alone, per program
 """
 from __future__ import annotations
 
@@ -78,64 +82,206 @@ def event_lines(lines: List[str]) -> List[str]:
     return []
 
 
-def run_side_by_side(rounds: int) -> Dict[str, Any]:
-    """Start ours, then bcc's (each timed to its first event), then one workload under both.
+def cost_of(ids: set, before: Dict[int, Dict[str, Any]], after: Dict[int, Dict[str, Any]],
+            issued: int) -> Dict[str, Any]:
+    """BPF run time and runs of the programs `ids` between two bpftool snapshots."""
+    delta = {i: (after[i].get("run_cnt", 0) - before[i].get("run_cnt", 0),
+                 after[i].get("run_time_ns", 0) - before[i].get("run_time_ns", 0)) for i in ids}
+    run_ns = sum(ns for _, ns in delta.values())
+    runs = sum(cnt for cnt, _ in delta.values())
+    return {"programs": len(ids), "run_time_ns": run_ns, "run_cnt": runs, "issued_ops": issued,
+            "ns_per_run": run_ns / runs if runs else None,
+            "per_program": {after[i].get("name", str(i)): list(delta[i]) for i in ids}}
 
-    Both tools run at their default threshold (10 ms) at the same time, under the same host
-    load; each tool's programs are the ones that appeared when it started. (At min_ms 0 the
-    comparison is skewed: Debian's nfsslower-bpfcc 0.26 prints no getattr events for most
-    stats while still running its getattr programs, ours prints every one.)
+
+#: what each of bcc's programs times (its read and write entries share one program)
+BCC_OPS = {"trace_rw_entry": "read+write", "trace_read_return": "read", "trace_write_return": "write",
+           "trace_file_open_entry": "open", "trace_file_open_return": "open",
+           "trace_getattr_entry": "getattr", "trace_getattr_return": "getattr",
+           "raw_tracepoint__nfs_initiate_commit": "commit", "raw_tracepoint__nfs_commit_done": "commit"}
+#: program groups compared op by op: read/write/open both tools time and print; bcc 0.26
+#: runs its getattr programs too but never prints a getattr (its entry reads the argument of
+#: an older nfs_getattr signature, so the name check at exit fails); fsync only ours times
+GROUPS = {"read": "read/write/open", "write": "read/write/open", "read+write": "read/write/open",
+          "open": "read/write/open", "getattr": "getattr", "fsync": "fsync", "commit": "commit"}
+
+
+def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
+    """Our BPF program names -> operation, from the same selection the tool makes here."""
+    sys.path.insert(0, PROJECT)
+    from pathlib import Path
+
+    from probes.generate import points_of
+    from probes.runtime import DEFAULT_SPEC
+    from probes.select import KernelFacts, select
+    from probes.spec import OPS, load_spec
+    names: Dict[str, str] = {}
+    chosen = select(load_spec(Path(spec) if spec else DEFAULT_SPEC), KernelFacts.live(), list(OPS)).chosen
+    for point in points_of(chosen, None):
+        if point.kind == "kprobe":
+            names[f"p{point.id}_entry"] = names[f"p{point.id}_exit"] = point.op
+        else:
+            for event in (point.entry, point.exit):
+                system, _, name = event.partition(":")
+                names[f"tracepoint__{system}__{name}"] = point.op
+    return names
+
+
+def by_group(cost: Dict[str, Any], ops: Dict[str, str]) -> Dict[str, List[int]]:
+    """[runs, ns] per GROUPS group (programs of no known op under "other")."""
+    out: Dict[str, List[int]] = {}
+    for name, (runs, ns) in cost["per_program"].items():
+        group = GROUPS.get(ops.get(name, ""), "other")
+        total = out.setdefault(group, [0, 0])
+        total[0] += runs
+        total[1] += ns
+    return out
+
+
+def add_costs(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
+    runs = sum(p["run_cnt"] for p in parts)
+    run_ns = sum(p["run_time_ns"] for p in parts)
+    per_program: Dict[str, List[int]] = {}
+    for part in parts:
+        for name, (cnt, ns) in part["per_program"].items():
+            total = per_program.setdefault(name, [0, 0])
+            total[0] += cnt
+            total[1] += ns
+    return {"programs": parts[0]["programs"], "run_time_ns": run_ns, "run_cnt": runs,
+            "issued_ops": sum(p["issued_ops"] for p in parts), "ns_per_run": run_ns / runs if runs else None,
+            "per_program": per_program}
+
+
+#: rounds run before each measurement: under TCG the first runs of a freshly loaded program
+#: include translating its code (seen: 1 ms for one first run of bcc's open probe, 0.1 ms
+#: for ours), a one-time cost of either tool, not a per-event one
+WARMUP_ROUNDS = 10  # includes one fsync
+
+
+def measure(progs: Dict[str, set], rounds: int) -> Dict[str, Dict[str, Any]]:
+    workload(WARMUP_ROUNDS)
+    time.sleep(1)
+    before = prog_stats()
+    issued = workload(rounds)
+    time.sleep(1)
+    after = prog_stats()
+    return {name: cost_of(ids, before, after, issued) for name, ids in progs.items()}
+
+
+def run_side_by_side(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
+    """Both tools attached at once, the workload run twice: once with ours attached first,
+    once (ours restarted) with bcc's attached first; costs are the sum of both.
+
+    Why twice: on one function the kprobe attached last runs first, and under TCG the first
+    program to run after user space or a sleep pays for cold TLB/translation caches that
+    the second then finds warm (measured: the first of the two write-entry kprobes costs
+    2-4x the second, whichever tool it belongs to). Each order once cancels that for the
+    shared kprobes. (Our getattr tracepoint fires inside nfs_getattr, so before bcc's
+    kretprobe in both orders.) Both tools run at their default threshold (10 ms), under the
+    same host load; each tool's programs are the ones that appeared when it started.
     """
+    ours_cmd = OURS + (["--spec", spec] if spec else [])
     # O_SYNC 4 KiB writes: over 10 ms each under TCG, so both tools print them at their default
     busy = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={MOUNTS[0]}/work/busy.bin bs=4k count=1 "
                                          "oflag=sync conv=notrunc status=none; sleep 0.2; done"])
     procs: Dict[str, subprocess.Popen] = {}
     progs: Dict[str, set] = {}
-    res: Dict[str, Any] = {"startup_s": {}, "cost": {}}
+    res: Dict[str, Any] = {"startup_s": {}, "cost": {}, "phases": {}}
+
+    def launch(name: str, cmd: List[str], log: str) -> float:
+        existing = set(prog_stats())
+        procs[name] = start(cmd, log)
+        took = wait_for(log, procs[name], lambda lines: len(event_lines(lines)) > 0)
+        progs[name] = set(prog_stats()) - existing
+        return took
+
     try:
-        for name, cmd in (("ours", OURS), ("bcc", BCC)):
-            log = f"/tmp/bench-{name}.out"
-            existing = set(prog_stats())
-            procs[name] = start(cmd, log)
-            res["startup_s"][name] = wait_for(log, procs[name], lambda lines: len(event_lines(lines)) > 0)
-            progs[name] = set(prog_stats()) - existing
+        for name, cmd in (("ours", ours_cmd), ("bcc", BCC)):
+            res["startup_s"][name] = launch(name, cmd, f"/tmp/bench-{name}.out")
         busy.kill()
         busy.wait()
+        time.sleep(1)
+        res["phases"]["ours_attached_first"] = measure(progs, rounds)
+        procs["ours"].terminate()
+        procs["ours"].wait(120)
+        busy = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={MOUNTS[0]}/work/busy.bin bs=4k "
+                                             "count=1 oflag=sync conv=notrunc status=none; sleep 0.2; done"])
+        launch("ours", ours_cmd, "/tmp/bench-ours-2.out")
+        busy.kill()
+        busy.wait()
+        time.sleep(1)
+        res["phases"]["bcc_attached_first"] = measure(progs, rounds)
+    finally:
+        if busy.poll() is None:
+            busy.kill()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(120)
+    ours_ops = our_program_ops(spec)
+    for name in ("ours", "bcc"):
+        res["cost"][name] = add_costs([phase[name] for phase in res["phases"].values()])
+        res["cost"][name]["groups"] = by_group(res["cost"][name], ours_ops if name == "ours" else BCC_OPS)
+    with open("/tmp/bench-ours.out") as first, open("/tmp/bench-ours-2.out") as second:
+        res["getattr_events_printed"] = {
+            "ours": sum(1 for line in event_lines(first.read().splitlines() + second.read().splitlines())
+                        if line[31:33].strip() == "G"),
+            "bcc": sum(1 for line in event_lines(open("/tmp/bench-bcc.out").read().splitlines())
+                       if line[31:33].strip() == "G")}
+    return res
+
+
+def run_solo(tool_args: List[str], rounds: int) -> Dict[str, Any]:
+    """One tool alone (ours: `nfsdist 1`; another: its path first), per-program cost over one workload.
+
+    For finding where our BPF time goes without waiting for bcc's compile; not a ratio.
+    """
+    log = "/tmp/bench-solo.out"
+    existing = set(prog_stats())
+    command = tool_args if tool_args[0].startswith("/") else ["-m", "probes.commands"] + tool_args
+    proc = start([sys.executable, "-u"] + command, log)
+    try:
+        startup = wait_for(log, proc, lambda lines: any(line.startswith(("Tracing", "{", "ENDTIME"))
+                                                         for line in lines), timeout=900)
+        ids = set(prog_stats()) - existing
         time.sleep(1)
         before = prog_stats()
         issued = workload(rounds)
         time.sleep(1)
         after = prog_stats()
     finally:
-        if busy.poll() is None:
-            busy.kill()
-        for proc in procs.values():
-            proc.terminate()
-            proc.wait(120)
-    for name, ids in progs.items():
-        run_ns = sum(after[i].get("run_time_ns", 0) - before[i].get("run_time_ns", 0) for i in ids)
-        runs = sum(after[i].get("run_cnt", 0) - before[i].get("run_cnt", 0) for i in ids)
-        res["cost"][name] = {"programs": len(ids), "run_time_ns": run_ns, "run_cnt": runs, "issued_ops": issued,
-                             "ns_per_run": run_ns / runs if runs else None,
-                             "per_program": {after[i].get("name", str(i)): [after[i].get("run_cnt", 0) - before[i].get("run_cnt", 0),
-                                                                             after[i].get("run_time_ns", 0) - before[i].get("run_time_ns", 0)]
-                                             for i in ids}}
-    return res
+        proc.terminate()
+        proc.wait(120)
+    with open(log) as handle:
+        lines = handle.read().splitlines()
+    return {"kernel": os.uname().release, "rounds": rounds, "tool": tool_args, "startup_s": startup,
+            "output_lines": len(lines), "cost": cost_of(ids, before, after, issued)}
 
 
-def in_guest(rounds: int) -> Dict[str, Any]:
+def ns_ratio(ours: List[int], bcc: List[int]) -> Optional[float]:
+    """ours ns/run over bcc ns/run, from [runs, ns] pairs."""
+    if not ours[0] or not bcc[0] or not bcc[1]:
+        return None
+    return (ours[1] / ours[0]) / (bcc[1] / bcc[0])
+
+
+def in_guest(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
     subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
     try:
-        res: Dict[str, Any] = {"kernel": os.uname().release, "rounds": rounds}
-        res.update(run_side_by_side(rounds))
+        res: Dict[str, Any] = {"kernel": os.uname().release, "rounds": rounds, "spec": spec}
+        res.update(run_side_by_side(rounds, spec))
     finally:
         subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
     ours, bcc = res["cost"]["ours"], res["cost"]["bcc"]
+    pair = lambda c: [c["run_cnt"], c["run_time_ns"]]
     res["ratios"] = {
         "startup_ours_over_bcc": res["startup_s"]["ours"] / res["startup_s"]["bcc"],
-        "cost_per_event_ours_over_bcc": (ours["ns_per_run"] / bcc["ns_per_run"]
-                                         if ours["ns_per_run"] and bcc["ns_per_run"] else None),
+        "cost_per_event_ours_over_bcc": ns_ratio(pair(ours), pair(bcc)),
         "total_bpf_ns_ours_over_bcc": ours["run_time_ns"] / bcc["run_time_ns"] if bcc["run_time_ns"] else None,
+        "per_phase": {phase: ns_ratio(pair(costs["ours"]), pair(costs["bcc"]))
+                      for phase, costs in res["phases"].items()},
+        "per_group": {group: ns_ratio(ours["groups"][group], bcc["groups"].get(group, [0, 0]))
+                      for group in ours["groups"]},
     }
     return res
 
@@ -143,20 +289,30 @@ def in_guest(rounds: int) -> Dict[str, Any]:
 def report(res: Dict[str, Any]) -> str:
     ours, bcc, ratio = res["cost"]["ours"], res["cost"]["bcc"], res["ratios"]
     per = lambda c: f"{c['ns_per_run']:.0f} ns/run" if c["ns_per_run"] else "n/a"
-    return "\n".join([
-        f"bench_probes on {res['kernel']} (same guest, same workload)",
+    fmt = lambda value: f"{value:.2f}" if value is not None else "n/a"
+    lines = [
+        f"bench_probes on {res['kernel']} (same guest, same workload, each attach order once)",
         f"  start-up to first event: ours {res['startup_s']['ours']:.1f} s, nfsslower-bpfcc "
         f"{res['startup_s']['bcc']:.1f} s -> ratio {ratio['startup_ours_over_bcc']:.2f} (target <= 0.5)",
         f"  BPF cost per event: ours {per(ours)} ({ours['run_cnt']} runs, {ours['programs']} progs), "
         f"bcc {per(bcc)} ({bcc['run_cnt']} runs, {bcc['programs']} progs) -> ratio "
-        f"{ratio['cost_per_event_ours_over_bcc']:.2f} (target <= 1.0)" if ratio["cost_per_event_ours_over_bcc"]
-        else "  BPF cost per event: not measured",
-        f"  total BPF time for the workload: ours/bcc {ratio['total_bpf_ns_ours_over_bcc']:.2f} "
-        f"(ours also times fsync and commit)" if ratio["total_bpf_ns_ours_over_bcc"] else "",
-    ])
+        f"{fmt(ratio['cost_per_event_ours_over_bcc'])} (target <= 1.0)",
+        "    by attach order: " + ", ".join(f"{phase} {fmt(value)}" for phase, value in ratio["per_phase"].items()),
+        f"    getattr events printed: ours {res['getattr_events_printed']['ours']}, "
+        f"bcc {res['getattr_events_printed']['bcc']}",
+    ]
+    for group, (runs, ns) in sorted(ours["groups"].items()):
+        theirs = bcc["groups"].get(group, [0, 0])
+        lines.append(f"    {group:<16} ours {runs:5d} runs {ns / runs / 1000 if runs else 0:6.1f} us/run, "
+                     f"bcc {theirs[0]:5d} runs {theirs[1] / theirs[0] / 1000 if theirs[0] else 0:6.1f} us/run "
+                     f"-> {fmt(ratio['per_group'][group])}")
+    if ratio["total_bpf_ns_ours_over_bcc"]:
+        lines.append(f"  total BPF time for the workload: ours/bcc {ratio['total_bpf_ns_ours_over_bcc']:.2f} "
+                     "(ours also times fsync)")
+    return "\n".join(lines)
 
 
-def on_host(lab_name: Optional[str], rounds: int) -> int:
+def on_host(lab_name: Optional[str], rounds: int, spec: Optional[str] = None) -> int:
     sys.path.insert(0, PROJECT)
     from labs.cli import attach_lab
     from labs.qemu import QemuLab
@@ -166,7 +322,8 @@ def on_host(lab_name: Optional[str], rounds: int) -> int:
         lab.up()
     try:
         share = getattr(lab, "guest_project_dir", "/opt/probekit")
-        res = lab.run(f"cd {share} && python3 bench/bench_probes.py --in-guest --rounds {rounds}", timeout=1800)
+        extra = f" --spec {spec}" if spec else ""
+        res = lab.run(f"cd {share} && python3 bench/bench_probes.py --in-guest --rounds {rounds}{extra}", timeout=1800)
         if res.exit_code != 0:
             print(res.stdout, res.stderr, file=sys.stderr)
             return 1
@@ -181,10 +338,19 @@ def on_host(lab_name: Optional[str], rounds: int) -> int:
 
 def main(argv: List[str]) -> int:
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 100
+    #: a probe spec for our tool (a path in the guest), e.g. to compare attach points
+    spec = argv[argv.index("--spec") + 1] if "--spec" in argv else None
     if "--in-guest" in argv:
-        print(json.dumps(in_guest(rounds)))
+        if "--solo" in argv:
+            subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
+            try:
+                print(json.dumps(run_solo(argv[argv.index("--solo") + 1].split(), rounds)))
+            finally:
+                subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
+            return 0
+        print(json.dumps(in_guest(rounds, spec)))
         return 0
-    return on_host(argv[argv.index("--lab") + 1] if "--lab" in argv else None, rounds)
+    return on_host(argv[argv.index("--lab") + 1] if "--lab" in argv else None, rounds, spec)
 
 
 if __name__ == "__main__":
