@@ -403,9 +403,7 @@ def runtime_picks(spec: Dict[str, Any], kernel: Kernel, cells: Dict[str, Cell]) 
     from probes.generate import points_of
     from probes.select import select
     selection = select(spec, kernel_facts(kernel, spec), list(spec["ops"]))
-    # the modules whose BTF probes.runtime.Session loads: those the chosen points name
-    layout_modules = {m for c in selection.chosen for p in c.points
-                      for m in p.get("module", "").split(",") if m and m != "vmlinux"}
+    layout_modules = set(selection.btf_modules())  # what probes.runtime.Session loads BTF of
     out: Dict[str, Dict[str, Any]] = {}
     for chosen in selection.chosen:
         warnings: List[str] = []

@@ -133,9 +133,7 @@ class Session:
         if verbose:
             for line in describe(self.selection):
                 self.warn(line)
-        modules = sorted({m for c in self.selection.chosen for p in c.points
-                          for m in p.get("module", "").split(",") if m and m != "vmlinux"})
-        layout = KernelLayout.live(BTF_DIR, tuple(modules))
+        layout = KernelLayout.live(BTF_DIR, tuple(self.selection.btf_modules()))
         if layout is None:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
         enums = {enum for c in self.selection.chosen if c.candidate["kind"] == "tracepoint"

@@ -126,6 +126,11 @@ class Selection(NamedTuple):
     chosen: List[Chosen]
     uncovered: Dict[str, str]  # op -> why no candidate works
 
+    def btf_modules(self) -> List[str]:
+        """Modules whose BTF the tool loads for offsets: those the chosen points live in."""
+        return sorted({m for c in self.chosen for p in c.points
+                       for m in p.get("module", "").split(",") if m and m != "vmlinux"})
+
 
 def _missing_reason(point: Dict[str, Any], facts: KernelFacts, kind: str, end: str) -> str:
     name = point[end]
