@@ -56,8 +56,27 @@ def wait_ready(proc: subprocess.Popen, log: str, timeout: float = 400.0) -> floa
     raise RuntimeError(f"{log}: not ready after {timeout} s")
 
 
-def stop(proc: subprocess.Popen, log: str) -> Dict[str, Any]:
-    proc.send_signal(signal.SIGTERM)
+#: BPF program types a tracing tool loads (systemd's cgroup programs come and go by themselves)
+TRACING_PROG_TYPES = {"kprobe", "tracepoint", "raw_tracepoint", "tracing", "perf_event"}
+
+
+def kernel_attachments() -> Dict[str, List[Any]]:
+    """What a tool could leave in the kernel: tracing BPF programs and kprobe_events lines."""
+    out = subprocess.run(["bpftool", "prog", "show", "--json"], stdout=subprocess.PIPE, check=True,
+                         universal_newlines=True).stdout
+    progs = sorted(p["id"] for p in json.loads(out) if p.get("type") in TRACING_PROG_TYPES)
+    kprobes: List[str] = []
+    for tracefs in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+        path = os.path.join(tracefs, "kprobe_events")
+        if os.path.exists(path):
+            with open(path) as handle:
+                kprobes = handle.read().splitlines()
+            break
+    return {"bpf_progs": progs, "kprobe_events": kprobes}
+
+
+def stop(proc: subprocess.Popen, log: str, sig: int = signal.SIGTERM) -> Dict[str, Any]:
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     with open(log) as handle:
         lines = handle.read().splitlines()
@@ -207,9 +226,11 @@ def check_main(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
     plan = (("nfs3", MOUNTS["nfs3"]), ("nfs42", MOUNTS["nfs42"]), ("delay", MOUNTS["nfs3"]))
     for tag, mount in plan:
         prepare(mount, tag)
+    attached_before = kernel_attachments()
     slower = tool(["nfsslower", "--json", "-v", str(threshold_ms)] + spec_args(), slower_log)
     dist = tool(["nfsdist", "--json", "-v", "1"] + spec_args(), dist_log)
     ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
+    attached_during = kernel_attachments()
     phases: Dict[str, Any] = {}
     try:
         for tag, mount in plan:
@@ -223,7 +244,10 @@ def check_main(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
         subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
     time.sleep(GAP_S)
     result = {"delay_ms": delay_ms, "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
-              "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log), "kernel": kernel_facts()}
+              "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log, signal.SIGINT),
+              "kernel": kernel_facts()}
+    # nfsslower ended by SIGTERM, nfsdist by SIGINT (Ctrl-C): neither may leave anything attached
+    result["attached"] = {"before": attached_before, "during": attached_during, "after": kernel_attachments()}
     result["nfsslower"]["events"] = [json.loads(line) for line in result["nfsslower"]["lines"]
                                      if line.startswith("{") and '"lat_us"' in line]
     result["nfsdist"]["intervals"] = [json.loads(line) for line in result["nfsdist"]["lines"]

@@ -111,6 +111,16 @@ def data(results: Dict[str, Dict[str, Any]], check: str) -> Dict[str, Any]:
     return found["data"]
 
 
+def test_tools_stopped_by_sigterm_or_ctrl_c_leave_nothing_attached(results: Dict[str, Dict[str, Any]]) -> None:
+    """nfsslower gets SIGTERM, nfsdist SIGINT; afterwards the kernel's tracing BPF programs
+    and kprobe_events are what they were before either started."""
+    run = data(results, "main")
+    assert run["nfsslower"]["rc"] == 0 and run["nfsdist"]["rc"] == 0
+    attached = run["attached"]
+    assert set(attached["during"]["bpf_progs"]) > set(attached["before"]["bpf_progs"])  # the check sees them
+    assert attached["after"] == attached["before"]
+
+
 @pytest.mark.parametrize("mount", ["nfs3", "nfs42"])
 def test_nfsdist_counts_match_the_workload(results: Dict[str, Dict[str, Any]], mount: str) -> None:
     run = data(results, "main")
