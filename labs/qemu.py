@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Union
 
 from discover.errors import UserError
 from labs.agent import AgentError, AgentTimeout, GuestAgent, run_command
@@ -384,8 +384,25 @@ class QemuLab(Lab):
                         entry.unlink(missing_ok=True)
 
     def _kill_all(self) -> None:
-        for pid in self.pids.values():
+        for pid in set(self.pids.values()) | self._recorded_pids():
             _terminate(pid)
+
+    def _recorded_pids(self) -> Set[int]:
+        """Guests of this lab that an interrupted earlier process left running: the pids in its
+        state.json that still are this lab's QEMU (their -name says so)."""
+        try:
+            recorded = json.loads((self.state_dir / "state.json").read_text()).get("pids", {})
+        except (OSError, ValueError):
+            return set()
+        found = set()
+        for node, pid in recorded.items():
+            try:
+                argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if f"probekit-{self.name}-{node}".encode() in argv:
+                found.add(int(pid))
+        return found
 
     def status(self) -> Dict[str, str]:
         if not self.nodes:
