@@ -216,12 +216,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
 
     def probe_picks(self) -> str:
         """nfsdist around the workload on both mounts: per op the candidate used, and recorded?"""
-        from probes.runtime import DEFAULT_SPEC
-        from probes.spec import load_spec
-        spec_json = self.report.run_dir / "nfs-spec.json"
-        spec_json.parent.mkdir(parents=True, exist_ok=True)
-        spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
-        self.lab.put(spec_json, GUEST_SPEC_JSON)
+        put_spec_json(self.lab, self.report.run_dir)
         result = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} picks", timeout=900)
                             .strip().splitlines()[-1])
         assert result["ok"], result.get("error")
@@ -241,6 +236,17 @@ wc -l < {out}/available_filter_functions.nfs.txt
         with tarfile.open(local) as archive:
             archive.extractall(self.report.run_dir)
         local.unlink()
+
+
+def put_spec_json(lab: Lab, local_dir: Path) -> None:
+    """The default NFS spec as JSON at GUEST_SPEC_JSON, for guests whose Python has no TOML
+    module (Debian 11); a copy stays in local_dir."""
+    from probes.runtime import DEFAULT_SPEC
+    from probes.spec import load_spec
+    spec_json = local_dir / "nfs-spec.json"
+    local_dir.mkdir(parents=True, exist_ok=True)
+    spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
+    lab.put(spec_json, GUEST_SPEC_JSON)
 
 
 def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,

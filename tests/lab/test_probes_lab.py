@@ -34,12 +34,12 @@ import pytest
 
 from discover.errors import UserError
 from labs.base import Lab
+from labs.integration import put_spec_json
 from labs.qemu import QemuLab
 
 pytestmark = pytest.mark.lab
 
 GUEST_SCRIPT = "labs/guest/probes_guest.py"
-GUEST_SPEC_JSON = "/tmp/probekit-nfs-spec.json"  # probes_guest.SPEC_JSON
 #: kernel series booted, each from its Debian suite's cached image (labs/images.py)
 KERNELS = ["5.10", "6.1", "6.12"]
 #: wall time per kernel (boot to down), printed at the end of the module and kept as an artefact
@@ -64,11 +64,7 @@ def lab(request: pytest.FixtureRequest, artifacts: Path, tmp_path_factory: pytes
     the_lab.down()
     the_lab.up()
     try:
-        from probes.runtime import DEFAULT_SPEC
-        from probes.spec import load_spec
-        spec_json = tmp_path_factory.mktemp("spec") / "nfs-spec.json"
-        spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
-        the_lab.put(spec_json, GUEST_SPEC_JSON)
+        put_spec_json(the_lab, tmp_path_factory.mktemp("spec"))
         yield the_lab
     finally:
         the_lab.down()
