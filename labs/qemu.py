@@ -129,6 +129,10 @@ class QemuLab(Lab):
 
     # -- paths ----------------------------------------------------------------------------
 
+    def qemu_name(self, node: str) -> str:
+        """QEMU's -name of a node: how `down` tells this lab's guests from any other process."""
+        return f"probekit-{self.name}-{node}"
+
     def console_log(self, node: str) -> Path:
         return self.state_dir / f"{node}.console.log"
 
@@ -184,7 +188,7 @@ class QemuLab(Lab):
         if node.link_address:
             cmdline.append(f"probekit.link=52:54:00:77:00:{node.index:02x},{node.link_address}/24")
         argv = [
-            "qemu-system-x86_64", "-name", f"probekit-{self.name}-{node.name}",
+            "qemu-system-x86_64", "-name", self.qemu_name(node.name),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-m", str(self.memory_mib), "-smp", str(self.guest_vcpus(accel)),
             "-kernel", str(self.image.vmlinuz), "-initrd", str(self.image.initrd),
@@ -400,7 +404,7 @@ class QemuLab(Lab):
                 argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
             except (OSError, ValueError):
                 continue
-            if f"probekit-{self.name}-{node}".encode() in argv:
+            if self.qemu_name(node).encode() in argv:
                 found.add(int(pid))
         return found
 
