@@ -83,6 +83,11 @@ def stop(proc: subprocess.Popen, log: str, sig: int = signal.SIGTERM) -> Dict[st
     return {"rc": proc.returncode, "stderr": err, "lines": lines}
 
 
+def json_lines(lines: List[str], key: str) -> List[Dict[str, Any]]:
+    """A tool's --json records that carry `key` (nfsslower events: lat_us, nfsdist intervals: ops)."""
+    return [json.loads(line) for line in lines if line.startswith("{") and f'"{key}"' in line]
+
+
 def drop_caches() -> None:
     subprocess.run(["sync"], check=True)
     with open("/proc/sys/vm/drop_caches", "w") as handle:
@@ -248,10 +253,8 @@ def check_main(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
               "kernel": kernel_facts()}
     # nfsslower ended by SIGTERM, nfsdist by SIGINT (Ctrl-C): neither may leave anything attached
     result["attached"] = {"before": attached_before, "during": attached_during, "after": kernel_attachments()}
-    result["nfsslower"]["events"] = [json.loads(line) for line in result["nfsslower"]["lines"]
-                                     if line.startswith("{") and '"lat_us"' in line]
-    result["nfsdist"]["intervals"] = [json.loads(line) for line in result["nfsdist"]["lines"]
-                                      if line.startswith("{") and '"ops"' in line]
+    result["nfsslower"]["events"] = json_lines(result["nfsslower"]["lines"], "lat_us")
+    result["nfsdist"]["intervals"] = json_lines(result["nfsdist"]["lines"], "ops")
     label_phases(result, phases)
     result["seen"] = phase_totals(result["nfsdist"]["intervals"])
     result["picks"] = {name: picks(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
@@ -273,7 +276,7 @@ def check_picks() -> Dict[str, Any]:
         workload(mount, f"picks-{name}")
     time.sleep(GAP_S)
     res = stop(proc, log)
-    seen = [json.loads(line) for line in res["lines"] if line.startswith("{") and '"ops"' in line][-1]
+    seen = json_lines(res["lines"], "ops")[-1]
     recorded = {op: entry["count"] for op, entry in seen["ops"].items()}
     return {"rc": res["rc"], "kernel": kernel_facts(), "lab_results": lab_results(picks(res["stderr"]), recorded)}
 
