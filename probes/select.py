@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set
 
 from discover.errors import UserError
+from discover.events import parse_format
 from discover.profile import parse_filter_functions
 from discover.tracefs import Host, find_tracefs
 
@@ -70,24 +71,22 @@ class KernelFacts:
         functions = {name for name, _module in data.get("filter_functions") or []}
         return cls(functions, events, (data.get("modules") or {}).keys(), profile.release, None, formats)
 
-    def event_fields(self, event: str) -> Optional[Set[str]]:
-        """Field names of SYSTEM:EVENT from its format, None when not known here."""
-        if event in self.formats:
-            return self.formats[event]
+    def _live_fields(self, event: str) -> Optional[List[Dict[str, Any]]]:
+        """SYSTEM:EVENT's fields from its live format file (discover.events parses it)."""
         if self.tracefs is None:
             return None
         system, _, name = event.partition(":")
         try:
-            text = (self.tracefs / "events" / system / name / "format").read_text()
-        except OSError:
+            return parse_format((self.tracefs / "events" / system / name / "format").read_text())["fields"]
+        except (OSError, ValueError):
             return None
-        fields = set()
-        for line in text.splitlines():
-            line = line.strip()
-            if line.startswith("field:"):
-                decl = line[len("field:"):].split(";")[0].strip()
-                fields.add(decl.split("[")[0].split()[-1])
-        return fields
+
+    def event_fields(self, event: str) -> Optional[Set[str]]:
+        """Field names of SYSTEM:EVENT from its format, None when not known here."""
+        if event in self.formats:
+            return self.formats[event]
+        fields = self._live_fields(event)
+        return None if fields is None else {f["name"] for f in fields}
 
     def event_enum_types(self, event: str) -> Set[str]:
         """`enum NAME` types of SYSTEM:EVENT's 4-byte fields, from the live format.
@@ -96,14 +95,8 @@ class KernelFacts:
         names; an enum type there (5.10's nfs_commit_done: `enum nfs3_stable_how stable`)
         is an incomplete type unless the probe declares it.
         """
-        if self.tracefs is None:
-            return set()
-        system, _, name = event.partition(":")
-        try:
-            text = (self.tracefs / "events" / system / name / "format").read_text()
-        except OSError:
-            return set()
-        return set(re.findall(r"field:\s*enum\s+(\w+)\s+\w+;\s*offset:\d+;\s*size:4;", text))
+        return {f["type"].split()[1] for f in self._live_fields(event) or []
+                if f["size"] == 4 and re.fullmatch(r"enum \w+", f["type"])}
 
     def has(self, name: str, kind: str) -> bool:
         if kind == "tracepoint":
