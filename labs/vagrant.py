@@ -326,11 +326,15 @@ class VagrantLab(Lab):
             raise UserError("no vagrant lab is up: run `labs up --backend vagrant` first")
         return conf
 
+    def _control_path(self, node: str) -> Path:
+        """The socket of a node's shared SSH connection."""
+        return self.dir / f"ssh-{self.machine(node)}.sock"
+
     def _ssh_options(self, node: str) -> List[str]:
         """Key, and one shared connection per node: an SSH handshake costs seconds under TCG."""
         conf = self._ssh_target(node)
         return [*SSH_OPTIONS, "-i", conf["key"], "-o", "ControlMaster=auto",
-                "-o", f"ControlPath={self.dir}/ssh-{self.machine(node)}.sock",
+                "-o", f"ControlPath={self._control_path(node)}",
                 "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
 
     def ssh_argv(self, node: str) -> List[str]:
@@ -345,7 +349,7 @@ class VagrantLab(Lab):
                 argv = self.ssh_argv(node)
             except UserError:
                 return
-            if (self.dir / f"ssh-{self.machine(node)}.sock").exists():
+            if self._control_path(node).exists():
                 subprocess.run(argv[:-1] + ["-O", "exit", argv[-1]], capture_output=True,
                                stdin=subprocess.DEVNULL, timeout=30)
 
