@@ -112,7 +112,12 @@ class CaptureSummary:
 
     @property
     def lost(self) -> int:
-        return self.overruns + self.dropped
+        return sum(_lost_in(c) for c in self.per_cpu.values())
+
+
+def _lost_in(counters: Dict[str, int]) -> int:
+    """Events one CPU lost: ring buffer overruns (both kinds) plus dropped events."""
+    return counters.get("overrun", 0) + counters.get("commit overrun", 0) + counters.get("dropped events", 0)
 
 
 def read_cpu_stats(tracefs: Path) -> Dict[int, Dict[str, int]]:
@@ -410,8 +415,6 @@ def _report_end(summary: CaptureSummary, opts: CaptureOptions) -> None:
     if summary.workload_status is not None:
         _warn(f"probekit: workload exited with status {summary.workload_status}")
     if summary.lost:
-        busy = ", ".join(f"cpu{cpu}: {c.get('overrun', 0) + c.get('commit overrun', 0) + c.get('dropped events', 0)}"
-                         for cpu, c in sorted(summary.per_cpu.items())
-                         if c.get("overrun", 0) + c.get("commit overrun", 0) + c.get("dropped events", 0))
+        busy = ", ".join(f"cpu{cpu}: {_lost_in(c)}" for cpu, c in sorted(summary.per_cpu.items()) if _lost_in(c))
         _warn(f"probekit: warning: {summary.lost} events lost ({busy}); the call graph is incomplete: "
               f"raise the buffer (now {opts.buffer_kb} KB per CPU), lower --depth or trace fewer functions")
