@@ -158,7 +158,8 @@ class Session:
         #: arrive while bcc runs a Python callback, where an exception would be lost
         self.stopped = False
         #: last cumulative values read from the dist/top maps (see dist() and top())
-        self._dist_base: Dict[tuple, int] = {}
+        self._dist_base: Dict[Tuple[int, int], int] = {}
+        self._bytes_base: List[int] = []
         self._top_base: Dict[tuple, tuple] = {}
 
     def _stop(self, _signum: int, _frame: Any) -> None:
@@ -172,18 +173,15 @@ class Session:
         # so dying then leaves nothing behind); from the first attach on they only set
         # the stop flag, so that the loop ends and everything is detached.
         try:
-            try:
-                self.bpf = self.bpf_class(text=self.probe.c_text)
-            except Exception as exc:  # bcc raises bare Exception on compile/load failure
-                if not self.probe.task_storage:
-                    raise UserError(f"cannot load the generated probe: {str(exc).splitlines()[0]}") from None
-                self.warn(f"warning: task local storage rejected ({str(exc).splitlines()[0]}): "
-                          "start times go to a hash map")
-                self.probe = self._generate(False)
+            while self.bpf is None:
                 try:
                     self.bpf = self.bpf_class(text=self.probe.c_text)
-                except Exception as exc2:
-                    raise UserError(f"cannot load the generated probe: {str(exc2).splitlines()[0]}") from None
+                except Exception as exc:  # bcc raises bare Exception on compile/load failure
+                    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    if not self.probe.task_storage:
+                        raise UserError(f"cannot load the generated probe: {why}") from None
+                    self.warn(f"warning: task local storage rejected ({why}): start times go to a hash map")
+                    self.probe = self._generate(False)
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
             for function, end, handler in self.probe.kprobes:
@@ -260,21 +258,19 @@ class Session:
         between the read and the clear. `clear` moves the baseline instead.
         """
         out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0} for op in self.probe.ops}
-        now: Dict[tuple, int] = {(int(key.op), int(key.slot)): int(value.value)
-                                 for key, value in self.bpf["dist"].items()}
+        slots = {(int(key.op), int(key.slot)): int(value.value) for key, value in self.bpf["dist"].items()}
         byte_table = self.bpf["op_bytes"]
-        for op_id in range(len(self.probe.ops)):
-            now[(op_id, "bytes")] = int(byte_table[ctypes.c_int(op_id)].value)
-        for (op_id, slot), value in now.items():
+        op_bytes = [int(byte_table[ctypes.c_int(op_id)].value) for op_id in range(len(self.probe.ops))]
+        for (op_id, slot), value in slots.items():
             delta = value - self._dist_base.get((op_id, slot), 0)
-            entry = out[self.op_name(op_id)]
-            if slot == "bytes":
-                entry["bytes"] = delta
-            elif delta:
+            if delta:
+                entry = out[self.op_name(op_id)]
                 entry["slots"][slot] = delta
                 entry["count"] += delta
+        for op_id, value in enumerate(op_bytes):
+            out[self.op_name(op_id)]["bytes"] = value - (self._bytes_base[op_id] if self._bytes_base else 0)
         if clear:
-            self._dist_base = now
+            self._dist_base, self._bytes_base = slots, op_bytes
         return out
 
     def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:
@@ -287,29 +283,35 @@ class Session:
         out: Dict[int, Dict[str, Dict[str, Any]]] = {}
         stats, hist = self.bpf["top_stats"], self.bpf["top_hist"]
         now: Dict[tuple, tuple] = {}
-        exited: List[Any] = []
+        gone: List[Tuple[Any, Any]] = []
+        alive: Dict[int, bool] = {}
+
+        def keep(table: Any, key: Any, where: tuple, totals: tuple) -> None:
+            """Remember a live process's totals as the next baseline; drop an exited one's."""
+            if where[0] not in alive:
+                alive[where[0]] = Path(f"/proc/{where[0]}").exists()
+            if alive[where[0]]:
+                now[where] = totals
+            else:
+                gone.append((table, key))
+
         for key, value in stats.items():
-            tgid, op_id = int(key.tgid), int(key.op)
+            where = (int(key.tgid), int(key.op))
             totals = (int(value.count), int(value.lat_ns), int(value.bytes))
-            now[(tgid, op_id)] = totals
-            base = self._top_base.get((tgid, op_id), (0, 0, 0))
-            if totals[0] > base[0]:
-                out.setdefault(tgid, {})[self.op_name(op_id)] = {
-                    "count": totals[0] - base[0], "lat_ns": totals[1] - base[1], "bytes": totals[2] - base[2],
+            count, lat_ns, nbytes = (a - b for a, b in zip(totals, self._top_base.get(where, (0, 0, 0))))
+            if count > 0:
+                out.setdefault(where[0], {})[self.op_name(where[1])] = {
+                    "count": count, "lat_ns": lat_ns, "bytes": nbytes,
                     "comm": bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"), "slots": {}}
-            if not Path(f"/proc/{tgid}").exists():
-                exited.append((stats, key))
+            keep(stats, key, where, totals)
         for key, value in hist.items():
-            tgid, op_id, slot = int(key.tgid), int(key.op), int(key.slot)
-            now[(tgid, op_id, slot)] = (int(value.value),)
-            delta = int(value.value) - self._top_base.get((tgid, op_id, slot), (0,))[0]
-            entry = out.get(tgid, {}).get(self.op_name(op_id))
+            where = (int(key.tgid), int(key.op), int(key.slot))
+            delta = int(value.value) - self._top_base.get(where, (0,))[0]
+            entry = out.get(where[0], {}).get(self.op_name(where[1]))
             if delta and entry is not None:
-                entry["slots"][slot] = delta
-            if not Path(f"/proc/{tgid}").exists():
-                exited.append((hist, key))
-        for table, key in exited:
+                entry["slots"][where[2]] = delta
+            keep(hist, key, where, (int(value.value),))
+        for table, key in gone:  # after reading: deleting while iterating a BPF hash restarts it
             del table[key]
-            now.pop((int(key.tgid), int(key.op)) + ((int(key.slot),) if table is hist else ()), None)
         self._top_base = now
         return out
