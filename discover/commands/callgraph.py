@@ -58,11 +58,8 @@ def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: 
     the tree and a note on how the capture ended."""
     from rich.console import Console
 
-    try:
-        from discover.capture import CaptureOptions, live_capture
-    except ImportError:
-        raise UserError("live capture is not available in this installation (discover.capture "
-                        "missing); use --from-file TRACE") from None
+    from discover.capture import CaptureOptions, live_capture
+
     extra = {} if depth is None else {"depth": depth}
     opts = CaptureOptions(functions=list(functions), workload=workload, duration=duration,
                           pid=pid, comm=comm, irqs=irqs, force=force, **extra)
@@ -75,12 +72,9 @@ def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: 
         with live_capture(opts, progress=progress) as lines:
             parser.feed(lines)
     tree = parser.finish()
-    result = getattr(lines, "summary", None)
-    note = "live capture"
-    if result is not None:
-        lost = sum(c.get("overrun", 0) + c.get("dropped events", 0) for c in result.per_cpu.values())
-        note += f" ({result.elapsed:.1f} s, ended by {result.stopped_by or 'end of stream'}" + \
-            (f", {lost} events lost in the ring buffer" if lost else "") + ")"
+    result = lines.summary
+    note = f"live capture ({result.elapsed:.1f} s, ended by {result.stopped_by}" + \
+        (f", {result.lost} events lost in the ring buffer" if result.lost else "") + ")"
     if tree.is_empty():
         raise UserError(f"no calls of {', '.join(functions)} were traced "
                         "(did the workload reach them?)")
