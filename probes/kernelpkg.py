@@ -208,10 +208,9 @@ def iter_package_files(path: Path, wanted) -> Iterator[Tuple[str, bytes]]:
                     try:
                         with tarfile.open(fileobj=stream.proc.stdout, mode="r|") as tar:
                             yield from _tar_members(tar, wanted)
+                        why = stream.error()
                     except (tarfile.TarError, EOFError, OSError) as exc:
                         why = stream.error() or f"{exc.__class__.__name__}: {exc}"
-                        raise PackageError(f"{origin}: corrupt or truncated package ({tool[0]}: {why})") from None
-                    why = stream.error()
                     if why:
                         raise PackageError(f"{origin}: corrupt or truncated package ({tool[0]}: {why})")
                 finally:
