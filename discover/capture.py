@@ -153,7 +153,7 @@ def check_options(opts: CaptureOptions, host: Host, ncpus: int) -> None:
     """Reject bad options before anything is written."""
     if opts.depth < 0:
         raise UserError("--depth must be 0 (unlimited) or more")
-    if opts.duration is not None and opts.duration <= 0:
+    if opts.duration is not None and not opts.duration > 0:  # NaN too
         raise UserError("--duration must be a positive number of seconds")
     if opts.pid is not None and opts.comm:
         raise UserError("give --pid or --comm, not both")

@@ -151,6 +151,7 @@ def test_force_takes_over_and_gives_back_the_active_tracer(fake: Dict[str, Path]
     (CaptureOptions(functions=["nfs_file_read"], buffer_kb=8), "buffer size 8 KB"),
     (CaptureOptions(functions=["nfs_file_read"], pid=1, comm="dd"), "--pid or --comm"),
     (CaptureOptions(functions=["nfs_file_read"], duration=0), "--duration"),
+    (CaptureOptions(functions=["nfs_file_read"], duration=float("nan")), "--duration"),
     (CaptureOptions(functions=[]), "at least one"),
 ])
 def test_bad_input_fails_before_any_write(fake: Dict[str, Path], opts: CaptureOptions, message: str) -> None:

@@ -158,8 +158,6 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
     """
     if workload is not None and duration is not None:
         raise UserError("give --workload or --duration, not both")
-    if duration is not None and not duration > 0:
-        raise UserError("--duration must be a positive number of seconds")
     if pid is not None and comm is not None:
         raise UserError("give --pid or --comm, not both")
     if fmt == "svg" and output is None and sys.stdout.isatty():
