@@ -4,7 +4,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
+
+from discover import funcgraph as fg
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "fixtures" / "debian-6.1.0-57-amd64"
@@ -104,3 +106,15 @@ def naive_direct_calls_any(path: Path, function: str) -> Tuple[Counter, int]:
             if ex and not ex.group(1):
                 inside[key] = False
     return direct, entered
+
+
+def flat(node: fg.CallNode, path: Tuple[str, ...] = (), out: Optional[Dict] = None, digits: int = 12) -> Dict:
+    """Every call path with its counters (sums rounded: batch sizes change float sum order)."""
+    out = {} if out is None else out
+    for tag, table in (("", node.children), ("[irq]", node.irqs)):
+        for child in table.values():
+            here = path + (tag + child.name,)
+            out[here] = (child.calls, round(child.total, digits), round(child.ctotal, digits), child.max,
+                         child.cut_start, child.cut_end, child.irq, child.module)
+            flat(child, here, out, digits)
+    return out

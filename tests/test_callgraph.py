@@ -12,7 +12,7 @@ import pytest
 
 from discover import callgraph as cg
 from discover import funcgraph as fg
-from funcgraph_fixtures import LAB, LAB50, READ, WRITE, lines, naive_direct_calls, naive_direct_calls_any
+from funcgraph_fixtures import LAB, LAB50, READ, WRITE, flat, lines, naive_direct_calls, naive_direct_calls_any
 
 EVENTS_FG = LAB / "6.1.0-50-amd64" / "function_graph" / "nfs-ops.events.trace.gz"
 
@@ -161,24 +161,12 @@ def test_lab_option_mixes_give_the_calls_in_the_trace(capture, function):
     path = LAB50 / f"{capture}.trace"
     tree = fg.parse_file(str(path))
     assert tree.parser.malformed_count == 0
-    assert flat_equal(tree, fg.parse_file(str(path), fast=False))
+    assert flat(tree.root, digits=9) == flat(fg.parse_file(str(path), fast=False).root, digits=9)
     direct, entered = naive_direct_calls_any(path, function)
     top = tree.root.children[function]
     assert top.calls == entered > 0
     assert {k: v.calls for k, v in top.children.items()} == \
         {k: n for k, n in direct.items() if not fg.is_irq_entry(k)}
-
-
-def flat_equal(a, b) -> bool:
-    def flat(node, path=()):
-        out = {}
-        for tag, table in (("", node.children), ("[irq]", node.irqs)):
-            for child in table.values():
-                here = path + (tag + child.name,)
-                out[here] = (child.calls, round(child.total, 9), child.cut_start, child.cut_end)
-                out.update(flat(child, here))
-        return out
-    return flat(a.root) == flat(b.root)
 
 
 def test_lab_line_forms_latency_trace_cmd_lost():

@@ -4,26 +4,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from discover import funcgraph as fg
-from funcgraph_fixtures import ALL, EVENTS, LAB, OPEN, READ, WRITE, call_line_count, lines
-
-
-def flat(node: fg.CallNode, path: Tuple[str, ...] = (), out: Dict = None, digits: int = 12) -> Dict:
-    """Every call path with its counters (sums rounded: batch sizes change float sum order)."""
-    out = {} if out is None else out
-    for tag, table in (("", node.children), ("[irq]", node.irqs)):
-        for child in table.values():
-            here = path + (tag + child.name,)
-            out[here] = (child.calls, round(child.total, digits), round(child.ctotal, digits), child.max,
-                         child.cut_start, child.cut_end, child.irq, child.module)
-            flat(child, here, out, digits)
-    return out
+from funcgraph_fixtures import ALL, EVENTS, LAB, OPEN, READ, WRITE, call_line_count, flat, lines
 
 
 def first(path, pattern: str) -> str:

@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 import pytest
 
 from discover import funcgraph as fg
-from funcgraph_fixtures import LAB, LAB50, lines
+from funcgraph_fixtures import LAB, LAB50, flat, lines
 
 K61 = LAB50
 K72 = LAB / "7.2.13+deb14-amd64" / "function_graph"
@@ -79,16 +79,6 @@ def callees(node: fg.CallNode) -> Counter:
     return out
 
 
-def flat(node: fg.CallNode, path: Tuple[str, ...] = ()) -> Dict:
-    out = {}
-    for tag, table in (("", node.children), ("[irq]", node.irqs)):
-        for child in table.values():
-            here = path + (tag + child.name,)
-            out[here] = (child.calls, round(child.total, 9), child.max, child.cut_start, child.cut_end)
-            out.update(flat(child, here))
-    return out
-
-
 CASES = [(k / name, name.split(".")[0]) for k in KERNELS
          for name in ("hrtimer_nanosleep.default.trace", "hrtimer_nanosleep.nosleep-time.trace",
                       "vfs_read.overrun.trace", "vfs_read.nocpu.trace", "vfs_read.noduration.trace",
@@ -111,7 +101,7 @@ def test_calls_match_a_naive_count(path, function):
     # a task switched in mid-call closes frames the trace never opened, and vice versa
     assert sum(n.cut_end - n.cut_start for n in nodes) == kinds["entry"] - kinds["exit"]
     assert callees(tree.root.children[function]) == direct and direct
-    assert flat(tree.root) == flat(fg.parse_file(str(path), fast=False).root)
+    assert flat(tree.root, digits=9) == flat(fg.parse_file(str(path), fast=False).root, digits=9)
 
 
 @pytest.mark.parametrize("path", [p for p, _ in CASES], ids=case_id)
