@@ -35,13 +35,18 @@ BUILDER_VERSION = "1"
 PROVISION_DIR = Path(__file__).resolve().parent / "provision"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
-#: kernel series -> the Debian suite whose linux-image-amd64 ships it (checked after the build)
+#: kernel series -> the Debian suite whose linux-image-amd64 ships it (checked after the build).
+#: A "-backports" suite is its base suite with the kernel (image and headers) taken from
+#: backports: a backports kernel is never a suite's default, so it has to be asked for.
 KERNEL_SUITES: Dict[str, str] = {
     "5.10": "bullseye",
     "6.1": "bookworm",
     "6.12": "trixie",
+    "7.2": "sid",
+    "7.3": "trixie-backports",
     "7": "sid",
 }
+BACKPORTS = "-backports"
 
 Progress = Callable[[str], None]
 
@@ -104,14 +109,21 @@ def host_mirror() -> str:
     return DEFAULT_MIRROR
 
 
+def base_suite(suite: str) -> str:
+    """The suite whose packages an image is built from (trixie for trixie-backports)."""
+    return suite[:-len(BACKPORTS)] if suite.endswith(BACKPORTS) else suite
+
+
 def read_package_list(suite: str) -> List[str]:
-    """packages.txt + packages-<suite>.txt + the suite's kernel image and headers."""
+    """packages.txt + packages-<base suite>.txt + the kernel image and headers (from
+    backports, as ``name/<suite>``, for a backports suite)."""
     names: List[str] = []
-    for path in (PROVISION_DIR / "packages.txt", PROVISION_DIR / f"packages-{suite}.txt"):
+    for path in (PROVISION_DIR / "packages.txt", PROVISION_DIR / f"packages-{base_suite(suite)}.txt"):
         if path.exists():
             for line in path.read_text().splitlines():
                 names.extend(line.split("#", 1)[0].split())
-    names += ["linux-image-amd64", "linux-headers-amd64"]
+    pin = f"/{suite}" if suite != base_suite(suite) else ""
+    names += [f"linux-image-amd64{pin}", f"linux-headers-amd64{pin}"]
     return sorted(set(names))
 
 
@@ -207,8 +219,10 @@ def _build(suite: str, packages: List[str], key: str, work: Path, final: Path,
         f"--customize-hook=cp {private_key.with_suffix('.pub')} \"$1/tmp/lab_key.pub\"",
         f"--customize-hook=chroot \"$1\" sh {guest_provision}/node.sh /tmp/lab_key.pub",
         "--customize-hook=rm -f \"$1/tmp/lab_key.pub\"",
-        suite, str(root), mirror,
+        base_suite(suite), str(root), mirror,
     ]
+    if suite != base_suite(suite):
+        cmd.append(f"deb {mirror} {suite} main")
     _run_logged(cmd, work / "mmdebstrap.log", progress)
     progress(f"[image] mmdebstrap done in {time.monotonic() - started:.0f} s")
 

@@ -12,7 +12,7 @@ from labs import images
 
 @pytest.mark.parametrize("kernel, suite", [
     ("5.10", "bullseye"), ("6.1", "bookworm"), ("6.12", "trixie"), ("7", "sid"), ("7.2", "sid"),
-    ("trixie", "trixie"),
+    ("7.3", "trixie-backports"), ("trixie", "trixie"), ("trixie-backports", "trixie-backports"),
 ])
 def test_suite_for_kernel(kernel: str, suite: str) -> None:
     assert images.suite_for_kernel(kernel) == suite
@@ -28,6 +28,17 @@ def test_package_list_has_the_kernel_headers_and_suite_names() -> None:
     assert {"linux-image-amd64", "linux-headers-amd64", "bpftool", "nfs-kernel-server",
             "qemu-guest-agent", "python3-bpfcc", "trace-cmd"} <= set(packages)
     assert packages == sorted(set(packages))
+
+
+def test_backports_suite_takes_its_kernel_from_backports() -> None:
+    """A backports kernel is not the suite's default: both kernel packages are pinned to it,
+    everything else is the base suite's list."""
+    packages = images.read_package_list("trixie-backports")
+    assert {"linux-image-amd64/trixie-backports", "linux-headers-amd64/trixie-backports"} <= set(packages)
+    assert "linux-image-amd64" not in packages
+    assert set(packages) - {p for p in packages if "/" in p} == \
+        set(images.read_package_list("trixie")) - {"linux-image-amd64", "linux-headers-amd64"}
+    assert images.base_suite("trixie-backports") == "trixie" and images.base_suite("sid") == "sid"
 
 
 def test_key_follows_every_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,6 +61,11 @@ for unit in e2scrub_reap.service apt-daily.timer apt-daily-upgrade.timer man-db.
     systemctl mask "$unit" >/dev/null 2>&1 || true
 done
 
+# servers the tests start themselves: nothing of theirs runs at boot
+for unit in prometheus.service prometheus-node-exporter.service; do
+    systemctl disable "$unit" >/dev/null 2>&1 || true
+done
+
 # QEMU lab shares (absent under Vagrant: nofail keeps boot going)
 install -d /opt/probekit /results
 grep -q ' /opt/probekit ' /etc/fstab 2>/dev/null || cat >> /etc/fstab <<'FSTAB'
