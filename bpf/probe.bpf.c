@@ -12,7 +12,7 @@
  *   NPOINTS, NOPS, TARGET_TGID (0 = every process), MIN_LAT_NS, MAX_LAT_NS,
  *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS,
  *   USE_RINGBUF (RINGBUF_PAGES), USE_TASK_STORAGE, HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY),
- *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME),
+ *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME), WANT_INFLIGHT (INFLIGHT_SLOTS),
  *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN.
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
@@ -55,8 +55,9 @@ struct async_key {
 struct async_val {
     struct start_val s;
     u32 pid;
-    u32 pad;
+    u32 tid;      /* the thread that started it: a stuck thread's RPC is found by it */
     char comm[COMM_LEN];
+    char name[NAME_LEN];  /* from the start event (an RPC's procedure), or empty */
 };
 
 BPF_HASH(async_starts, struct async_key, struct async_val, 10240);
@@ -64,6 +65,54 @@ BPF_HASH(async_starts, struct async_key, struct async_val, 10240);
 
 /* [0] deltas dropped as impossible (end before start, or above MAX_LAT_NS) */
 BPF_ARRAY(anomalies, u64, 1);
+
+#if WANT_INFLIGHT
+/* Operations in flight, readable from user space while they last (a stuck operation
+ * never reaches record(): this is how it is seen at all). One slot per thread, chosen
+ * by thread id, holding the thread's outermost operation; an array, so a start costs
+ * one lookup and a few stores, with no hashing, locks or allocation. Async starts
+ * (async_starts) are readable as they are. */
+struct inflight_slot {
+    u64 ts;       /* start time; 0 = free */
+    u32 tid;
+    u32 pid;
+    u32 op;
+    u32 point;
+};
+BPF_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
+/* [0] operations not shown in flight because another thread held their slot */
+BPF_ARRAY(inflight_lost, u64, 1);
+
+static __always_inline void inflight_start(u64 id, u32 point, u32 op, u64 ts)
+{
+    u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
+    struct inflight_slot *slot = inflight.lookup(&idx);
+    if (!slot)
+        return;
+    if (slot->ts && slot->tid == (u32)id && slot->point != point)
+        return;  /* nested inside this thread's outer operation */
+    if (slot->ts && slot->tid != (u32)id) {
+        u32 zero = 0;
+        u64 *lost = inflight_lost.lookup(&zero);
+        if (lost)
+            __sync_fetch_and_add(lost, 1);
+        return;
+    }
+    slot->tid = (u32)id;
+    slot->pid = (u32)(id >> 32);
+    slot->op = op;
+    slot->point = point;
+    slot->ts = ts;
+}
+
+static __always_inline void inflight_end(u64 id, u32 point)
+{
+    u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
+    struct inflight_slot *slot = inflight.lookup(&idx);
+    if (slot && slot->ts && slot->tid == (u32)id && slot->point == point)
+        slot->ts = 0;
+}
+#endif
 
 #if WANT_EVENTS
 #if USE_RINGBUF
@@ -120,7 +169,7 @@ static __always_inline int want_task(u64 pid_tgid)
     return TARGET_TGID == 0 || (u32)(pid_tgid >> 32) == TARGET_TGID;
 }
 
-static __always_inline void task_start(u32 point, struct start_val *v)
+static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!want_task(id))
@@ -138,6 +187,9 @@ static __always_inline void task_start(u32 point, struct start_val *v)
     k.point = point;
     v->ts = bpf_ktime_get_ns();
     starts.update(&k, v);
+#endif
+#if WANT_INFLIGHT
+    inflight_start(id, point, op, v->ts);
 #endif
 }
 
@@ -159,7 +211,7 @@ static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
 #if WANT_EVENTS
 /* zeroed first: the record goes to user space whole, padding and unused name bytes included */
 static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 now,
-                                       u64 delta, struct start_val *s, int ptr_kind)
+                                       u64 delta, struct start_val *s, int ptr_kind, const char *name)
 {
     __builtin_memset(e, 0, sizeof(*e));
     e->end_ns = now;
@@ -173,15 +225,18 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
         __builtin_memcpy(e->comm, comm, COMM_LEN);
     else
         bpf_get_current_comm(&e->comm, sizeof(e->comm));
-    if (s->ptr)
+    if (name)
+        bpf_probe_read_kernel_str(e->name, NAME_LEN, name);
+    else if (s->ptr)
         name_of(e->name, s->ptr, ptr_kind);
 }
 #endif
 
 /* one finished operation: a sane delta feeds the histograms and, above the
- * threshold, one event */
+ * threshold, one event (`name`: the file or RPC name where an event field has it, read
+ * only for printed events) */
 static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 now,
-                                   u64 delta, struct start_val *s, int ptr_kind)
+                                   u64 delta, struct start_val *s, int ptr_kind, const char *name)
 {
 #if WANT_DIST
     {
@@ -237,11 +292,11 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
                 __sync_fetch_and_add(lost, 1);
             return;
         }
-        fill_event(e, op, pid, comm, now, delta, s, ptr_kind);
+        fill_event(e, op, pid, comm, now, delta, s, ptr_kind, name);
         events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 #else
         struct event e;
-        fill_event(&e, op, pid, comm, now, delta, s, ptr_kind);
+        fill_event(&e, op, pid, comm, now, delta, s, ptr_kind, name);
         events.perf_submit(ctx, &e, sizeof(e));
 #endif
     }
@@ -263,7 +318,8 @@ static __always_inline int sane_delta(u64 start, u64 now)
 }
 
 /* end of a same-thread operation; bytes_at_end >= 0 replaces the entry's byte count */
-static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_end, int ptr_kind)
+static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_end, int ptr_kind,
+                                     const char *name)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct start_val s;
@@ -290,15 +346,18 @@ static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_
     s = *found;
     starts.delete(&k);
 #endif
+#if WANT_INFLIGHT
+    inflight_end(id, point);
+#endif
     if (!sane_delta(s.ts, now))
         return;
     if (bytes_at_end >= 0)
         s.bytes = bytes_at_end;
-    record(ctx, op, (u32)(id >> 32), 0, now, now - s.ts, &s, ptr_kind);
+    record(ctx, op, (u32)(id >> 32), 0, now, now - s.ts, &s, ptr_kind, name);
 }
 
 #if HAVE_ASYNC
-static __always_inline void async_start(struct async_key *k, struct start_val *s)
+static __always_inline void async_start(struct async_key *k, struct start_val *s, const char *name)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct async_val v;
@@ -308,7 +367,10 @@ static __always_inline void async_start(struct async_key *k, struct start_val *s
     v.s = *s;
     v.s.ts = bpf_ktime_get_ns();
     v.pid = (u32)(id >> 32);
+    v.tid = (u32)id;
     bpf_get_current_comm(&v.comm, sizeof(v.comm));
+    if (name)
+        bpf_probe_read_kernel_str(v.name, NAME_LEN, name);
     async_starts.update(k, &v);
 }
 
@@ -326,7 +388,7 @@ static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s6
         return;
     if (bytes_at_end >= 0)
         v.s.bytes = bytes_at_end;
-    record(ctx, op, v.pid, v.comm, now, now - v.s.ts, &v.s, PTR_NONE);
+    record(ctx, op, v.pid, v.comm, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
 }
 #endif
 

@@ -42,6 +42,16 @@ class OpKnowledge(NamedTuple):
     window: str
     #: coverage of the entry-function candidates when it differs from the tracepoint pair's
     func_coverage: str = ""
+    #: pairs in a layer beneath the filesystem, named outright because their names do not
+    #: pair by suffix: (system, start event, end event, fields that match start and end)
+    tp_beneath: Tuple[Tuple[str, str, str, Tuple[str, ...]], ...] = ()
+
+
+def _metadata(vfs: Tuple[str, ...], entry: str, what: str, window: str, deeper: Tuple[str, ...] = (),
+              tp: Tuple[str, ...] = ()) -> OpKnowledge:
+    """A namespace or attribute operation: one inode_operations entry, and (where the
+    filesystem traces it) an enter/exit pair of the same name around it."""
+    return OpKnowledge(vfs, (rf"{{p}}_{entry}",), deeper, tp or (entry,), (), what, window)
 
 
 KNOWLEDGE: Dict[str, OpKnowledge] = {
@@ -93,6 +103,39 @@ KNOWLEDGE: Dict[str, OpKnowledge] = {
         "from sending the COMMIT RPC to its completion callback (server stable-storage time)",
         "synchronous commits only (fsync, O_SYNC, close with FLUSH_SYNC): a commit started by "
         "writeback in a kworker returns before the COMMIT completes"),
+    "lookup": _metadata(("lookup_open", "__lookup_slow", "lookup_one_len"), "lookup",
+                        "->lookup of a name not in the dentry cache (open, stat, unlink... of a new name); "
+                        "not the revalidation of a cached dentry (d_revalidate)",
+                        "LOOKUP RPC (GETATTR with it on NFSv4)", deeper=(r"{p}_lookup_revalidate",)),
+    "create": _metadata(("lookup_open", "vfs_create"), "create",
+                        "->create: open(O_CREAT)/creat(2) of a new file where the filesystem has no "
+                        "->atomic_open for it (NFSv2/v3); NFSv4 creates go through ->atomic_open (open)",
+                        "CREATE RPC and the attributes of the new file"),
+    "unlink": _metadata(("vfs_unlink", "do_unlinkat"), "unlink", "unlink(2)/unlinkat(2) of a file (->unlink)",
+                        "REMOVE RPC (or a silly-rename of a file still open)"),
+    "rename": _metadata(("vfs_rename", "do_renameat2"), "rename", "rename(2)/renameat2(2) (->rename)",
+                        "RENAME RPC"),
+    "mkdir": _metadata(("vfs_mkdir", "do_mkdirat"), "mkdir", "mkdir(2) (->mkdir)", "MKDIR RPC"),
+    "rmdir": _metadata(("vfs_rmdir", "do_rmdir"), "rmdir", "rmdir(2) (->rmdir)", "RMDIR RPC"),
+    "setattr": _metadata(("notify_change",), "setattr",
+                         "chmod/chown/utimes/truncate (->setattr, via notify_change)",
+                         "flush of dirty data for a size change, SETATTR RPC"),
+    "readdir": OpKnowledge(("iterate_dir",), (r"{p}_readdir",), (r"{p}_readdir_xdr_to_array",), (), (),
+                           "getdents64(2) (->iterate_shared): one call per buffer the reader asks for",
+                           "directory cache fill: READDIR/READDIRPLUS RPCs when the cache is cold"),
+    "access": _metadata(("inode_permission",), "permission",
+                        "permission checks on the path walk and open (->permission); cached answers return "
+                        "without an RPC", "ACCESS RPC on a cache miss", deeper=(r"{p}_do_access",), tp=("access",)),
+    "link": _metadata(("vfs_link", "do_linkat"), "link", "link(2)/linkat(2) (->link)", "LINK RPC"),
+    "symlink": _metadata(("vfs_symlink", "do_symlinkat"), "symlink", "symlink(2) (->symlink)", "SYMLINK RPC"),
+    "rpc": OpKnowledge(
+        (), (), (), (), (),
+        "every RPC of the filesystem's client (sunrpc): the calls behind every operation above, "
+        "including those kworkers and rpciod start on a process's behalf (writeback WRITE, COMMIT, "
+        "read-ahead READ, lease RENEW)",
+        "from the RPC's first transmit request to the end of its task (retransmissions, "
+        "reconnects and a server that does not answer all fall inside)",
+        tp_beneath=(("sunrpc", "rpc_request", "rpc_task_end", ("task_id", "client_id")),)),
 }
 
 #: attach points the established tools use (facts: bcc tools/nfsslower.py, tools/nfsdist.py
@@ -273,16 +316,6 @@ def check_filesystem(profile: KernelProfile, fs: str) -> List[str]:
 KNOWN_FILESYSTEMS = {"nfs", "ext4", "xfs", "btrfs", "f2fs", "cifs", "fuse", "ceph", "zfs"}
 
 
-def parse_ops(text: str) -> List[str]:
-    ops = [o.strip().lower() for o in text.split(",") if o.strip()]
-    if not ops:
-        raise UserError("--ops is empty")
-    for op in ops:
-        if op not in OPS:
-            raise UserError(f"unknown operation {op!r} (known: {', '.join(OPS)})")
-    return ops
-
-
 class Proposer:
     """Ranks candidates for the operations of one filesystem on one kernel profile."""
 
@@ -435,7 +468,7 @@ class Proposer:
         exit_fields = {f["name"] for f in (self.profile.event(pair.system, pair.end) or {}).get("fields") or []}
         args: Dict[str, str] = {}
         for role, names in (("fileid", ("fileid",)), ("dev", ("dev",)), ("offset", ("offset",)),
-                            ("bytes", ("count",)), ("name", ("name",))):
+                            ("bytes", ("count",)), ("name", ("name", "procname"))):
             for n in names:
                 if n in fields:
                     args[role] = n
@@ -443,6 +476,9 @@ class Proposer:
             args["bytes"] = "exit.res_count"
         if "error" in exit_fields:
             args["error"] = "exit.error"
+        exit_name = next((n for n in ("name", "old_name") if n in exit_fields), None)
+        if pair.kind == "sync" and exit_name:
+            args["name"] = f"exit.{exit_name}"  # read at the end, only for the operations printed
         evidence, notes = self._evidence(pair, op)
         async_note = ("async: the end fires in another task (RPC completion in rpciod/kworker); "
                       f"match on {', '.join(pair.keys)}") if pair.kind == "async" else "same task: match on tid"
@@ -540,6 +576,9 @@ class Proposer:
         for pair in all_pairs:
             if pair.operation in know.tp_full:
                 out.append(self._tracepoint(pair, op, "fs-entry", know))
+        for system, start, end, keys in know.tp_beneath:
+            if self.profile.event(system, start) and self.profile.event(system, end):
+                out.append(self._tracepoint(EventPair(system, start, end, "async", keys), op, "fs-entry", know))
         entries, evidence = self._entry_functions(op, know)
         if entries:
             for kind in ("fentry", "kprobe"):

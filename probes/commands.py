@@ -18,11 +18,14 @@ import click
 from discover.errors import UserError, run_cli
 from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
-from probes.runtime import Session, parse_ops
-from probes.spec import OPS
+from probes.inflight import Stall, StallReporter, stalls
+from probes.runtime import Session
+from probes.spec import DEFAULT_OPS, OPS, parse_ops
 
-OPS_HELP = ("Comma-separated operations (names or letters): "
-            + ", ".join(f"{name} ({letter})" for name, letter in OPS.items()) + ".")
+OPS_HELP = ("Comma-separated operations (names or letters), or all: "
+            + ", ".join(f"{name} ({letter})" for name, letter in OPS.items())
+            + f". Default: {','.join(OPS[op] for op in DEFAULT_OPS)}. P times every RPC (sunrpc),"
+            " whoever started it.")
 COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, not by the writing "
                "process: with -p PID only the commits its own fsync starts are shown.")
 
@@ -55,6 +58,21 @@ def slower_row(clock: str, comm: str, pid: int, letter: str, nbytes: int, offset
                                                          lat_ns / 1e6, name)
 
 
+def _stall_file(stall: Stall) -> str:
+    """FILENAME of a stall line: the file, and the RPC the thread waits for (and where)."""
+    if stall.op == "rpc":
+        return f"{stall.rpc or '?'} (RPC in flight{' to ' + stall.server if stall.server else ''})"
+    rpc = f"; RPC {stall.rpc}{' to ' + stall.server if stall.server else ''}" if stall.rpc else ""
+    return f"{stall.file} (in flight{rpc})"
+
+
+def stall_row(clock: str, stall: Stall, letter: str) -> str:
+    """A stall in bcc's layout: `>` before the time in flight so far, `-` for size and offset
+    (not known until the operation ends), `(in flight...)` after the file name."""
+    return "%-8s %-14.14s %-6s %1s %-7s %-8s %7s %s" % (clock, stall.comm, stall.pid, letter, "-", "-",
+                                                        ">%.2f" % (stall.age_ns / 1e6), _stall_file(stall))
+
+
 SLOWER_EXAMPLES = f"""
 \b
 {COMMIT_NOTE}
@@ -67,6 +85,14 @@ Examples:
   nfsslower --json 5       # ... 5 ms, one JSON object per line
   nfsslower -p 185         # trace PID 185 only
   nfsslower --ops R,W -v   # reads and writes; show the attach points chosen
+  nfsslower --ops all 1000 # every operation and RPC slower than 1 s, stuck ones included
+\b
+Operations still in flight past MIN_MS are printed while they last (a server that stops
+answering shows at once, not only when it comes back): LAT(ms) reads `>ms so far`,
+BYTES/OFF_KB `-`, and the file name is followed by `(in flight; RPC proc to server)`; CSV:
+LATENCY_us `>us`; JSON: "in_flight": true, "in_flight_ms" (completed lines: "in_flight":
+false, "lat_us"). Each is printed when it crosses MIN_MS (at least 1 s) and again every
+--stall-interval seconds; its completion line follows when it ends.
 """
 
 
@@ -75,23 +101,46 @@ Examples:
 @click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
 @click.option("-j", "--csv", "as_csv", is_flag=True, help="CSV output, times in microseconds (bcc's -j).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+@click.option("--stall-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds between repeats of a stuck operation's line; 0: no in-flight lines.")
 @common
-def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, ops_text: Optional[str],
-              verbose: bool, spec_path: Optional[str]) -> None:
+def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stall_interval: float,
+              ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
-    (default 10; 0 traces all), with process, size, offset and file name."""
+    (default 10; 0 traces all), with process, size, offset and file name, and operations
+    stuck longer than that while they are stuck."""
     if as_csv and as_json:
         raise UserError("choose one of -j/--csv and --json")
-    tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000)
-    session = Session("nfsslower", tool, parse_ops(ops_text), spec_path, verbose)
+    ops = parse_ops(ops_text)
+    tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0)
+    session = Session("nfsslower", tool, ops, spec_path, verbose)
+    letters = dict(zip(session.probe.ops, session.probe.letters))
+    reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
+
+    def show_stalls() -> None:
+        now = time.monotonic_ns()
+        for stall in reporter.due(stalls(session.in_flight(), now, reporter.min_age_ns), now):
+            letter = letters.get(stall.op, "?")
+            if as_json:
+                print(json.dumps({"in_flight": True, "in_flight_ms": round(stall.age_ns / 1e6, 3),
+                                  "start_us": stall.start_ns // 1000, "comm": stall.comm, "pid": stall.pid,
+                                  "tid": stall.tid, "op": stall.op, "type": letter, "file": stall.file,
+                                  "rpc": stall.rpc, "server": stall.server}), flush=True)
+            elif as_csv:
+                print("%d,%s,%d,%s,-,-,>%d,%s" % (now // 1000, stall.comm, stall.pid, letter,
+                                                   stall.age_ns // 1000, _stall_file(stall)), flush=True)
+            else:
+                print(stall_row(time.strftime("%H:%M:%S"), stall, letter), flush=True)
 
     def show(event: Dict[str, Any]) -> None:
         letter = session.letter(event["op"])
         if as_json:
-            print(json.dumps({"end_us": event["end_ns"] // 1000, "comm": event["comm"], "pid": event["pid"],
-                              "op": session.op_name(event["op"]), "type": letter, "bytes": event["bytes"],
+            op = session.op_name(event["op"])
+            print(json.dumps({"in_flight": False, "end_us": event["end_ns"] // 1000, "comm": event["comm"],
+                              "pid": event["pid"], "op": op, "type": letter, "bytes": event["bytes"],
                               "offset": event["offset"], "lat_us": event["lat_ns"] // 1000,
-                              "file": _name(event), "fileid": event["fileid"]}), flush=True)
+                              "file": _name(event), "fileid": event["fileid"],
+                              "rpc": event["name"] if op == "rpc" else None}), flush=True)
         elif as_csv:
             print("%d,%s,%d,%s,%d,%d,%d,%s" % (event["end_ns"] // 1000, event["comm"], event["pid"], letter,
                                                event["bytes"], event["offset"], event["lat_ns"] // 1000,
@@ -102,6 +151,8 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, ops_
 
     with session:
         session.on_events(show)
+        if tool.inflight:
+            session.on_tick(show_stalls)
         if as_csv:
             print(CSV_HEADER, flush=True)
         elif not as_json:
@@ -161,6 +212,8 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
             ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
+    Only completed operations are counted: one stuck on a server that does not answer
+    shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
     unit = "msecs" if millis else "usecs"
     tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000)
@@ -193,13 +246,30 @@ Examples:
   nfstop -i 5          # refresh every 5 seconds
   nfstop -p 1234       # one process
   nfstop --json -i 2   # one JSON object per interval
+\b
+INFL is how many of the process's threads are inside an NFS operation now, OLDEST(s)
+how long the oldest of them has been there: a process stuck on a server that does not
+answer shows here although it completes nothing.
 """
 
 
-def _top_rows(data: Dict[int, Dict[str, Dict[str, Any]]], seconds: float) -> List[Dict[str, Any]]:
+def _in_flight_by_pid(found: List[Stall]) -> Dict[int, Tuple[int, float, str]]:
+    """pid -> (threads in an operation now, age of the oldest in ms, comm)."""
+    out: Dict[int, Tuple[int, float, str]] = {}
+    for stall in found:
+        count, oldest, comm = out.get(stall.pid, (0, 0.0, stall.comm))
+        out[stall.pid] = (count + 1, max(oldest, stall.age_ns / 1e6), comm)
+    return out
+
+
+def _top_rows(data: Dict[int, Dict[str, Dict[str, Any]]], seconds: float,
+              in_flight: Dict[int, Tuple[int, float, str]]) -> List[Dict[str, Any]]:
     rows = []
+    data = dict(data)
+    for tgid in set(in_flight) - set(data):  # stuck: nothing completed in this interval
+        data[tgid] = {}
     for tgid, per_op in data.items():
-        comm = next((e["comm"] for e in per_op.values() if e.get("comm")), "?")
+        comm = next((e["comm"] for e in per_op.values() if e.get("comm")), in_flight.get(tgid, (0, 0, "?"))[2])
         ops = {}
         for op, entry in per_op.items():
             ops[op] = {"count": entry["count"], "bytes": entry["bytes"],
@@ -209,8 +279,9 @@ def _top_rows(data: Dict[int, Dict[str, Dict[str, Any]]], seconds: float) -> Lis
         rows.append({"pid": tgid, "comm": comm, "ops_per_s": round(total / seconds, 1),
                      "read_mb_s": round(per_op.get("read", {}).get("bytes", 0) / seconds / 1e6, 3),
                      "write_mb_s": round(per_op.get("write", {}).get("bytes", 0) / seconds / 1e6, 3),
-                     "ops": ops})
-    rows.sort(key=lambda row: row["ops_per_s"], reverse=True)
+                     "ops": ops, "in_flight": in_flight.get(tgid, (0,))[0],
+                     "oldest_ms": round(in_flight[tgid][1], 3) if tgid in in_flight else None})
+    rows.sort(key=lambda row: (row["ops_per_s"], row["oldest_ms"] or 0), reverse=True)
     return rows
 
 
@@ -225,7 +296,8 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
            verbose: bool, spec_path: Optional[str]) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
-    session = Session("nfstop", Tool(top=True, tgid=pid or 0), parse_ops(ops_text), spec_path, verbose)
+    session = Session("nfstop", Tool(top=True, tgid=pid or 0, inflight=True), parse_ops(ops_text), spec_path,
+                      verbose)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     clear = not as_json and not noclear and sys.stdout.isatty()
     with session:
@@ -235,7 +307,9 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
         while not stopping:
             started = time.monotonic()
             stopping = not session.wait(interval)
-            rows = _top_rows(session.top(), max(time.monotonic() - started, 1e-3))
+            now = time.monotonic_ns()
+            rows = _top_rows(session.top(), max(time.monotonic() - started, 1e-3),
+                             _in_flight_by_pid(stalls(session.in_flight(), now, 0)))
             if as_json:
                 print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
                                   "processes": rows}), flush=True)
@@ -244,6 +318,7 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
                 print("\033[H\033[2J", end="")
             header = "%-7s %-16s %8s %9s %9s" % ("PID", "COMM", "OPS/s", "RD_MB/s", "WR_MB/s")
             header += "".join(" %15s" % f"{letters[op]} avg/p99 ms" for op in session.probe.ops)
+            header += " %5s %10s" % ("INFL", "OLDEST(s)")
             print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
             print(header)
             for row in rows:
@@ -252,6 +327,8 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
                 for op in session.probe.ops:
                     entry = row["ops"].get(op)
                     line += " %15s" % (f"{entry['avg_ms']:.2f}/{entry['p99_ms']:.2f}" if entry else "-")
+                oldest = row["oldest_ms"]
+                line += " %5d %10s" % (row["in_flight"], f"{oldest / 1000:.1f}" if oldest is not None else "-")
                 print(line)
             sys.stdout.flush()
 

@@ -21,6 +21,9 @@ NAME_LEN = 32   # bytes of file name kept per event (bcc's nfsslower keeps 32 to
 COMM_LEN = 16   # TASK_COMM_LEN
 #: deltas above this are dropped as impossible (a wrapped or unmatched start), not printed
 MAX_LAT_NS = 3600 * 10**9
+#: in-flight slots, one per thread by thread id (a power of two: the index is a mask);
+#: threads that share a slot while both are in flight are counted, not shown
+INFLIGHT_SLOTS = 1024
 #: ring buffer size for slow events (a power of two): 1 MiB holds ~9,300 events, i.e. what
 #: arrives between two reads of user space (runtime.RINGBUF_READ_MS) at ~90,000 events/s
 RINGBUF_PAGES = 256
@@ -73,6 +76,8 @@ class Tool(NamedTuple):
     tgid: int = 0
     min_lat_ns: int = 0
     dist_unit_ns: int = 1000
+    #: keep operations in flight readable (stalled-operation lines, nfstop's in-flight columns)
+    inflight: bool = False
 
 
 class Point(NamedTuple):
@@ -139,15 +144,24 @@ def _kprobe_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout]
                 ptr_kind = role
     bytes_end = "ret > 0 ? ret : 0" if point.args.get("bytes") == "retval" else "-1"
     text = (f"int p{point.id}_entry(struct pt_regs *ctx)\n{{\n" + "\n".join(body) +
-            f"\n    task_start({point.id}, &v);\n    return 0;\n}}\n\n"
+            f"\n    task_start({point.id}, {op_macro}, &v);\n    return 0;\n}}\n\n"
             f"int p{point.id}_exit(struct pt_regs *ctx)\n{{\n"
             f"    s64 ret = PT_REGS_RC(ctx);\n"
-            f"    task_end(ctx, {point.id}, {op_macro}, {bytes_end}, PTR_{ptr_kind.upper()});\n"
+            f"    task_end(ctx, {point.id}, {op_macro}, {bytes_end}, PTR_{ptr_kind.upper()}, 0);\n"
             f"    return 0;\n}}\n")
     return text, ptr_kind
 
 
-def _tp_start(point: Point) -> List[str]:
+def _tp_string(point: Point, at_exit: bool) -> str:
+    """C pointer to the tracepoint's `name` string (a __data_loc char[] field) at this end, or 0."""
+    expr = point.args.get("name", "")
+    if expr.startswith("exit.") != at_exit or not expr:
+        return "0"
+    field = expr[len("exit."):] if at_exit else expr
+    return f"(const char *)args + (args->data_loc_{field} & 0xFFFF)"
+
+
+def _tp_start(point: Point, op_macro: str) -> List[str]:
     lines = ["    {", "        struct start_val v;", "        __builtin_memset(&v, 0, sizeof(v));"]
     for role, field in (("fileid", "fileid"), ("offset", "offset"), ("bytes", "bytes")):
         expr = point.args.get(role)
@@ -157,9 +171,9 @@ def _tp_start(point: Point) -> List[str]:
         lines += ["        struct async_key k;", "        __builtin_memset(&k, 0, sizeof(k));",
                   f"        k.point = {point.id};"]
         lines += [f"        k.k[{i}] = (u64)args->{key};" for i, key in enumerate(point.keys)]
-        lines.append("        async_start(&k, &v);")
+        lines.append(f"        async_start(&k, &v, {_tp_string(point, False)});")
     else:
-        lines.append(f"        task_start({point.id}, &v);")
+        lines.append(f"        task_start({point.id}, {op_macro}, &v);")
     return lines + ["    }"]
 
 
@@ -171,7 +185,7 @@ def _tp_end(point: Point, op_macro: str) -> List[str]:
                  f"        k.point = {point.id};"]
         lines += [f"        k.k[{i}] = (u64)args->{key};" for i, key in enumerate(point.keys)]
         return lines + [f"        async_end(args, &k, {op_macro}, {bytes_end});", "    }"]
-    return [f"    task_end(args, {point.id}, {op_macro}, {bytes_end}, PTR_NONE);"]
+    return [f"    task_end(args, {point.id}, {op_macro}, {bytes_end}, PTR_NONE, {_tp_string(point, True)});"]
 
 
 def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout],
@@ -201,6 +215,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 ("DIST_UNIT_NS", tool.dist_unit_ns), ("NAME_LEN", NAME_LEN), ("COMM_LEN", COMM_LEN),
                 ("USE_RINGBUF", int(ringbuf and tool.events)), ("RINGBUF_PAGES", RINGBUF_PAGES),
                 ("USE_TASK_STORAGE", int(task_storage)),
+                ("WANT_INFLIGHT", int(tool.inflight)), ("INFLIGHT_SLOTS", INFLIGHT_SLOTS),
                 ("HAVE_FILE_NAME", int("OFF_FILE_PATH_DENTRY" in offsets)),
                 ("HAVE_DENTRY_NAME", int("OFF_DENTRY_NAME" in offsets))]
     defines += [(f"PTR_{name.upper()}", value) for name, value in PTR_KINDS.items()]
@@ -220,7 +235,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
             handlers.append(text)
             kprobes += [(point.entry, "entry", f"p{point.id}_entry"), (point.exit, "exit", f"p{point.id}_exit")]
         else:
-            tp_bodies.setdefault(point.entry, []).extend(_tp_start(point))
+            tp_bodies.setdefault(point.entry, []).extend(_tp_start(point, op_macro))
             tp_bodies.setdefault(point.exit, []).extend(_tp_end(point, op_macro))
     for event, body in tp_bodies.items():
         system, _, name = event.partition(":")

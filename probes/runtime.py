@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from discover.errors import UserError
-from probes.generate import MAX_LAT_NS, Probe, Tool, decode_event, generate
+from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event, generate
+from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
-from probes.spec import OPS, load_spec
+from probes.spec import load_spec
 
 DEFAULT_SPEC = Path(__file__).resolve().parent / "specs" / "nfs.toml"
 BTF_DIR = Path("/sys/kernel/btf")
@@ -31,20 +32,9 @@ TASK_STORAGE_MIN_KERNEL = (5, 11)
 #: user space reads the ring buffer this often: events are submitted without a wakeup, so
 #: this bounds how late a line is printed
 RINGBUF_READ_MS = 100
-
-
-def parse_ops(text: Optional[str]) -> List[str]:
-    """`--ops read,write` (names or letters) -> op names in the spec's canonical order."""
-    if not text:
-        return list(OPS)
-    letters = {letter: name for name, letter in OPS.items()}
-    wanted = []
-    for item in (part.strip() for part in text.split(",")):
-        name = letters.get(item.upper(), item.lower())
-        if name not in OPS:
-            raise UserError(f"--ops: unknown operation {item!r} (known: {', '.join(OPS)} or {''.join(OPS.values())})")
-        wanted.append(name)
-    return [op for op in OPS if op in wanted]
+#: how often the tools look at operations in flight and at modules loaded since the start
+TICK_S = 1.0
+_NOT_LOADED = re.compile(r"module (\S+) not loaded")
 
 
 def sane_latency_ns(value: int) -> Optional[int]:
@@ -153,6 +143,12 @@ class Session:
         self.probe: Probe = self._generate(task_storage)
         self.bpf: Any = None
         self._lost_seen = 0
+        self._inflight_lost_seen = 0
+        #: modules whose absence left an operation or attach point out, said again if they load
+        self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
+        self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
+        self._ticks: List[Callable[[], None]] = [self._check_late_modules]
+        self._next_tick = 0.0
         self._old_handlers: Dict[int, Any] = {}
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
         #: arrive while bcc runs a Python callback, where an exception would be lost
@@ -219,8 +215,31 @@ class Session:
     def _lost(self, count: int) -> None:
         self.warn(f"warning: {count} events lost (buffer full: the reader fell behind)")
 
+    def on_tick(self, callback: Callable[[], None]) -> None:
+        """Call `callback` about every TICK_S while the tool waits or polls."""
+        self._ticks.append(callback)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_tick:
+            self._next_tick = now + TICK_S
+            for callback in self._ticks:
+                callback()
+
+    def _check_late_modules(self) -> None:
+        """Say once, when a module that was absent at the start loads, what this run misses.
+
+        bcc compiled the probe for the attach points present then; attaching the new ones
+        would mean a second program with maps of its own, so the tool says to restart."""
+        for module in sorted(self._absent_modules):
+            if Path(f"/sys/module/{module}").exists():
+                self._absent_modules.discard(module)
+                self.warn(f"warning: module {module} loaded after the start: what it provides is not traced "
+                          f"by this run (see --verbose at the start); restart {self.prog} to trace it")
+
     def poll_until_stopped(self) -> None:
         while not self.stopped:
+            self._tick()
             if self.probe.ringbuf:
                 # sleeps the interval (records come without wakeups), then reads them all
                 self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
@@ -236,6 +255,7 @@ class Session:
         """Sleep up to `seconds` in short steps; False as soon as a stop signal came."""
         deadline = time.monotonic() + seconds
         while not self.stopped:
+            self._tick()
             left = deadline - time.monotonic()
             if left <= 0:
                 return True
@@ -250,6 +270,33 @@ class Session:
 
     def anomalies(self) -> int:
         return int(self.bpf["anomalies"][ctypes.c_int(0)].value)
+
+    def in_flight(self) -> List[InFlight]:
+        """Operations started and not ended: each thread's outermost operation (the probe's
+        slots) and every asynchronous start (RPCs, async tracepoint pairs)."""
+        out: List[InFlight] = []
+        slots = self.bpf["inflight"]
+        try:  # one system call for the whole array where bcc and the kernel can (5.6+)
+            values = [v for _k, v in slots.items_lookup_batch()]
+        except Exception:  # older bcc or kernel: one lookup per slot
+            values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
+        for value in values:
+            if value.ts:
+                out.append(InFlight(int(value.tid), int(value.pid), self.op_name(int(value.op)), int(value.ts), "", ""))
+        if any(p.match == "keys" for p in self.probe.points):
+            for key, value in self.bpf["async_starts"].items():
+                point = self.probe.points[int(key.point)]
+                client = point.keys.index("client_id") if "client_id" in point.keys else -1
+                out.append(InFlight(int(value.tid), int(value.pid), point.op, int(value.s.ts),
+                                    bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
+                                    bytes(value.name).split(b"\0", 1)[0].decode("utf-8", "replace"),
+                                    int(key.k[client]) if client >= 0 else None))
+        lost = int(self.bpf["inflight_lost"][ctypes.c_int(0)].value)
+        if lost > self._inflight_lost_seen:
+            self.warn(f"warning: {lost - self._inflight_lost_seen} operations not tracked in flight "
+                      f"(their thread's slot was taken: {INFLIGHT_SLOTS} slots)")
+            self._inflight_lost_seen = lost
+        return out
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
         """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total}.

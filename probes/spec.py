@@ -16,8 +16,39 @@ from discover.errors import UserError
 SCHEMA = "probekit-probe-spec"
 VERSION = 1
 
-#: operation name -> the one-letter code the latency tools print (bcc nfsslower style)
-OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "fsync": "F", "commit": "C"}
+#: operation name -> the one-letter code the latency tools print (bcc nfsslower style).
+#: The first six are what the tools trace by default (bcc's R W O G plus F and C); the
+#: metadata operations a process can also wait in, and the RPC layer beneath them all
+#: (P: every RPC, whichever VFS path or kworker started it), are there by `--ops`.
+OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "fsync": "F", "commit": "C",
+                       "lookup": "L", "create": "N", "unlink": "U", "rename": "M", "mkdir": "K",
+                       "rmdir": "X", "setattr": "S", "readdir": "D", "access": "A", "link": "H",
+                       "symlink": "Y", "rpc": "P"}
+#: what `--ops` means when not given
+DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
+
+
+def parse_ops(text: "str | None", option: str = "--ops") -> List[str]:
+    """`read,W,all` (names, letters, or `all`) -> op names in OPS order; None/"" -> DEFAULT_OPS.
+
+    One vocabulary for every command that takes operations (the tools, propose, compat)."""
+    if text is None:
+        return list(DEFAULT_OPS)
+    letters = {letter: name for name, letter in OPS.items()}
+    wanted = set()
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise UserError(f"{option} is empty (known: {', '.join(OPS)}, their letters, or all)")
+    for item in items:
+        if item.lower() == "all":
+            wanted.update(OPS)
+            continue
+        name = letters.get(item.upper(), item.lower()) if len(item) == 1 else item.lower()
+        if name not in OPS:
+            raise UserError(f"{option}: unknown operation {item!r} (known: {', '.join(OPS)}, "
+                            f"letters {''.join(OPS.values())}, or all)")
+        wanted.add(name)
+    return [op for op in OPS if op in wanted]
 
 KINDS = ("tracepoint", "kprobe", "fentry")
 #: for each candidate kind, the probe kind at entry and at exit

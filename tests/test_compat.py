@@ -14,7 +14,8 @@ from debian_kernels import ABI_61, ABI_612, LAB_61, kernel_dir
 from discover.errors import UserError
 from discover.profile import KernelProfile
 from probes.compat import (ABSENT, CHANGED, INLINED, OK, Kernel, build_report, disagreements,
-                           load_kernel, render, spec_attach_points, spec_functions)
+                           load_kernel, render, spec_attach_points, spec_events, spec_functions,
+                           spec_modules)
 from probes.fetch import fetch_kernel
 from probes.spec import load_spec, validate_spec
 
@@ -148,7 +149,7 @@ def test_lab_hook_marks_and_disagrees(kernels: Dict[str, Kernel]) -> None:
 def test_committed_nfs_spec_on_61(kernels: Dict[str, Kernel]) -> None:
     """The spec proposed on the 6.1.0-50 lab guest: every operation covered by the package of that kernel."""
     spec = load_spec(NFS_SPEC)
-    pkg = load_kernel(str(kernel_dir(ABI_61)), spec_functions(spec), ["nfs"])
+    pkg = load_kernel(str(kernel_dir(ABI_61)), spec_functions(spec), spec_modules(spec), events=spec_events(spec))
     report = build_report(spec, [pkg], pkg, str(NFS_SPEC))
     for op, info in report["ops"].items():
         assert info["kernels"][pkg.label]["covered"], op

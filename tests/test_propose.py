@@ -12,9 +12,9 @@ import pytest
 
 from discover.errors import UserError
 from discover.profile import KernelProfile, dump_profile
-from discover.propose import Proposer, build_spec, parse_ops
+from discover.propose import Proposer, build_spec
 from discover.snapshot import build_profile
-from probes.spec import dumps_spec, load_spec
+from probes.spec import dumps_spec, load_spec, parse_ops
 
 from test_snapshot import fixture_tracefs
 
@@ -81,8 +81,9 @@ def test_no_btf_means_no_fentry(profile_data: Dict[str, Any]) -> None:
 
 
 def test_errors_are_user_errors(profile_data: Dict[str, Any]) -> None:
-    with pytest.raises(UserError, match="unknown operation 'readdir'"):
-        parse_ops("read,readdir")
+    with pytest.raises(UserError, match="unknown operation 'readdirs'"):
+        parse_ops("read,readdirs")
+    assert parse_ops("R,W") == ["read", "write"]  # the letters nfsslower takes
     with pytest.raises(UserError, match="unknown filesystem 'nosuchfs'"):
         Proposer(KernelProfile(profile_data), "nosuchfs")
     with pytest.raises(UserError, match="filesystem module xfs is not loaded"):

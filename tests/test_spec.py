@@ -27,7 +27,7 @@ def test_roundtrip(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mutate, key", [
-    (lambda s: s["ops"].__setitem__("readdir", s["ops"]["read"]), "ops.readdir"),
+    (lambda s: s["ops"].__setitem__("readdirs", s["ops"]["read"]), "ops.readdirs"),
     (lambda s: s["ops"]["read"].__setitem__("letter", "W"), "ops.read.letter"),
     (lambda s: s["ops"]["read"]["candidates"][0].__setitem__("kind", "uprobe"), "ops.read.candidates[0].kind"),
     (lambda s: s["ops"]["read"]["candidates"][0]["attach"][0].__setitem__("exit_kind", "kprobe"),

@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from discover.profile import KernelProfile, load_profile
-from discover.propose import CallGraphs, Candidate, Proposer, build_spec, parse_ops
+from discover.propose import CallGraphs, Candidate, Proposer, build_spec
 from discover.snapshot import build_profile, find_live_tracefs, host_paths
-from probes.spec import OPS, dumps_spec
+from probes.spec import OPS, dumps_spec, parse_ops
 
 EXAMPLES = """
 \b

@@ -1,0 +1,92 @@
+"""Stall reports from operations in flight: the file a stuck thread's system call names,
+RPCs folded into the operation that waits for them, and when a stall line is due.
+
+The /proc reading is checked on real blocked processes of this host (a FIFO open with no
+writer blocks in openat, a read of an empty FIFO in read), the same way a thread stuck
+on an NFS server is blocked in its system call.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from probes.inflight import InFlight, Stall, StallReporter, file_of, stalls, thread_comm
+
+pytestmark = pytest.mark.skipif(os.uname().machine != "x86_64", reason="system call numbers are x86_64's")
+
+
+def _blocked(code: str, fifo: Path) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen([sys.executable, "-c", code, str(fifo)])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it sleeps in the system call
+            syscall = Path(f"/proc/{proc.pid}/syscall").read_text()
+            if not syscall.startswith("running") and syscall.split()[0] in ("0", "257"):
+                break
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "stuck-file.fifo"
+    os.mkfifo(path)
+    return path
+
+
+def test_file_of_a_thread_blocked_opening_a_path(fifo: Path) -> None:
+    for proc in _blocked("import sys; open(sys.argv[1])", fifo):
+        assert file_of(proc.pid, proc.pid) == "stuck-file.fifo"
+        assert thread_comm(proc.pid, proc.pid).startswith("python")
+
+
+def test_file_of_a_thread_blocked_reading_a_descriptor(fifo: Path) -> None:
+    code = "import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.read(fd, 1)"
+    for proc in _blocked(code, fifo):
+        assert file_of(proc.pid, proc.pid) == "stuck-file.fifo"
+
+
+def test_file_of_a_running_or_gone_thread_is_unknown() -> None:
+    assert file_of(os.getpid(), os.getpid()) == "?"  # this thread is running, not in a call
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert file_of(proc.pid, proc.pid) == "?"
+    assert file_of(os.getpid(), os.getpid(), machine="aarch64") == "?"
+
+
+def test_a_threads_rpc_is_folded_into_its_operation_and_kworker_rpcs_stand_alone(fifo: Path) -> None:
+    for proc in _blocked("import sys; open(sys.argv[1])", fifo):
+        now = time.monotonic_ns()
+        entries = [
+            InFlight(proc.pid, proc.pid, "create", now - 31 * 10**9, "", ""),
+            InFlight(proc.pid, proc.pid, "rpc", now - 30 * 10**9, "python3", "CREATE", None),
+            InFlight(os.getpid(), os.getpid(), "rpc", now - 29 * 10**9, "kworker/u2:1", "WRITE", None),
+            InFlight(os.getpid(), os.getpid(), "rpc", now - 10**8, "kworker/u2:1", "GETATTR", None),
+        ]
+        found = stalls(entries, now, 10**9)
+        assert [(s.op, s.rpc, s.file) for s in found] == [("create", "CREATE", "stuck-file.fifo"),
+                                                          ("rpc", "WRITE", "WRITE")]
+        assert found[0].pid == proc.pid and found[0].comm.startswith("python") and found[0].age_ns == 31 * 10**9
+    # a slot whose thread has exited is stale (a missed return), not a stall
+    assert stalls([InFlight(proc.pid, proc.pid, "read", now - 60 * 10**9, "", "")], now, 0) == []
+
+
+def test_stall_lines_when_crossing_then_every_interval() -> None:
+    reporter = StallReporter(min_age_ns=10**9, interval_s=10)
+    stall = Stall(7, 7, "dd", "write", 5, 2 * 10**9, "f", None, None)
+    t = 100 * 10**9
+    assert reporter.due([stall], t) == [stall]
+    assert reporter.due([stall], t + 9 * 10**9) == []
+    assert reporter.due([stall], t + 10 * 10**9) == [stall]
+    other = stall._replace(start_ns=6)  # the same thread's next operation is a new stall
+    assert reporter.due([other], t + 11 * 10**9) == [other]
+    assert reporter.due([stall], t + 12 * 10**9) == [stall]  # forgotten once it was gone
