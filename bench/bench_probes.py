@@ -1,11 +1,13 @@
 """Our generated nfsslower against Debian's nfsslower-bpfcc, side by side in one lab guest.
 
-Measures, in the same guest on the same workload (both tools attached at once):
+Measures, in the same guest on the same workload (three tools attached at once: ours with
+in-flight tracking (the default), ours without it (`--stall-interval 0`), and bcc's):
 - BPF cost per event: kernel.bpf_stats_enabled=1, then run_time_ns / run_cnt summed over
   each tool's programs (bpftool prog show: the programs that appeared when it started; Debian's
   bpftool lists no owner pids, and nothing else loads programs meanwhile), over the fixed
-  workload run twice (ours attached first, then bcc's first), both tools at their default
-  10 ms, after a short warm-up; target ratio ours/bcc <= 1.0. Also per attach order and
+  workload run three times, the tool attached first restarted between runs so that each
+  tool is attached first, second and last once, all at their default 10 ms, after a short
+  warm-up; targets: ours/bcc <= 1.0, in-flight on/off <= 1.1. Also per attach order and
   per operation group.
 - start-up time to first event: spawn -> first event line while O_SYNC writes (> 10 ms
   under TCG) keep coming; bcc compiles its C at start (70-125 s under TCG); target ratio <= 0.5.
@@ -30,6 +32,8 @@ MOUNTS = ("/mnt/nfs3", "/mnt/nfs42")
 #: both unbuffered (-u): bcc's tool prints to a file block-buffered otherwise
 OURS = [sys.executable, "-u", "-m", "probes.commands", "nfsslower"]
 BCC = [sys.executable, "-u", "/usr/sbin/nfsslower-bpfcc"]
+#: the tools compared; "ours" keeps operations in flight readable (stall lines), "ours_off" not
+TOOLS = ("ours", "ours_off", "bcc")
 
 
 def workload(rounds: int) -> int:
@@ -114,9 +118,9 @@ def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
     from probes.generate import points_of
     from probes.runtime import DEFAULT_SPEC
     from probes.select import KernelFacts, select
-    from probes.spec import OPS, load_spec
+    from probes.spec import DEFAULT_OPS, load_spec
     names: Dict[str, str] = {}
-    chosen = select(load_spec(Path(spec) if spec else DEFAULT_SPEC), KernelFacts.live(), list(OPS)).chosen
+    chosen = select(load_spec(Path(spec) if spec else DEFAULT_SPEC), KernelFacts.live(), list(DEFAULT_OPS)).chosen
     for point in points_of(chosen, None):
         if point.kind == "kprobe":
             names[f"p{point.id}_entry"] = names[f"p{point.id}_exit"] = point.op
@@ -169,65 +173,66 @@ def measure(progs: Dict[str, set], rounds: int) -> Dict[str, Dict[str, Any]]:
 
 
 def run_side_by_side(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
-    """Both tools attached at once, the workload run twice: once with ours attached first,
-    once (ours restarted) with bcc's attached first; costs are the sum of both.
+    """The three TOOLS attached at once, the workload run three times; before the second and
+    third run the tool attached first is restarted (so attached last); costs are the sums.
 
-    Why twice: on one function the kprobe attached last runs first, and under TCG the first
+    Why rotate: on one function the kprobe attached last runs first, and under TCG the first
     program to run after user space or a sleep pays for cold TLB/translation caches that
-    the second then finds warm (measured: the first of the two write-entry kprobes costs
-    2-4x the second, whichever tool it belongs to). Each order once cancels that for the
-    shared kprobes. (Our getattr tracepoint fires inside nfs_getattr, so before bcc's
-    kretprobe in both orders.) Both tools run at their default threshold (10 ms), under the
-    same host load; each tool's programs are the ones that appeared when it started.
+    the next ones find warm (measured: the first of two write-entry kprobes costs 2-4x the
+    second, whichever tool it belongs to). Each tool in each position once cancels that for
+    the shared kprobes. (Our getattr tracepoint fires inside nfs_getattr, so before bcc's
+    kretprobe in every order.) All run at their default threshold (10 ms), under the same
+    host load; each tool's programs are the ones that appeared when it started.
     """
     ours_cmd = OURS + (["--spec", spec] if spec else [])
-    # O_SYNC 4 KiB writes: over 10 ms each under TCG, so both tools print them at their default
-    busy = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={MOUNTS[0]}/work/busy.bin bs=4k count=1 "
-                                         "oflag=sync conv=notrunc status=none; sleep 0.2; done"])
+    cmds = {"ours": ours_cmd, "ours_off": ours_cmd + ["--stall-interval", "0"], "bcc": BCC}
+    busy_cmd = ["sh", "-c", f"while :; do dd if=/dev/zero of={MOUNTS[0]}/work/busy.bin bs=4k count=1 "
+                            "oflag=sync conv=notrunc status=none; sleep 0.2; done"]
     procs: Dict[str, subprocess.Popen] = {}
     progs: Dict[str, set] = {}
+    order: List[str] = []
+    logs: Dict[str, List[str]] = {name: [] for name in TOOLS}
     res: Dict[str, Any] = {"startup_s": {}, "cost": {}, "phases": {}}
 
-    def launch(name: str, cmd: List[str], log: str) -> float:
-        existing = set(prog_stats())
-        procs[name] = start(cmd, log)
-        took = wait_for(log, procs[name], lambda lines: len(event_lines(lines)) > 0)
-        progs[name] = set(prog_stats()) - existing
-        return took
+    def launch(name: str) -> float:
+        """Start one tool while O_SYNC writes (> 10 ms under TCG) come, until its first event."""
+        busy = subprocess.Popen(busy_cmd)
+        try:
+            existing = set(prog_stats())
+            log = f"/tmp/bench-{name}-{len(logs[name])}.out"
+            logs[name].append(log)
+            procs[name] = start(cmds[name], log)
+            took = wait_for(log, procs[name], lambda lines: len(event_lines(lines)) > 0)
+            progs[name] = set(prog_stats()) - existing
+            order.append(name)
+            return took
+        finally:
+            busy.kill()
+            busy.wait()
 
     try:
-        for name, cmd in (("ours", ours_cmd), ("bcc", BCC)):
-            res["startup_s"][name] = launch(name, cmd, f"/tmp/bench-{name}.out")
-        busy.kill()
-        busy.wait()
-        time.sleep(1)
-        res["phases"]["ours_attached_first"] = measure(progs, rounds)
-        procs["ours"].terminate()
-        procs["ours"].wait(120)
-        busy = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={MOUNTS[0]}/work/busy.bin bs=4k "
-                                             "count=1 oflag=sync conv=notrunc status=none; sleep 0.2; done"])
-        launch("ours", ours_cmd, "/tmp/bench-ours-2.out")
-        busy.kill()
-        busy.wait()
-        time.sleep(1)
-        res["phases"]["bcc_attached_first"] = measure(progs, rounds)
+        for name in TOOLS:
+            res["startup_s"][name] = launch(name)
+        for phase in range(len(TOOLS)):
+            if phase:
+                first = order.pop(0)
+                procs[first].terminate()
+                procs[first].wait(120)
+                launch(first)
+            time.sleep(1)
+            res["phases"]["attached " + " < ".join(order)] = measure(progs, rounds)
     finally:
-        if busy.poll() is None:
-            busy.kill()
         for proc in procs.values():
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(120)
     ours_ops = our_program_ops(spec)
-    for name in ("ours", "bcc"):
+    for name in TOOLS:
         res["cost"][name] = add_costs([phase[name] for phase in res["phases"].values()])
-        res["cost"][name]["groups"] = by_group(res["cost"][name], ours_ops if name == "ours" else BCC_OPS)
-    with open("/tmp/bench-ours.out") as first, open("/tmp/bench-ours-2.out") as second:
-        res["getattr_events_printed"] = {
-            "ours": sum(1 for line in event_lines(first.read().splitlines() + second.read().splitlines())
-                        if line[31:33].strip() == "G"),
-            "bcc": sum(1 for line in event_lines(open("/tmp/bench-bcc.out").read().splitlines())
-                       if line[31:33].strip() == "G")}
+        res["cost"][name]["groups"] = by_group(res["cost"][name], BCC_OPS if name == "bcc" else ours_ops)
+    res["getattr_events_printed"] = {
+        name: sum(1 for log in logs[name] for line in event_lines(open(log).read().splitlines())
+                  if line[31:33].strip() == "G") for name in TOOLS}
     return res
 
 
@@ -272,13 +277,16 @@ def in_guest(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
         res.update(run_side_by_side(rounds, spec))
     finally:
         subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
-    ours, bcc = res["cost"]["ours"], res["cost"]["bcc"]
+    ours, off, bcc = res["cost"]["ours"], res["cost"]["ours_off"], res["cost"]["bcc"]
     pair = lambda c: [c["run_cnt"], c["run_time_ns"]]
     res["ratios"] = {
         "startup_ours_over_bcc": res["startup_s"]["ours"] / res["startup_s"]["bcc"],
         "cost_per_event_ours_over_bcc": ns_ratio(pair(ours), pair(bcc)),
+        "cost_per_event_inflight_off_over_bcc": ns_ratio(pair(off), pair(bcc)),
+        "cost_per_event_inflight_on_over_off": ns_ratio(pair(ours), pair(off)),
         "total_bpf_ns_ours_over_bcc": ours["run_time_ns"] / bcc["run_time_ns"] if bcc["run_time_ns"] else None,
-        "per_phase": {phase: ns_ratio(pair(costs["ours"]), pair(costs["bcc"]))
+        "per_phase": {phase: [ns_ratio(pair(costs["ours"]), pair(costs["bcc"])),
+                              ns_ratio(pair(costs["ours"]), pair(costs["ours_off"]))]
                       for phase, costs in res["phases"].items()},
         "per_group": {group: ns_ratio(ours["groups"][group], bcc["groups"].get(group, [0, 0]))
                       for group in ours["groups"]},
@@ -287,7 +295,7 @@ def in_guest(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
 
 
 def report(res: Dict[str, Any]) -> str:
-    ours, bcc, ratio = res["cost"]["ours"], res["cost"]["bcc"], res["ratios"]
+    ours, off, bcc, ratio = res["cost"]["ours"], res["cost"]["ours_off"], res["cost"]["bcc"], res["ratios"]
     per = lambda c: f"{c['ns_per_run']:.0f} ns/run" if c["ns_per_run"] else "n/a"
     fmt = lambda value: f"{value:.2f}" if value is not None else "n/a"
     lines = [
@@ -297,9 +305,13 @@ def report(res: Dict[str, Any]) -> str:
         f"  BPF cost per event: ours {per(ours)} ({ours['run_cnt']} runs, {ours['programs']} progs), "
         f"bcc {per(bcc)} ({bcc['run_cnt']} runs, {bcc['programs']} progs) -> ratio "
         f"{fmt(ratio['cost_per_event_ours_over_bcc'])} (target <= 1.0)",
-        "    by attach order: " + ", ".join(f"{phase} {fmt(value)}" for phase, value in ratio["per_phase"].items()),
-        f"    getattr events printed: ours {res['getattr_events_printed']['ours']}, "
-        f"bcc {res['getattr_events_printed']['bcc']}",
+        f"  in-flight tracking: on {per(ours)}, off {per(off)} ({off['run_cnt']} runs) -> on/off "
+        f"{fmt(ratio['cost_per_event_inflight_on_over_off'])} (target <= 1.1); off/bcc "
+        f"{fmt(ratio['cost_per_event_inflight_off_over_bcc'])}",
+        "    by attach order (ours/bcc, on/off): " + ", ".join(
+            f"{phase}: {fmt(values[0])}, {fmt(values[1])}" for phase, values in ratio["per_phase"].items()),
+        "    getattr events printed: " + ", ".join(f"{name} {count}"
+                                                  for name, count in res["getattr_events_printed"].items()),
     ]
     for group, (runs, ns) in sorted(ours["groups"].items()):
         theirs = bcc["groups"].get(group, [0, 0])

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from probes.commands import SLOWER_HEADER, dist_text, slower_row
+from probes.commands import SLOWER_HEADER, dist_text, slower_row, stall_row
+from probes.inflight import Stall
 from probes.histogram import buckets, format_log2, percentile, stars
 
 BCC = Path(__file__).resolve().parent / "fixtures" / "6.1.0-50-amd64" / "bcc-tools"
@@ -91,3 +92,15 @@ def test_nfsslower_layout_matches_bcc() -> None:
         again = slower_row(clock, comm, int(pid), letter, int(nbytes), int(off_kb) * 1024,
                            round(float(lat_ms) * 1e6), name[0] if name else "")
         assert again == line
+
+
+def test_stall_lines_keep_bccs_columns_and_are_marked() -> None:
+    """A stuck operation's line has bcc's columns (a parser splitting on them still works)
+    and cannot be taken for a completed one: `>` before the time so far, `-` for size and
+    offset, `(in flight...)` after the file."""
+    stall = Stall(793, 793, "dd", "access", 0, 1_765_033_000, "new.bin", "ACCESS", "127.0.0.1")
+    line = stall_row("22:27:43", stall, "A")
+    assert line == "22:27:43 dd             793    A -       -        >1765.03 new.bin (in flight; RPC ACCESS to 127.0.0.1)"
+    assert len(line.split(None, 7)) == len(SLOWER_HEADER.split())
+    rpc = stall._replace(comm="kworker/u4:9", op="rpc", file="SEQUENCE", rpc="SEQUENCE", server=None)
+    assert stall_row("22:27:43", rpc, "P").endswith(">1765.03 SEQUENCE (RPC in flight)")
