@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Se
 from discover.errors import UserError
 from discover.events import EventPair, find_pairs
 from discover.profile import KernelProfile
-from probes.spec import OPS, SCHEMA, VERSION, add_pointer_roles
+from probes.spec import OPS, SCHEMA, VERSION, add_pointer_roles, parse_ops  # noqa: F401  (--ops)
 
 
 class OpKnowledge(NamedTuple):
@@ -271,16 +271,6 @@ def check_filesystem(profile: KernelProfile, fs: str) -> List[str]:
 
 
 KNOWN_FILESYSTEMS = {"nfs", "ext4", "xfs", "btrfs", "f2fs", "cifs", "fuse", "ceph", "zfs"}
-
-
-def parse_ops(text: str) -> List[str]:
-    ops = [o.strip().lower() for o in text.split(",") if o.strip()]
-    if not ops:
-        raise UserError("--ops is empty")
-    for op in ops:
-        if op not in OPS:
-            raise UserError(f"unknown operation {op!r} (known: {', '.join(OPS)})")
-    return ops
 
 
 class Proposer:

@@ -208,4 +208,4 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
 
 
 def main() -> None:
-    run_cli("labs", lambda: labs.main(standalone_mode=False))
+    run_cli("labs", labs)

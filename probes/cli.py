@@ -133,4 +133,4 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
 
 
 def main() -> None:
-    run_cli("probes", lambda: probes.main(standalone_mode=False))
+    run_cli("probes", probes)

@@ -20,7 +20,7 @@ from discover.errors import UserError
 from probes.generate import MAX_LAT_NS, Probe, Tool, decode_event, generate
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
-from probes.spec import OPS, load_spec
+from probes.spec import load_spec, parse_ops  # noqa: F401  (parse_ops: the tools' --ops)
 
 DEFAULT_SPEC = Path(__file__).resolve().parent / "specs" / "nfs.toml"
 BTF_DIR = Path("/sys/kernel/btf")
@@ -31,20 +31,6 @@ TASK_STORAGE_MIN_KERNEL = (5, 11)
 #: user space reads the ring buffer this often: events are submitted without a wakeup, so
 #: this bounds how late a line is printed
 RINGBUF_READ_MS = 100
-
-
-def parse_ops(text: Optional[str]) -> List[str]:
-    """`--ops read,write` (names or letters) -> op names in the spec's canonical order."""
-    if not text:
-        return list(OPS)
-    letters = {letter: name for name, letter in OPS.items()}
-    wanted = []
-    for item in (part.strip() for part in text.split(",")):
-        name = letters.get(item.upper(), item.lower())
-        if name not in OPS:
-            raise UserError(f"--ops: unknown operation {item!r} (known: {', '.join(OPS)} or {''.join(OPS.values())})")
-        wanted.append(name)
-    return [op for op in OPS if op in wanted]
 
 
 def sane_latency_ns(value: int) -> Optional[int]:

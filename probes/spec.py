@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 
@@ -43,6 +43,25 @@ def add_pointer_roles(roles: Dict[str, str], param: str, struct_name: str) -> No
     """Record the roles a `struct <struct_name> *` parameter gives; the first parameter wins."""
     for role, expr in ROLES_BY_POINTEE.get(struct_name, ()):
         roles.setdefault(role, expr.format(param))
+
+
+def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
+    """`--ops read,W` (names or letters, any case) -> op names in OPS order; None = all.
+
+    One vocabulary for every command: the names and letters the tools print.
+    """
+    if text is None:
+        return list(OPS)
+    letters = {letter: name for name, letter in OPS.items()}
+    wanted = [item.strip() for item in text.split(",") if item.strip()]
+    if not wanted:
+        raise UserError(f"{option} is empty (known: {', '.join(OPS)} or {''.join(OPS.values())})")
+    for item in wanted:
+        if letters.get(item.upper(), item.lower()) not in OPS:
+            raise UserError(f"{option}: unknown operation {item!r} "
+                            f"(known: {', '.join(f'{n} ({l})' for n, l in OPS.items())})")
+    names = {letters.get(item.upper(), item.lower()) for item in wanted}
+    return [op for op in OPS if op in names]
 
 
 CANDIDATE_KEYS = {"kind", "match", "keys", "module", "window", "stability", "coverage",
