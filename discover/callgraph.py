@@ -295,16 +295,20 @@ def folded(root: CallNode) -> Iterator[str]:
 # ---------------------------------------------------------------------------
 # Saved graphs and diffs.
 
-def load_json(text: str) -> nx.DiGraph:
-    """Read a graph written by to_json; ValueError when it is not one."""
+def load_json(text: str, origin: str = "<call graph>") -> nx.DiGraph:
+    """Read a graph written by to_json ("links", or networkx 3.4's "edges"); ValueError when
+    it is not JSON, UserError naming the first bad field when it is not a probekit call graph."""
+    from discover.schema import CALLGRAPH_LINK, CALLGRAPH_NODE, OneOf, Record, node_link_parts, validate
+
     data = json.loads(text)
-    if not isinstance(data, dict) or data.get("graph", {}).get("format") != "probekit-callgraph":
-        raise ValueError("not a probekit call graph JSON (write one with --format json)")
+    validate(data, Record({"graph": Record({"format": OneOf("probekit-callgraph")})}), origin,
+             "not a probekit call graph JSON (write one with `discover callgraph --format json`)")
+    nodes, links = node_link_parts(data, origin, CALLGRAPH_NODE, CALLGRAPH_LINK)
     graph = nx.DiGraph(**data["graph"])
-    for node in data.get("nodes", []):
+    for node in nodes:
         attrs = dict(node)
         graph.add_node(attrs.pop("id"), **attrs)
-    for link in data.get("links", []):
+    for link in links:
         attrs = dict(link)
         graph.add_edge(attrs.pop("source"), attrs.pop("target"), **attrs)
     return graph
