@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import networkx as nx
 
+from discover.errors import run_child
 from discover.funcgraph import CallNode
 
 FORMAT_VERSION = 1
@@ -269,8 +270,8 @@ def to_svg(dot_text: str) -> bytes:
     if dot is None:
         raise RuntimeError("SVG needs Graphviz `dot` (apt-get install graphviz); "
                            "or use --format dot and render it elsewhere")
-    proc = subprocess.run([dot, "-Tsvg"], input=dot_text.encode(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, check=False)
+    proc = run_child([dot, "-Tsvg"], input=dot_text.encode(), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)  # its own process group: ended if we are
     if proc.returncode != 0:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()
         raise RuntimeError(f"dot failed: {reason[0] if reason else 'exit ' + str(proc.returncode)}")

@@ -135,7 +135,7 @@ def run_child(argv: Sequence[str], input: Optional[bytes] = None,
     return subprocess.CompletedProcess(list(argv), status, out, err)
 
 
-def write_output(path: Union[str, Path], data: Union[str, bytes]) -> None:
+def write_file(path: Union[str, Path], data: Union[str, bytes]) -> None:
     """Write a command's output file; any failure is one UserError naming the path, and a
     file this call created is not left half-written."""
     path = Path(path)
@@ -219,6 +219,10 @@ def run_cli(prog: str, entry: Union[click.BaseCommand, Callable[[], object]],
     """
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_terminated)
+    for var in ("COLUMNS", "LINES"):  # COLUMNS=0 would make rich print nothing: use the terminal's size
+        value = os.environ.get(var, "1")
+        if not value.isdigit() or int(value) == 0:
+            del os.environ[var]
     code: int = 0
     line: Optional[str] = None
     try:

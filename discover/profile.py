@@ -39,7 +39,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from discover.errors import UserError
+from discover.errors import UserError, write_file
 from discover.schema import profile_shape, validate
 
 SCHEMA = "probekit-kernel-profile"
@@ -213,7 +213,7 @@ def load_profile(path: Path) -> KernelProfile:
 def dump_profile(data: Dict[str, Any], path: Path) -> None:
     """Write a profile (compact per line enough to diff, small enough to commit)."""
     check_profile(data, str(path))
-    Path(path).write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    write_file(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def empty_profile() -> Dict[str, Any]:
