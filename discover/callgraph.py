@@ -304,7 +304,7 @@ def load_json(text: str, origin: str = "<call graph>") -> nx.DiGraph:
     data = json.loads(text)
     validate(data, Record({"graph": Record({"format": OneOf("probekit-callgraph")})}), origin,
              "not a probekit call graph JSON (write one with `discover callgraph --format json`)")
-    nodes, links = node_link_parts(data, origin, CALLGRAPH_NODE, CALLGRAPH_LINK)
+    nodes, links = node_link_parts(data, origin, CALLGRAPH_NODE, CALLGRAPH_LINK, closed=True)
     graph = nx.DiGraph(**data["graph"])
     for node in nodes:
         attrs = dict(node)

@@ -241,12 +241,20 @@ CALLGRAPH_LINK = Record({"source": NonEmpty(), "target": NonEmpty(), "calls": CO
 
 
 def node_link_parts(data: Any, origin: str, node: Any = NODE_LINK_NODE, link: Any = NODE_LINK_LINK,
-                    graph: Any = ANY) -> Tuple[list, list]:
-    """The checked nodes and links of a node-link JSON document (links under "links" or "edges")."""
+                    closed: bool = False) -> Tuple[list, list]:
+    """The checked nodes and links of a node-link JSON document (links under "links" or "edges");
+    with closed=True every link must join two of the listed nodes."""
     key = "edges" if isinstance(data, dict) and "edges" in data and "links" not in data else "links"
-    validate(data, Record({"nodes": ListOf(node)}, {key: ListOf(link), "graph": graph}), origin,
-             "not a node-link call graph")
-    return data["nodes"], data.get(key, [])
+    what = "not a node-link call graph"
+    validate(data, Record({"nodes": ListOf(node)}, {key: ListOf(link)}), origin, what)
+    links = data.get(key, [])
+    if closed:
+        ids = {n["id"] for n in data["nodes"]}
+        for i, entry in enumerate(links):
+            for end in ("source", "target"):
+                if entry[end] not in ids:
+                    raise UserError(f"{origin}: {what}: {key}[{i}].{end}: {short(entry[end])} is not one of the nodes")
+    return data["nodes"], links
 
 
 FIELD = Record({"name": NonEmpty(), "type": str}, {"offset": COUNT, "size": COUNT, "signed": ANY, "common": bool})
