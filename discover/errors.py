@@ -210,7 +210,7 @@ def _message(exc: BaseException) -> tuple:
     return None, None
 
 
-def run_cli(prog: str, entry: Union[click.BaseCommand, Callable[[], object]],
+def run_cli(prog: str, entry: Union[click.Command, Callable[[], object]],
             args: Optional[List[str]] = None) -> NoReturn:
     """Run a command (a click command, or a plain callable) inside the boundary and exit.
 
@@ -226,7 +226,7 @@ def run_cli(prog: str, entry: Union[click.BaseCommand, Callable[[], object]],
     code: int = 0
     line: Optional[str] = None
     try:
-        if isinstance(entry, click.BaseCommand):
+        if isinstance(entry, click.Command):
             argv = sys.argv[1:] if args is None else args
             with entry.make_context(prog, list(argv)) as ctx:
                 entry.invoke(ctx)
