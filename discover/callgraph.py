@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import networkx as nx
 
+from discover.errors import run_child
 from discover.funcgraph import CallNode
 
 FORMAT_VERSION = 1
@@ -269,8 +270,8 @@ def to_svg(dot_text: str) -> bytes:
     if dot is None:
         raise RuntimeError("SVG needs Graphviz `dot` (apt-get install graphviz); "
                            "or use --format dot and render it elsewhere")
-    proc = subprocess.run([dot, "-Tsvg"], input=dot_text.encode(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, check=False)
+    proc = run_child([dot, "-Tsvg"], input=dot_text.encode(), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)  # its own process group: ended if we are
     if proc.returncode != 0:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()
         raise RuntimeError(f"dot failed: {reason[0] if reason else 'exit ' + str(proc.returncode)}")
@@ -295,16 +296,20 @@ def folded(root: CallNode) -> Iterator[str]:
 # ---------------------------------------------------------------------------
 # Saved graphs and diffs.
 
-def load_json(text: str) -> nx.DiGraph:
-    """Read a graph written by to_json; ValueError when it is not one."""
+def load_json(text: str, origin: str = "<call graph>") -> nx.DiGraph:
+    """Read a graph written by to_json ("links", or networkx 3.4's "edges"); ValueError when
+    it is not JSON, UserError naming the first bad field when it is not a probekit call graph."""
+    from discover.schema import CALLGRAPH_LINK, CALLGRAPH_NODE, OneOf, Record, node_link_parts, validate
+
     data = json.loads(text)
-    if not isinstance(data, dict) or data.get("graph", {}).get("format") != "probekit-callgraph":
-        raise ValueError("not a probekit call graph JSON (write one with --format json)")
+    validate(data, Record({"graph": Record({"format": OneOf("probekit-callgraph")})}), origin,
+             "not a probekit call graph JSON (write one with `discover callgraph --format json`)")
+    nodes, links = node_link_parts(data, origin, CALLGRAPH_NODE, CALLGRAPH_LINK, closed=True)
     graph = nx.DiGraph(**data["graph"])
-    for node in data.get("nodes", []):
+    for node in nodes:
         attrs = dict(node)
         graph.add_node(attrs.pop("id"), **attrs)
-    for link in data.get("links", []):
+    for link in links:
         attrs = dict(link)
         graph.add_edge(attrs.pop("source"), attrs.pop("target"), **attrs)
     return graph

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
-from discover.errors import UserError
+from discover.errors import UserError, end_process_group
 from discover.tracefs import (Host, Interrupted, TraceSession, buffer_kb_limit,
                               find_tracefs, require_function_graph, require_root, thread_ids,
                               validate_functions)
@@ -346,7 +346,7 @@ class CaptureStream:
         if self._started:
             self.summary.elapsed = time.monotonic() - self._started
         if self.workload is not None:
-            self.summary.workload_status = _end_process_group(self.workload)
+            self.summary.workload_status = end_process_group(self.workload)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -354,22 +354,6 @@ class CaptureStream:
             self.summary.per_cpu = _subtract(read_cpu_stats(self.session.tracefs), self._base_stats)
         except OSError:
             pass
-
-
-def _end_process_group(proc: subprocess.Popen) -> int:
-    """The workload's exit status, terminating its whole process group if still running."""
-    if proc.poll() is None:
-        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-    return proc.wait()
 
 
 def _list_is_empty(text: str) -> bool:

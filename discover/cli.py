@@ -24,4 +24,4 @@ discover.add_command(diff)
 
 
 def main() -> None:
-    run_cli("discover", lambda: discover.main(standalone_mode=False))
+    run_cli("discover", discover)

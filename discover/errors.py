@@ -1,10 +1,30 @@
-"""One-line errors for command-line users: never a traceback for bad input."""
+"""The error boundary of every console script: one line on stderr, a known exit code, nothing left behind.
+
+Why one place: a user who types a wrong path, presses Ctrl-C or sends SIGTERM must get
+the same answer from every command (one line, exit 1 / 2 / 130 / 143), and whatever a
+command changed on the way (tracefs mounted, a child such as `dot` or `xz` started, a
+half-written directory) must be undone on every one of those paths. Commands register
+such undo steps here (`at_exit`, `run_child`, `spawn`); `run_cli` runs them. A bug is
+still one line on the terminal; its traceback goes to a log file under the cache
+directory. This module is imported by every layer, so it imports nothing of probekit.
+"""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
-from typing import Callable, NoReturn
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
 import click
+
+#: exit codes of the boundary: a user error, a usage error (click's), Ctrl-C, SIGTERM
+EXIT_ERROR, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
+#: longest message printed; beyond this a (huge) input is cut, the line stays readable
+MAX_LINE = 600
 
 
 class UserError(Exception):
@@ -13,25 +33,248 @@ class UserError(Exception):
     Commands print it as one line on stderr and exit non-zero.
     """
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
 
-def run_cli(prog: str, entry: Callable[[], object]) -> NoReturn:
-    """Run a command's entry point, turning UserError, usage errors, OS errors and Ctrl-C into one-line exits."""
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C (a BaseException, so `except Exception` cannot eat it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def cache_root() -> Path:
+    """Where probekit caches downloads, images, lab state and logs (PROBEKIT_CACHE overrides)."""
+    env = os.environ.get("PROBEKIT_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "probekit"
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line: control characters (a newline in a file name) escaped, cut at MAX_LINE."""
+    out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return out if len(out) <= MAX_LINE else out[:MAX_LINE - 3] + "..."
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """repr() of a value for an error message, cut so a huge input gives a short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# -- undo steps ------------------------------------------------------------------------
+
+_cleanups: List[Callable[[], None]] = []
+
+
+def at_exit(step: Callable[[], None]) -> Callable[[], None]:
+    """Run `step` when the command ends, however it ends (last registered runs first)."""
+    _cleanups.append(step)
+    return step
+
+
+def forget(step: Callable[[], None]) -> None:
+    """`step` was done (or is no longer needed) by the code that registered it."""
+    if step in _cleanups:
+        _cleanups.remove(step)
+
+
+def run_cleanups() -> List[str]:
+    """Run and drop every registered undo step; one line per step that failed."""
+    failed = []
+    while _cleanups:
+        step = _cleanups.pop()
+        try:
+            step()
+        except Exception as exc:  # one failed undo step must not skip the others
+            failed.append(f"cleanup {getattr(step, '__name__', step)} failed: {exc}")
+    return failed
+
+
+def end_process_group(proc: "subprocess.Popen[Any]") -> int:
+    """The child's exit status, after ending its whole process group if it still runs."""
+    if proc.poll() is None:
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    return proc.wait()
+
+
+def spawn(argv: Sequence[str], **kwargs: Any) -> "subprocess.Popen[Any]":
+    """Start a child in its own process group, ended (with its children) when the command ends.
+
+    Call `release(proc)` once the caller has waited for it normally.
+    """
+    proc: "subprocess.Popen[Any]" = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
+    proc._probekit_end = at_exit(lambda: end_process_group(proc))  # type: ignore[attr-defined]
+    return proc
+
+
+def release(proc: "subprocess.Popen[Any]") -> int:
+    """End a child started by `spawn` (if still running) and drop its undo step; its exit status."""
+    status = end_process_group(proc)
+    forget(getattr(proc, "_probekit_end", lambda: None))
+    return status
+
+
+def run_child(argv: Sequence[str], input: Optional[bytes] = None,
+              timeout: Optional[float] = None, **kwargs: Any) -> "subprocess.CompletedProcess[Any]":
+    """subprocess.run in its own process group: on Ctrl-C, SIGTERM or an error the group is ended too."""
+    proc = spawn(argv, stdin=subprocess.PIPE if input is not None else kwargs.pop("stdin", None), **kwargs)
     try:
-        entry()
-    except UserError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:  # usage errors: one line too, not a traceback
-        print(f"{prog}: error: {exc.format_message()}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    except OSError as exc:  # e.g. an output path in a missing directory: say which file, no traceback
-        print(f"{prog}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        sys.exit(1)
-    sys.exit(0)
+        out, err = proc.communicate(input, timeout=timeout)
+    finally:
+        status = release(proc)
+    return subprocess.CompletedProcess(list(argv), status, out, err)
+
+
+def write_file(path: Union[str, Path], data: Union[str, bytes]) -> None:
+    """Write a command's output file; any failure is one UserError naming the path, and a
+    file this call created is not left half-written."""
+    path = Path(path)
+    existed = path.exists()
+    try:
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data, encoding="utf-8")
+    except OSError as exc:
+        if not existed and path.is_file():
+            path.unlink()
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def same_file(a: Union[str, Path], b: Union[str, Path]) -> bool:
+    """Whether two paths name one existing file (an output that would overwrite an input)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+# -- the boundary ----------------------------------------------------------------------
+
+def log_dir() -> Path:
+    return cache_root() / "logs"
+
+
+def _write_log(prog: str, exc: BaseException) -> str:
+    """Save the traceback of an unexpected exception; where it went (or why it could not be saved)."""
+    path = log_dir() / f"{prog}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        path.write_text(f"{prog} {' '.join(sys.argv[1:])}\n{text}", encoding="utf-8", errors="replace")
+    except OSError as err:
+        return f"no log written: {err.strerror or err}: {path}"
+    return f"details in {path}"
+
+
+#: click 8.2+ raises this for a group called without a command (older click printed the help itself)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _raise_terminated(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def _message(exc: BaseException) -> tuple:
+    """(exit code, message) for an exception reaching the boundary; None message = print nothing."""
+    if isinstance(exc, UserError):
+        return exc.exit_code, f"error: {exc}"
+    if isinstance(exc, click.exceptions.Exit):
+        return exc.exit_code, None
+    if isinstance(exc, _NO_ARGS_IS_HELP):  # a bare group: its help on stdout, the problem on stderr
+        click.echo(exc.ctx.get_help())
+        return exc.exit_code, f"error: missing command (see {exc.ctx.command_path} --help)"
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        return exc.exit_code, f"error: {exc.format_message()} (see {exc.ctx.command_path} --help)"
+    if isinstance(exc, click.ClickException):
+        return exc.exit_code, f"error: {exc.format_message()}"
+    if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+        return EXIT_SIGINT, "interrupted (Ctrl-C); stopped and cleaned up"
+    if isinstance(exc, Terminated):
+        return 128 + exc.signum, f"terminated by {exc}; stopped and cleaned up"
+    if isinstance(exc, UnicodeError):
+        return EXIT_ERROR, f"error: {exc}"
+    if isinstance(exc, OSError):  # e.g. an output path in a missing directory: say which file
+        path = f": {exc.filename}" if exc.filename is not None else ""
+        return EXIT_ERROR, f"error: {exc.strerror or exc}{path}"
+    return None, None
+
+
+def run_cli(prog: str, entry: Union[click.Command, Callable[[], object]],
+            args: Optional[List[str]] = None) -> NoReturn:
+    """Run a command (a click command, or a plain callable) inside the boundary and exit.
+
+    A click command is invoked without click's own main(): that one turns Ctrl-C into an
+    Abort with a blank stderr line first, and lets other exceptions through as tracebacks.
+    """
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_terminated)
+    for var in ("COLUMNS", "LINES"):  # COLUMNS=0 would make rich print nothing: use the terminal's size
+        value = os.environ.get(var, "1")
+        if not value.isdigit() or int(value) == 0:
+            del os.environ[var]
+    code: int = 0
+    line: Optional[str] = None
+    try:
+        if isinstance(entry, click.Command):
+            argv = sys.argv[1:] if args is None else args
+            with entry.make_context(prog, list(argv)) as ctx:
+                entry.invoke(ctx)
+        else:
+            entry()
+    except SystemExit as exc:  # a command's own exit code (e.g. `labs run` passes the guest's through)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
+        if exc.code is not None and not isinstance(exc.code, int):
+            line = str(exc.code)
+    except BrokenPipeError:  # `| head`: the reader is gone, nothing to report
+        _silence_stdout()
+    except BaseException as exc:  # the boundary: everything ends here as one line
+        known, line = _message(exc)
+        if known is None:
+            code, line = EXIT_ERROR, f"internal error: {type(exc).__name__}: {exc} ({_write_log(prog, exc)})"
+        else:
+            code = known
+        if line is not None:
+            line = f"{prog}: {line}"
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # cleanup is not interrupted again
+            signal.signal(signum, signal.SIG_IGN)
+        problems = run_cleanups()
+    if problems and line is None and code == 0:
+        code = EXIT_ERROR
+    if problems:
+        line = f"{line}; " if line else f"{prog}: "
+        line += "; ".join(problems)
+    if line:
+        try:
+            print(one_line(line), file=sys.stderr, flush=True)
+        except OSError:
+            pass
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        _silence_stdout()
+    except OSError as exc:  # e.g. stdout is /dev/full
+        print(one_line(f"{prog}: error: cannot write standard output: {exc.strerror or exc}"), file=sys.stderr)
+        _silence_stdout()
+        code = code or EXIT_ERROR
+    sys.exit(code)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not complain about a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

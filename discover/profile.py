@@ -35,10 +35,12 @@ from __future__ import annotations
 import fnmatch
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from discover.errors import UserError
+from discover.errors import UserError, write_file
+from discover.schema import profile_shape, validate
 
 SCHEMA = "probekit-kernel-profile"
 VERSION = 1
@@ -169,12 +171,13 @@ class KernelProfile:
 
 
 def check_profile(data: Any, origin: str) -> Dict[str, Any]:
-    """Validate the outer shape; raise UserError naming what is wrong."""
+    """Validate the schema marker, the version and every section's shape; raise UserError
+    naming the first bad field (docs/kernel-profile.md)."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{origin}: not a kernel profile (no \"schema\": \"{SCHEMA}\"); "
                         f"make one with `discover snapshot -o PROFILE.json`")
     version = data.get("version")
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise UserError(f"{origin}: kernel profile has no valid \"version\"")
     if version > VERSION:
         raise UserError(f"{origin}: kernel profile version {version} is newer than this "
@@ -182,23 +185,26 @@ def check_profile(data: Any, origin: str) -> Dict[str, Any]:
     missing = [key for key in REQUIRED_KEYS if key not in data]
     if missing:
         raise UserError(f"{origin}: kernel profile lacks {', '.join(missing)}")
+    validate(data, profile_shape(REQUIRED_KEYS), origin, "kernel profile")
     return data
 
 
 def load_profile(path: Path) -> KernelProfile:
-    """Read a profile file; every problem is one UserError line."""
+    """Read a profile file (plain or gzip-compressed JSON); every problem is one UserError line."""
     try:
         raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":  # gzip: profiles are stored compressed as test fixtures
-            raw = gzip.decompress(raw)
-        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such kernel profile") from None
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise UserError(f"{path}: cannot read kernel profile: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read kernel profile: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":  # gzip: profiles are stored compressed as test fixtures
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UserError(f"{path}: corrupt gzip-compressed kernel profile ({exc})") from None
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
         raise UserError(f"{path}: not a kernel profile (not JSON); "
                         f"make one with `discover snapshot -o PROFILE.json`") from None
     return KernelProfile(check_profile(data, str(path)), origin=str(path))
@@ -207,7 +213,7 @@ def load_profile(path: Path) -> KernelProfile:
 def dump_profile(data: Dict[str, Any], path: Path) -> None:
     """Write a profile (compact per line enough to diff, small enough to commit)."""
     check_profile(data, str(path))
-    Path(path).write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    write_file(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def empty_profile() -> Dict[str, Any]:

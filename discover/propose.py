@@ -16,12 +16,14 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
 from discover.events import EventPair, find_pairs
 from discover.profile import KernelProfile
+from discover.schema import node_link_parts
 from probes.spec import OPS, SCHEMA, VERSION, add_pointer_roles
 
 
@@ -237,13 +239,12 @@ class CallGraphs:
 
     def add_json(self, path: Path) -> None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
             raise UserError(f"{path}: not a call graph JSON file ({exc.__class__.__name__})") from None
-        if not isinstance(data, dict) or "nodes" not in data:
-            raise UserError(f"{path}: not a node-link call graph (no \"nodes\")")
+        nodes, links = node_link_parts(data, str(path))
         self.files.append(path.name)
-        self._add_graph(data["nodes"], data.get("links", data.get("edges", [])), with_events=True)
+        self._add_graph(nodes, links, with_events=True)
 
     def add_trace(self, path: Path) -> None:
         """A function_graph trace: the parser places each event in the call it fired in."""
@@ -255,7 +256,7 @@ class CallGraphs:
         try:
             with opener(path, "rt", encoding="utf-8", errors="replace") as fh:  # type: ignore[operator]
                 parser.feed(fh)
-        except OSError as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise UserError(f"{path}: cannot read trace: {exc}") from None
         tree = parser.finish()
         if tree.is_empty():

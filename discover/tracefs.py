@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from discover.errors import UserError
+from discover.errors import UserError, at_exit
 
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 #: perf-tools' lock: the file holds the owner's PID; present means "ftrace busy".
@@ -94,6 +94,12 @@ def _is_tracefs(directory: Path) -> bool:
     return any((directory / marker).is_file() for marker in TRACEFS_MARKERS)
 
 
+def _unmounter(target: str) -> Callable[[], None]:
+    def unmount_tracefs() -> None:
+        subprocess.run(["umount", target], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return unmount_tracefs
+
+
 def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
     """Return the tracefs directory, mounting tracefs when root, absent and `mount` is set.
 
@@ -111,9 +117,10 @@ def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
             return cand
     if mount and host.is_real and host.euid == 0:
         for fstype, target in (("tracefs", TRACEFS_DIRS[0]), ("debugfs", "/sys/kernel/debug")):
-            if Path(target).is_dir():
-                subprocess.run(["mount", "-t", fstype, "nodev", target],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            if Path(target).is_dir() and subprocess.run(
+                    ["mount", "-t", fstype, "nodev", target],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0:
+                at_exit(_unmounter(target))  # mounted by us: unmounted when the command ends, however
             for cand in candidates:
                 if _is_tracefs(cand):
                     return cand

@@ -43,7 +43,9 @@ def attach_lab(name: str = "default") -> Lab:
     marker = _state_file(name)
     if not marker.exists():
         raise UserError(f"no lab {name!r} is up (run `labs up` first)")
-    backend = marker.read_text().strip()
+    backend = marker.read_text(errors="replace").strip()
+    if backend not in BACKENDS:
+        raise UserError(f"{marker}: unknown backend {backend[:40]!r}; `labs down --name {name}` clears it")
     if backend == "qemu":
         from labs.qemu import QemuLab
         return QemuLab.attach(name, progress=_progress)
@@ -161,12 +163,27 @@ def status(name: str, as_json: bool) -> None:
 def down(name: str) -> None:
     """Stop the lab's guests and remove their overlays, sockets and state."""
     marker = _state_file(name)
-    if not marker.exists():
-        click.echo(f"lab {name!r} is not up")
+    try:
+        lab = attach_lab(name)
+    except UserError:  # no marker, or a marker/state a crash left behind: clear what is there
+        click.echo(f"lab {name!r} down (stale state cleared)" if _clear_stale(name) else f"lab {name!r} is not up")
         return
-    attach_lab(name).down()
-    marker.unlink()
+    lab.down()
+    marker.unlink(missing_ok=True)
     click.echo(f"lab {name!r} down")
+
+
+def _clear_stale(name: str) -> bool:
+    """Remove a lab marker and QEMU state that no longer describe a running lab (guests still
+    recorded in the state are stopped first); whether there was anything to remove."""
+    from labs.qemu import QemuLab, lab_state_dir
+    marker, state = _state_file(name), lab_state_dir(name)
+    stale = QemuLab(name=name, progress=_progress)
+    found = marker.exists() or (state.is_dir() and any(e != stale.results_dir for e in state.iterdir()))
+    if found:
+        stale.down()
+    marker.unlink(missing_ok=True)
+    return found
 
 
 @labs.command(epilog=_examples(
@@ -208,4 +225,4 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
 
 
 def main() -> None:
-    run_cli("labs", lambda: labs.main(standalone_mode=False))
+    run_cli("labs", labs)

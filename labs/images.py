@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from discover.errors import UserError
+from discover.errors import UserError, cache_root
 
 #: Bump when the build steps change in a way that changes the image.
 BUILDER_VERSION = "1"
@@ -49,12 +49,6 @@ KERNEL_SUITES: Dict[str, str] = {
 BACKPORTS = "-backports"
 
 Progress = Callable[[str], None]
-
-
-def cache_root() -> Path:
-    """Where images, the lab SSH key and lab state live (PROBEKIT_CACHE overrides)."""
-    env = os.environ.get("PROBEKIT_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "probekit"
 
 
 class ImageInfo(NamedTuple):

@@ -24,9 +24,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Union
 
 from discover.errors import UserError
+from discover.schema import ANY, ListOf, MapOf, Nullable, OneOf, Record, validate
 from labs.agent import AgentError, AgentTimeout, GuestAgent, run_command
 from labs.base import CLIENT, SERVER, CommandResult, Lab
 from labs.console import ConsoleWatch, GuestFailure, failure
@@ -55,6 +56,30 @@ class Node(NamedTuple):
 def lab_state_dir(name: str = "default") -> Path:
     """Where a running lab keeps its state, overlays, sockets and console logs."""
     return cache_root() / "labs" / name
+
+
+#: what `_save` writes; `attach` checks it before use (a crash or a hand edit can leave anything)
+STATE = Record({"kernel": str, "topology": OneOf("single", "pair"), "ssh": bool, "memory_mib": int,
+                "vcpus": Nullable(int), "accel": Nullable(str), "project_dir": str,
+                "image": Record({k: ANY for k in ImageInfo._fields}), "link_port": int,
+                "nodes": ListOf(Record({"name": str, "index": int, "link_address": str, "ssh_port": int}, closed=True)),
+                "pids": MapOf(int), "console_offsets": MapOf(int)})
+
+
+def read_state(path: Path, name: str) -> Dict[str, Any]:
+    """A lab's state.json, checked; a broken one is one line that says how to clear it."""
+    hint = f"; `labs down --name {name}` clears it"
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}{hint}") from None
+    except (ValueError, RecursionError):
+        raise UserError(f"{path}: lab state is not JSON{hint}") from None
+    try:
+        validate(data, STATE, str(path), "lab state")
+    except UserError as exc:
+        raise UserError(f"{exc}{hint}") from None
+    return data
 
 
 def free_port() -> int:
@@ -100,7 +125,7 @@ class QemuLab(Lab):
         state_file = lab_state_dir(name) / "state.json"
         if not state_file.exists():
             raise UserError(f"no lab {name!r} is up (run `labs up` first)")
-        state = json.loads(state_file.read_text())
+        state = read_state(state_file, name)
         lab = cls(kernel=state["kernel"], topology=state["topology"], name=name, ssh=state["ssh"],
                   memory_mib=state["memory_mib"], vcpus=state["vcpus"], accel=state["accel"],
                   project_dir=Path(state["project_dir"]), progress=progress)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import click
 
-from discover.errors import UserError, run_cli
+from discover.errors import UserError, run_cli, write_file
 
 
 def _log(msg: str) -> None:
@@ -96,11 +96,16 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
       probes compat probes/specs/nfs.toml --kernel 6.1 --kernel /tmp/lab-6.1.json --reference 6.1 --format md
       probes compat probes/specs/nfs.toml --kernel 6.1 --kernel 7.3 --format html -o nfs-compat.html
     """
-    import json
-
-    from probes.compat import build_report, load_kernels, render, spec_events, spec_functions, spec_modules
+    from probes.compat import (build_report, load_kernels, render, short_label, spec_events, spec_functions,
+                               spec_modules)
     from probes.spec import load_spec
+    for value in kernels:
+        if not value.strip():
+            raise UserError("--kernel: empty value (a version such as 6.12, a .deb or directory, a profile, or live)")
+    if output is not None and output.is_dir():
+        raise UserError(f"-o {output}: is a directory")
     spec_data = load_spec(spec)
+    lab = _read_lab_results(lab_results, spec_data["ops"]) if lab_results else None  # before the slow part
     loaded = load_kernels(kernels, spec_functions(spec_data), spec_modules(spec_data), log=_log,
                           events=spec_events(spec_data))
     labels = [k.label for _a, k in loaded]
@@ -117,20 +122,39 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
             raise UserError(f"--reference {reference}: not one of the --kernel values")
     if ref is None:
         ref = loaded[0][1]
-    lab = None
-    if lab_results:
-        try:
-            lab = json.loads(lab_results.read_text())
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{lab_results}: not lab results JSON ({exc})") from None
+    if lab:
+        known = {short_label(name) for _a, k in loaded for name in (k.label, k.profile.release)}
+        for given in lab:
+            if short_label(given) not in known:
+                raise UserError(f"{lab_results}: {given}: not one of the --kernel values "
+                                f"({', '.join(sorted(known))})")
     report = build_report(spec_data, [k for _a, k in loaded], ref, str(spec), lab)
     text = render(report, fmt)
     if output:
-        output.write_text(text)
+        write_file(output, text)
         _log(f"wrote {output}")
     else:
         sys.stdout.write(text)
 
 
+def _read_lab_results(path: Path, ops: Dict[str, Any]) -> Dict[str, Any]:
+    """The --lab-results file, checked (shape, operation names) before any kernel is analysed."""
+    import json
+
+    from discover.schema import LAB_RESULTS, did_you_mean, validate
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise UserError(f"--lab-results {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: not lab results JSON ({str(exc).splitlines()[0][:80]})") from None
+    validate(data, LAB_RESULTS, str(path), "lab results")
+    for kernel, per_op in data.items():
+        for op in per_op:
+            if op not in ops:
+                raise UserError(f"{path}: {kernel}.{op}: not an operation of the spec{did_you_mean(op, ops)}")
+    return data
+
+
 def main() -> None:
-    run_cli("probes", lambda: probes.main(standalone_mode=False))
+    run_cli("probes", probes)

@@ -334,15 +334,15 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
 
 
 def main_nfsslower() -> None:
-    run_cli("nfsslower", lambda: nfsslower.main(prog_name="nfsslower", standalone_mode=False))
+    run_cli("nfsslower", nfsslower)
 
 
 def main_nfsdist() -> None:
-    run_cli("nfsdist", lambda: nfsdist.main(prog_name="nfsdist", standalone_mode=False))
+    run_cli("nfsdist", nfsdist)
 
 
 def main_nfstop() -> None:
-    run_cli("nfstop", lambda: nfstop.main(prog_name="nfstop", standalone_mode=False))
+    run_cli("nfstop", nfstop)
 
 
 if __name__ == "__main__":

@@ -767,8 +767,8 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
                 future.result()  # re-raises a worker's UserError here, as one line
     out = []
     for arg, res in zip(args, resolved):
-        if log:
-            log(f"loading kernel {arg}")
+        if log and (res == "live" or Path(res).is_dir() or (Path(res).is_file() and _is_deb(Path(res)))):
+            log(f"loading kernel {arg}")  # a package takes a while; a profile JSON is read at once
         out.append((arg, load_kernel(res, functions, modules, log=log, events=events)))
     return out
 

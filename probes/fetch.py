@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from discover.errors import UserError
+from discover.errors import UserError, at_exit, cache_root, forget, run_child
 
 MIRROR = "http://deb.debian.org/debian"
 SUITES = ("bullseye", "bookworm", "bookworm-backports", "trixie", "trixie-backports", "sid")
@@ -29,10 +29,6 @@ MANIFEST = "manifest.json"
 #: linux-image-<abi>-amd64[-unsigned]; <abi> as Debian spells it: 5.10.0-32, 6.12.95+deb12, 7.2.13+deb14
 _IMAGE_RE = re.compile(r"^linux-image-(\d+\.\d+(?:\.\d+)?(?:-\d+)?(?:\+deb\d+(?:\.\d+)?)?)-amd64(-unsigned)?$")
 
-
-def cache_root() -> Path:
-    """Where probekit caches downloads (PROBEKIT_CACHE overrides, for tests and CI)."""
-    return Path(os.environ.get("PROBEKIT_CACHE", Path.home() / ".cache" / "probekit"))
 
 
 def kernels_dir() -> Path:
@@ -61,6 +57,8 @@ class PrivateApt:
 
     def __init__(self, root: Optional[Path] = None) -> None:
         self.root = root or cache_root() / "apt"
+        self.warnings: List[str] = []
+        self.update_failed: Optional[str] = None
 
     def _prepare(self) -> None:
         for sub in ("state/lists/partial", "cache/archives/partial", "etc/sources.list.d",
@@ -100,11 +98,12 @@ class PrivateApt:
     def _run(self, tool: str, args: List[str], cwd: Optional[Path] = None) -> str:
         if shutil.which(tool) is None:
             raise UserError(f"{tool} not found: fetching Debian kernels needs apt")
-        proc = subprocess.run([tool, "-q", *self.options(), *args], cwd=cwd,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = run_child([tool, "-q", *self.options(), *args], cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
             raise UserError(f"{tool} {args[0]} failed: {last}")
+        self.warnings = [line for line in proc.stderr.splitlines() if line.startswith(("W:", "E:"))]
         return proc.stdout
 
     def indexes_age(self) -> Optional[float]:
@@ -115,8 +114,20 @@ class PrivateApt:
         return time.time() - min(p.stat().st_mtime for p in lists)
 
     def update(self) -> None:
+        """Fetch the package indexes; apt-get exits 0 when a mirror is unreachable, so its
+        warnings are kept in `update_failed` for the answers given from the old lists."""
         self._prepare()
         self._run("apt-get", ["update"])
+        failed = [w for w in self.warnings if "Failed to fetch" in w or "failed to download" in w]
+        self.update_failed = failed[0][2:].strip() if failed else None
+
+    def staleness(self) -> str:
+        """`; package lists from <date> (updating them failed: ...)` when answers may be out of date."""
+        if not self.update_failed:
+            return ""
+        age = self.indexes_age()
+        when = time.strftime("%Y-%m-%d", time.localtime(time.time() - age)) if age is not None else "never"
+        return f"; package lists from {when}: updating them failed ({self.update_failed[:120]})"
 
     def ensure_indexes(self) -> None:
         age = self.indexes_age()
@@ -204,7 +215,7 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
     if abi is None:
         known = sorted({".".join(a.split(".")[:2]) for a in releases}, key=abi_sort_key)
         raise UserError(f"no Debian amd64 kernel {wanted} in {', '.join(SUITES)} "
-                        f"(available: {', '.join(known)})")
+                        f"(available: {', '.join(known)}){apt.staleness()}")
     # backports indexes keep signed images of older ABIs whose modules packages are gone:
     # take the newest ABI whose every part can still be downloaded
     for abi in sorted((a for a in releases if abi_matches(a, wanted)), key=abi_sort_key, reverse=True):
@@ -223,6 +234,7 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
     partial = kernels_dir() / f".{abi}.{os.getpid()}.partial"  # concurrent fetches do not collide
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    remove_partial = at_exit(lambda: shutil.rmtree(partial, ignore_errors=True))  # any failure from here on
     if log:
         log(f"downloading {', '.join(packages)} from {MIRROR}")
     apt.download(packages, partial)
@@ -231,7 +243,9 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
                                                 "mirror": MIRROR}, indent=1) + "\n")
     if (dest / MANIFEST).is_file():  # another run finished the same kernel meanwhile
         shutil.rmtree(partial, ignore_errors=True)
+        forget(remove_partial)
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
+    forget(remove_partial)
     return dest

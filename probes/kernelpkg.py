@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.btf import KIND_STRUCT, KIND_TYPEDEF, Btf, BtfError
-from discover.errors import UserError
+from discover.errors import UserError, release, spawn
 from discover.profile import SCHEMA, VERSION, check_profile
 
 #: ELF symbol types and bindings we read
@@ -145,7 +145,7 @@ class _ToolStream:
     def __init__(self, tool: List[str], path: Path, offset: int) -> None:
         with open(path, "rb") as member:
             member.seek(offset)
-            self.proc = subprocess.Popen(tool, stdin=member, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.proc = spawn(tool, stdin=member, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def error(self) -> Optional[str]:
         """The tool's complaint after the stream ended, None when it succeeded."""
@@ -158,9 +158,7 @@ class _ToolStream:
         return None
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        release(self.proc)
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()

@@ -17,6 +17,18 @@ from discover.tracefs import Host, find_tracefs
 
 
 
+def why_denied(exc: OSError) -> str:
+    """What is really missing when tracefs refuses a read: root, or (as root) the kernel's consent."""
+    import errno
+    import os
+    if exc.errno not in (errno.EPERM, errno.EACCES):
+        return "is tracefs complete on this kernel?"
+    if os.geteuid() != 0:
+        return "run as root"
+    return ("refused even to root: kernel lockdown, a container or sandbox without tracing rights, "
+            "or a missing CAP_SYS_ADMIN")
+
+
 class KernelFacts:
     """What a kernel offers for attaching: traceable functions, tracepoints, modules."""
 
@@ -44,7 +56,7 @@ class KernelFacts:
             events = {line.strip() for line in (tracefs / "available_events").read_text().splitlines()
                       if line.strip()}
         except OSError as exc:
-            raise UserError(f"cannot read {exc.filename}: {exc.strerror} (run as root)") from None
+            raise UserError(f"cannot read {exc.filename}: {exc.strerror} ({why_denied(exc)})") from None
         return cls(functions, events, cls.parse_modules(modules_text), release, tracefs)
 
     @classmethod

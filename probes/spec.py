@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from discover.errors import UserError
+from discover.errors import UserError, short
 
 SCHEMA = "probekit-probe-spec"
 VERSION = 1
@@ -28,7 +28,7 @@ OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "
 DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
 
 
-def parse_ops(text: "str | None", option: str = "--ops") -> List[str]:
+def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
     """`read,W,all` (names, letters, or `all`) -> op names in OPS order; None/"" -> DEFAULT_OPS.
 
     One vocabulary for every command that takes operations (the tools, propose, compat)."""
@@ -45,8 +45,8 @@ def parse_ops(text: "str | None", option: str = "--ops") -> List[str]:
             continue
         name = letters.get(item.upper(), item.lower()) if len(item) == 1 else item.lower()
         if name not in OPS:
-            raise UserError(f"{option}: unknown operation {item!r} (known: {', '.join(OPS)}, "
-                            f"letters {''.join(OPS.values())}, or all)")
+            raise UserError(f"{option}: unknown operation {item!r} "
+                            f"(known: {', '.join(f'{n} ({l})' for n, l in OPS.items())}, or all)")
         wanted.add(name)
     return [op for op in OPS if op in wanted]
 
@@ -79,6 +79,12 @@ def add_pointer_roles(roles: Dict[str, str], param: str, struct_name: str) -> No
 CANDIDATE_KEYS = {"kind", "match", "keys", "module", "window", "stability", "coverage",
                   "traceability", "evidence", "reasons", "attach"}
 ATTACH_KEYS = {"entry", "exit", "entry_kind", "exit_kind", "module", "optional", "args"}
+#: top-level keys and the shape of the optional ones (docs/probe-spec.md)
+TOP_KEYS: Dict[str, Any] = {"schema": str, "version": int, "filesystem": str, "kernel": str, "modules": [str],
+                            "generated_by": str, "callgraphs": [str], "ops": dict}
+OP_KEYS = {"letter", "candidates"}
+#: candidate keys that are free text for the reviewer
+CANDIDATE_TEXT_KEYS = ("module", "window", "stability", "coverage", "traceability", "evidence")
 
 
 def _load_toml_text(text: str, origin: str) -> Dict[str, Any]:
@@ -127,11 +133,28 @@ def _fail(origin: str, key: str, problem: str) -> UserError:
     return UserError(f"{origin}: {key}: {problem}")
 
 
+def _no_unknown(origin: str, where: str, table: Dict[str, Any], known: Any) -> None:
+    """Reject a key the schema does not have, suggesting the likely intended one (a typo is not ignored)."""
+    from discover.schema import did_you_mean
+    for key in table:
+        if key not in known:
+            raise _fail(origin, f"{where}{'.' if where else ''}{key}", "unknown key" + did_you_mean(str(key), known))
+
+
+def _want_type(origin: str, key: str, value: Any, kind: Any) -> None:
+    """A top-level value of the expected type (`[str]`: a list of strings)."""
+    if isinstance(kind, list):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _fail(origin, key, f"expected a list of strings, got {short(value)}")
+    elif not isinstance(value, kind) or isinstance(value, bool):
+        raise _fail(origin, key, f"expected {'a string' if kind is str else kind.__name__}, got {short(value)}")
+
+
 def _want_str(origin: str, key: str, value: Any, allowed: Sequence[str] = ()) -> str:
     if not isinstance(value, str) or not value:
-        raise _fail(origin, key, f"expected a non-empty string, got {value!r}")
+        raise _fail(origin, key, f"expected a non-empty string, got {short(value)}")
     if allowed and value not in allowed:
-        raise _fail(origin, key, f"{value!r} is not one of {', '.join(allowed)}")
+        raise _fail(origin, key, f"{short(value)} is not one of {', '.join(allowed)}")
     return value
 
 
@@ -139,12 +162,16 @@ def validate_spec(spec: Any, origin: str) -> None:
     """Check every key the generator relies on; raise UserError naming the first bad key."""
     if not isinstance(spec, dict) or spec.get("schema") != SCHEMA:
         raise UserError(f"{origin}: not a probe spec (no schema = \"{SCHEMA}\")")
+    _no_unknown(origin, "", spec, TOP_KEYS)
     version = spec.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise _fail(origin, "version", f"expected a positive integer, got {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _fail(origin, "version", f"expected a positive integer, got {short(version)}")
     if version > VERSION:
         raise _fail(origin, "version", f"{version} is newer than this probekit reads ({VERSION})")
     _want_str(origin, "filesystem", spec.get("filesystem"))
+    for key, kind in TOP_KEYS.items():
+        if key in spec:
+            _want_type(origin, key, spec[key], kind)
     ops = spec.get("ops")
     if not isinstance(ops, dict) or not ops:
         raise _fail(origin, "ops", "expected at least one [ops.NAME] table")
@@ -154,6 +181,7 @@ def validate_spec(spec: Any, origin: str) -> None:
             raise _fail(origin, where, f"unknown operation (known: {', '.join(OPS)})")
         if not isinstance(op, dict):
             raise _fail(origin, where, "expected a table")
+        _no_unknown(origin, where, op, OP_KEYS)
         letter = op.get("letter")
         if letter != OPS[op_name]:
             raise _fail(origin, f"{where}.letter", f"expected {OPS[op_name]!r}, got {letter!r}")
@@ -167,9 +195,7 @@ def validate_spec(spec: Any, origin: str) -> None:
 def _validate_candidate(origin: str, where: str, cand: Any) -> None:
     if not isinstance(cand, dict):
         raise _fail(origin, where, "expected a table")
-    unknown = sorted(set(cand) - CANDIDATE_KEYS)
-    if unknown:
-        raise _fail(origin, f"{where}.{unknown[0]}", "unknown key")
+    _no_unknown(origin, where, cand, CANDIDATE_KEYS)
     kind = _want_str(origin, f"{where}.kind", cand.get("kind"), KINDS)
     match = _want_str(origin, f"{where}.match", cand.get("match"), MATCHES)
     keys = cand.get("keys", [])
@@ -177,6 +203,9 @@ def _validate_candidate(origin: str, where: str, cand: Any) -> None:
         raise _fail(origin, f"{where}.keys", "expected a list of field names")
     if match == "keys" and not keys:
         raise _fail(origin, f"{where}.keys", "match = \"keys\" needs the fields that pair start and end")
+    for key in CANDIDATE_TEXT_KEYS:
+        if not isinstance(cand.get(key, ""), str):
+            raise _fail(origin, f"{where}.{key}", f"expected a string, got {short(cand[key])}")
     reasons = cand.get("reasons", [])
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise _fail(origin, f"{where}.reasons", "expected a list of strings")
@@ -188,9 +217,7 @@ def _validate_candidate(origin: str, where: str, cand: Any) -> None:
         at = f"{where}.attach[{j}]"
         if not isinstance(point, dict):
             raise _fail(origin, at, "expected a table")
-        unknown = sorted(set(point) - ATTACH_KEYS)
-        if unknown:
-            raise _fail(origin, f"{at}.{unknown[0]}", "unknown key")
+        _no_unknown(origin, at, point, ATTACH_KEYS)
         _want_str(origin, f"{at}.entry", point.get("entry"))
         _want_str(origin, f"{at}.exit", point.get("exit"))
         _want_str(origin, f"{at}.entry_kind", point.get("entry_kind"), (entry_kind,))
@@ -199,6 +226,8 @@ def _validate_candidate(origin: str, where: str, cand: Any) -> None:
             for end in ("entry", "exit"):
                 if ":" not in point[end]:
                     raise _fail(origin, f"{at}.{end}", "a tracepoint is spelled SYSTEM:EVENT")
+        if not isinstance(point.get("module", ""), str):
+            raise _fail(origin, f"{at}.module", f"expected a string, got {short(point['module'])}")
         if not isinstance(point.get("optional", False), bool):
             raise _fail(origin, f"{at}.optional", "expected true or false")
         args = point.get("args", {})

@@ -1,15 +1,17 @@
 """`discover callgraph`: what a kernel function really calls, live or from a saved trace."""
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import sys
+import zlib
 from typing import Any, Optional, Tuple
 
 import click
 
 from discover import callgraph as cg
-from discover.errors import UserError
+from discover.errors import UserError, same_file, write_file
 from discover.funcgraph import CallTree, FuncgraphParser
 
 FORMATS = ("tree", "json", "dot", "svg", "folded")
@@ -36,9 +38,11 @@ def parse_saved(path: str, pid: Optional[int], comm: Optional[str]) -> CallTree:
     parser = FuncgraphParser(pid=pid, comm=comm)
     try:
         with open(path, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+        with (gzip.open if gzipped else open)(path, "rb") as fh:  # type: ignore[operator]
             parser.feed(fh)
-    except OSError as exc:
-        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"{path}: {'corrupt gzip: ' if gzipped else ''}{getattr(exc, 'strerror', None) or exc}") from None
     tree = parser.finish()
     if tree.is_empty():
         if tree.filtered_out:
@@ -117,12 +121,7 @@ def write_output(data: Any, output: Optional[str]) -> None:
         else:
             sys.stdout.write(data)
         return
-    try:
-        mode = "wb" if isinstance(data, bytes) else "w"
-        with open(output, mode) as fh:
-            fh.write(data)
-    except OSError as exc:
-        raise UserError(f"{output}: {exc.strerror or exc}") from None
+    write_file(output, data)
 
 
 @click.command("callgraph", epilog=EXAMPLES)
@@ -162,6 +161,8 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
         raise UserError("give --pid or --comm, not both")
     if fmt == "svg" and output is None and sys.stdout.isatty():
         raise UserError("SVG is binary: use -o FILE.svg")
+    if from_file is not None and output is not None and same_file(from_file, output):
+        raise UserError(f"-o {output} is the --from-file trace: it would be overwritten")
     if from_file is not None:
         if workload is not None or duration is not None or force:
             raise UserError("--workload/--duration/--force are for live capture, not --from-file")

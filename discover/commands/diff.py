@@ -26,17 +26,18 @@ Examples:
 def load(path: str) -> nx.DiGraph:
     """A saved call graph, or a one-line reason it is not one."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise UserError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a probekit call graph JSON (binary file)") from None
+    if raw[:2] == b"\x1f\x8b":
+        raise UserError(f"{path}: gzip-compressed; decompress it first (gunzip -k)")
     try:
-        return cg.load_json(text)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        reason = str(exc) if isinstance(exc, ValueError) and "probekit" in str(exc) else "not valid JSON"
-        raise UserError(f"{path}: {reason}") from None
+        return cg.load_json(raw.decode("utf-8"), origin=path)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a probekit call graph JSON (not UTF-8 text)") from None
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]})") from None
 
 
 def render(report: Dict[str, List[Dict[str, Any]]], a: str, b: str, top: int) -> None:

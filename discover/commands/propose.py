@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from discover.errors import write_file
 from discover.profile import KernelProfile, load_profile
 from discover.propose import CallGraphs, Candidate, Proposer, build_spec
 from discover.snapshot import build_profile, find_live_tracefs, host_paths
@@ -79,5 +80,5 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     if output is not None:
         out_path = Path(output)
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(dumps_spec(spec), encoding="utf-8")
+        write_file(out_path, dumps_spec(spec))
         click.echo(f"propose: wrote {output}", err=True)
