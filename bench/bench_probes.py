@@ -5,10 +5,10 @@ in-flight tracking (the default), ours without it (`--stall-interval 0`), and bc
 - BPF cost per event: kernel.bpf_stats_enabled=1, then run_time_ns / run_cnt summed over
   each tool's programs (bpftool prog show: the programs that appeared when it started; Debian's
   bpftool lists no owner pids, and nothing else loads programs meanwhile), over the fixed
-  workload run three times, the tool attached first restarted between runs so that each
-  tool is attached first, second and last once, all at their default 10 ms, after a short
-  warm-up; targets: ours/bcc <= 1.0, in-flight on/off <= 1.1. Also per attach order and
-  per operation group.
+  workload run four times with attach orders rotated (ROTATION) so that ours and bcc each
+  come first once (runs 1-2) and ours with and without in-flight tracking each come first
+  twice (runs 1-4), all at their default 10 ms, after a short warm-up; targets: ours/bcc
+  <= 1.0, in-flight on/off <= 1.1. Also per attach order and per operation group.
 - start-up time to first event: spawn -> first event line while O_SYNC writes (> 10 ms
   under TCG) keep coming; bcc compiles its C at start (70-125 s under TCG); target ratio <= 0.5.
 
@@ -34,6 +34,12 @@ OURS = [sys.executable, "-u", "-m", "probes.commands", "nfsslower"]
 BCC = [sys.executable, "-u", "/usr/sbin/nfsslower-bpfcc"]
 #: the tools compared; "ours" keeps operations in flight readable (stall lines), "ours_off" not
 TOOLS = ("ours", "ours_off", "bcc")
+#: the tool restarted (so attached last) before each run after the first: attach orders
+#: ours<off<bcc, off<bcc<ours, bcc<ours<off, bcc<off<ours. bcc is never restarted (its
+#: compile takes minutes under TCG)
+ROTATION = (None, "ours", "ours_off", "ours")
+#: which runs each ratio is taken over (balanced attach orders for that pair)
+OURS_BCC_RUNS, ON_OFF_RUNS = (0, 1), (0, 1, 2, 3)
 
 
 def workload(rounds: int) -> int:
@@ -173,16 +179,17 @@ def measure(progs: Dict[str, set], rounds: int) -> Dict[str, Dict[str, Any]]:
 
 
 def run_side_by_side(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
-    """The three TOOLS attached at once, the workload run three times; before the second and
-    third run the tool attached first is restarted (so attached last); costs are the sums.
+    """The three TOOLS attached at once, the workload run once per ROTATION step, the step's
+    tool restarted (so attached last) before it; each ratio sums the runs of its pair.
 
-    Why rotate: on one function the kprobe attached last runs first, and under TCG the first
-    program to run after user space or a sleep pays for cold TLB/translation caches that
-    the next ones find warm (measured: the first of two write-entry kprobes costs 2-4x the
-    second, whichever tool it belongs to). Each tool in each position once cancels that for
-    the shared kprobes. (Our getattr tracepoint fires inside nfs_getattr, so before bcc's
-    kretprobe in every order.) All run at their default threshold (10 ms), under the same
-    host load; each tool's programs are the ones that appeared when it started.
+    Why rotate: on one function the kprobe attached last runs first, the tracepoint program
+    attached first runs first, and under TCG the first program to run after user space or a
+    sleep pays for cold TLB/translation caches that the next ones find warm (measured: the
+    first of two write-entry kprobes costs 2-4x the second, whichever tool it belongs to;
+    ours with and without in-flight tracking share the getattr tracepoint, bcc does not).
+    Each pair compared over runs in which either comes first equally often cancels that.
+    All run at their default threshold (10 ms), under the same host load; each tool's
+    programs are the ones that appeared when it started.
     """
     ours_cmd = OURS + (["--spec", spec] if spec else [])
     cmds = {"ours": ours_cmd, "ours_off": ours_cmd + ["--stall-interval", "0"], "bcc": BCC}
@@ -213,12 +220,12 @@ def run_side_by_side(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
     try:
         for name in TOOLS:
             res["startup_s"][name] = launch(name)
-        for phase in range(len(TOOLS)):
-            if phase:
-                first = order.pop(0)
-                procs[first].terminate()
-                procs[first].wait(120)
-                launch(first)
+        for restart in ROTATION:
+            if restart:
+                order.remove(restart)
+                procs[restart].terminate()
+                procs[restart].wait(120)
+                launch(restart)
             time.sleep(1)
             res["phases"]["attached " + " < ".join(order)] = measure(progs, rounds)
     finally:
@@ -227,9 +234,12 @@ def run_side_by_side(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
                 proc.terminate()
                 proc.wait(120)
     ours_ops = our_program_ops(spec)
-    for name in TOOLS:
-        res["cost"][name] = add_costs([phase[name] for phase in res["phases"].values()])
-        res["cost"][name]["groups"] = by_group(res["cost"][name], BCC_OPS if name == "bcc" else ours_ops)
+    phases = list(res["phases"].values())
+    for name, runs in (("ours", OURS_BCC_RUNS), ("bcc", OURS_BCC_RUNS), ("ours_off", OURS_BCC_RUNS),
+                       ("ours_on_all", ON_OFF_RUNS), ("ours_off_all", ON_OFF_RUNS)):
+        tool = name.replace("ours_on_all", "ours").replace("_all", "")
+        res["cost"][name] = add_costs([phases[i][tool] for i in runs])
+        res["cost"][name]["groups"] = by_group(res["cost"][name], BCC_OPS if tool == "bcc" else ours_ops)
     res["getattr_events_printed"] = {
         name: sum(1 for log in logs[name] for line in event_lines(open(log).read().splitlines())
                   if line[31:33].strip() == "G") for name in TOOLS}
@@ -283,7 +293,8 @@ def in_guest(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
         "startup_ours_over_bcc": res["startup_s"]["ours"] / res["startup_s"]["bcc"],
         "cost_per_event_ours_over_bcc": ns_ratio(pair(ours), pair(bcc)),
         "cost_per_event_inflight_off_over_bcc": ns_ratio(pair(off), pair(bcc)),
-        "cost_per_event_inflight_on_over_off": ns_ratio(pair(ours), pair(off)),
+        "cost_per_event_inflight_on_over_off": ns_ratio(pair(res["cost"]["ours_on_all"]),
+                                                        pair(res["cost"]["ours_off_all"])),
         "total_bpf_ns_ours_over_bcc": ours["run_time_ns"] / bcc["run_time_ns"] if bcc["run_time_ns"] else None,
         "per_phase": {phase: [ns_ratio(pair(costs["ours"]), pair(costs["bcc"])),
                               ns_ratio(pair(costs["ours"]), pair(costs["ours_off"]))]
@@ -295,7 +306,7 @@ def in_guest(rounds: int, spec: Optional[str] = None) -> Dict[str, Any]:
 
 
 def report(res: Dict[str, Any]) -> str:
-    ours, off, bcc, ratio = res["cost"]["ours"], res["cost"]["ours_off"], res["cost"]["bcc"], res["ratios"]
+    ours, bcc, ratio = res["cost"]["ours"], res["cost"]["bcc"], res["ratios"]
     per = lambda c: f"{c['ns_per_run']:.0f} ns/run" if c["ns_per_run"] else "n/a"
     fmt = lambda value: f"{value:.2f}" if value is not None else "n/a"
     lines = [
@@ -305,9 +316,9 @@ def report(res: Dict[str, Any]) -> str:
         f"  BPF cost per event: ours {per(ours)} ({ours['run_cnt']} runs, {ours['programs']} progs), "
         f"bcc {per(bcc)} ({bcc['run_cnt']} runs, {bcc['programs']} progs) -> ratio "
         f"{fmt(ratio['cost_per_event_ours_over_bcc'])} (target <= 1.0)",
-        f"  in-flight tracking: on {per(ours)}, off {per(off)} ({off['run_cnt']} runs) -> on/off "
-        f"{fmt(ratio['cost_per_event_inflight_on_over_off'])} (target <= 1.1); off/bcc "
-        f"{fmt(ratio['cost_per_event_inflight_off_over_bcc'])}",
+        f"  in-flight tracking (runs 1-4): on {per(res['cost']['ours_on_all'])}, off "
+        f"{per(res['cost']['ours_off_all'])} -> on/off {fmt(ratio['cost_per_event_inflight_on_over_off'])} "
+        f"(target <= 1.1); off/bcc (runs 1-2) {fmt(ratio['cost_per_event_inflight_off_over_bcc'])}",
         "    by attach order (ours/bcc, on/off): " + ", ".join(
             f"{phase}: {fmt(values[0])}, {fmt(values[1])}" for phase, values in ratio["per_phase"].items()),
         "    getattr events printed: " + ", ".join(f"{name} {count}"

@@ -74,10 +74,9 @@ BPF_ARRAY(anomalies, u64, 1);
  * (async_starts) are readable as they are. */
 struct inflight_slot {
     u64 ts;       /* start time; 0 = free */
-    u32 tid;
-    u32 pid;
-    u32 op;
-    u32 point;
+    u32 tid;      /* its process: /proc/TID/status, read only for a stuck thread */
+    u16 op;
+    u16 point;
 };
 BPF_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
 /* [0] operations not shown in flight because another thread held their slot */
@@ -89,17 +88,18 @@ static __always_inline void inflight_start(u64 id, u32 point, u32 op, u64 ts)
     struct inflight_slot *slot = inflight.lookup(&idx);
     if (!slot)
         return;
-    if (slot->ts && slot->tid == (u32)id && slot->point != point)
-        return;  /* nested inside this thread's outer operation */
-    if (slot->ts && slot->tid != (u32)id) {
-        u32 zero = 0;
-        u64 *lost = inflight_lost.lookup(&zero);
-        if (lost)
-            __sync_fetch_and_add(lost, 1);
-        return;
+    if (slot->ts) {
+        if (slot->tid == (u32)id && slot->point != point)
+            return;  /* nested inside this thread's outer operation */
+        if (slot->tid != (u32)id) {
+            u32 zero = 0;
+            u64 *lost = inflight_lost.lookup(&zero);
+            if (lost)
+                __sync_fetch_and_add(lost, 1);
+            return;
+        }
     }
     slot->tid = (u32)id;
-    slot->pid = (u32)(id >> 32);
     slot->op = op;
     slot->point = point;
     slot->ts = ts;

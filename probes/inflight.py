@@ -72,6 +72,13 @@ def thread_comm(pid: int, tid: int) -> str:
     return raw.decode("utf-8", "replace").strip() if raw else "?"
 
 
+def thread_tgid(tid: int) -> int:
+    """The process a thread belongs to (the probe keeps only the thread id), or 0 when gone."""
+    raw = _read(f"/proc/{tid}/status", 4096) or b""
+    match = re.search(rb"^Tgid:\s*(\d+)", raw, re.M)
+    return int(match.group(1)) if match else 0
+
+
 def thread_alive(pid: int, tid: int) -> bool:
     return os.path.exists(f"/proc/{pid}/task/{tid}")
 

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from probes.inflight import InFlight, Stall, StallReporter, file_of, stalls, thread_comm
+from probes.inflight import InFlight, Stall, StallReporter, file_of, stalls, thread_comm, thread_tgid
 
 pytestmark = pytest.mark.skipif(os.uname().machine != "x86_64", reason="system call numbers are x86_64's")
 
@@ -53,6 +53,29 @@ def test_file_of_a_thread_blocked_reading_a_descriptor(fifo: Path) -> None:
     code = "import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.read(fd, 1)"
     for proc in _blocked(code, fifo):
         assert file_of(proc.pid, proc.pid) == "stuck-file.fifo"
+
+
+def test_thread_tgid() -> None:
+    """The probe keeps thread ids only: a worker thread maps back to its process."""
+    import threading
+    seen: list = []
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (seen.append(threading.get_native_id()), done.wait(10)))
+    worker.start()
+    while not seen:
+        time.sleep(0.01)
+    try:
+        assert seen[0] != os.getpid() and thread_tgid(seen[0]) == os.getpid()
+    finally:
+        done.set()
+        worker.join()
+    proc = subprocess.Popen(["sleep", "5"])
+    try:
+        assert thread_tgid(proc.pid) == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+    assert thread_tgid(proc.pid) == 0
 
 
 def test_file_of_a_running_or_gone_thread_is_unknown() -> None:
