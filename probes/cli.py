@@ -1,6 +1,7 @@
 """`probes`: the command-line entry point for Debian kernel fetching and compatibility reports."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -106,6 +107,8 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
         raise UserError(f"-o {output}: is a directory")
     spec_data = load_spec(spec)
     lab = _read_lab_results(lab_results, spec_data["ops"]) if lab_results else None  # before the slow part
+    if lab:
+        kernels = tuple(lab_kernel_for(value, lab) for value in kernels)
     loaded = load_kernels(kernels, spec_functions(spec_data), spec_modules(spec_data), log=_log,
                           events=spec_events(spec_data))
     labels = [k.label for _a, k in loaded]
@@ -135,6 +138,18 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
         _log(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+def lab_kernel_for(value: str, lab: Dict[str, Any]) -> str:
+    """A bare series (`--kernel 6.12`) means the lab's kernel of that series when the lab
+    results name exactly one: the report is about the kernel the lab booted, not whichever
+    6.12 build the package cache happens to hold."""
+    from probes.compat import short_label
+    if not re.fullmatch(r"\d+\.\d+", value):
+        return value
+    found = sorted({short_label(release) for release in lab
+                    if re.match(rf"{re.escape(value)}[.-]", short_label(release))})
+    return found[0] if len(found) == 1 else value
 
 
 def _read_lab_results(path: Path, ops: Dict[str, Any]) -> Dict[str, Any]:

@@ -222,3 +222,17 @@ def test_fentry_pick_attaches_as_kprobe_without_module_btf(kernels: Dict[str, Ke
                                 "(no file name/offset in its events)"]
     with_btf = build_report(SPEC, [kernels["pkg61"]], kernels["pkg61"], "t")["ops"]["read"]["kernels"]
     assert with_btf[kernels["pkg61"].label]["degraded"] == [] and with_btf[kernels["pkg61"].label]["warnings"] == []
+
+
+def test_a_series_means_the_labs_kernel_of_that_series() -> None:
+    """`--kernel 6.12 --lab-results lab.json` reports on the 6.12 the lab booted (uname -r
+    labels of a real five-kernel lab run), whatever other 6.12 build the cache holds."""
+    from probes.cli import lab_kernel_for
+    lab = {"5.10.0-32-amd64": {}, "6.1.0-50-amd64": {}, "6.12.117+deb13-amd64": {}, "7.2.13+deb14-amd64": {},
+           "7.3.4+deb13-amd64": {}}
+    assert [lab_kernel_for(v, lab) for v in ("5.10", "6.1", "6.12", "7.2", "7.3")] == \
+        ["5.10.0-32", "6.1.0-50", "6.12.117+deb13", "7.2.13+deb14", "7.3.4+deb13"]
+    # exact versions, other series, paths and live are left alone; two of a series stay ambiguous
+    assert [lab_kernel_for(v, lab) for v in ("6.1.0-47", "6.16", "live", "/tmp/k.json")] == \
+        ["6.1.0-47", "6.16", "live", "/tmp/k.json"]
+    assert lab_kernel_for("6.1", dict(lab, **{"6.1.0-47-amd64": {}})) == "6.1"
