@@ -718,6 +718,14 @@ def short_label(release: str) -> str:
     return release[:-len("-amd64")] if release.endswith("-amd64") else release
 
 
+def _worker_signals() -> None:
+    """Workers leave Ctrl-C to the parent (which ends them): no KeyboardInterrupt traceback per worker."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _analyse(paths: List[Path], lookup) -> None:
     """Worker: fill the profile cache for one kernel's packages (runs in a child process)."""
     from probes.kernelpkg import cached_profile_from_package
@@ -742,8 +750,8 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
     Analysing one package is CPU-bound (decompressing ~100-400 MB of modules), so several
     kernels go to a process pool of one worker per core before being loaded in order.
     """
+    import multiprocessing
     import os
-    from concurrent.futures import ProcessPoolExecutor
 
     from probes.fetch import fetch_kernel
     from probes.kernelpkg import Lookup, profile_is_cached
@@ -761,10 +769,12 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
         # biggest first, so that no large package is left running alone at the end
         packages.sort(key=lambda p: -sum(f.stat().st_size for f in ([Path(p)] if Path(p).is_file()
                                                                     else Path(p).rglob("*")) if f.is_file()))
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_analyse, [Path(p)], lookup) for p in packages]
-            for future in futures:
-                future.result()  # re-raises a worker's UserError here, as one line
+        # multiprocessing's Pool, not concurrent.futures': leaving the block on Ctrl-C, SIGTERM or
+        # an error terminates the workers instead of waiting minutes for their packages
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
+            pending = [pool.apply_async(_analyse, ([Path(p)], lookup)) for p in packages]
+            for job in pending:
+                job.get()  # re-raises a worker's UserError here, as one line
     out = []
     for arg, res in zip(args, resolved):
         if log and (res == "live" or Path(res).is_dir() or (Path(res).is_file() and _is_deb(Path(res)))):

@@ -178,7 +178,8 @@ def validate_spec(spec: Any, origin: str) -> None:
     for op_name, op in ops.items():
         where = f"ops.{op_name}"
         if op_name not in OPS:
-            raise _fail(origin, where, f"unknown operation (known: {', '.join(OPS)})")
+            from discover.schema import did_you_mean
+            raise _fail(origin, where, "unknown operation" + did_you_mean(str(op_name), OPS))
         if not isinstance(op, dict):
             raise _fail(origin, where, "expected a table")
         _no_unknown(origin, where, op, OP_KEYS)

@@ -55,6 +55,7 @@ class Case:
     lines: Optional[int] = 1                                # stderr lines (None: any, for exit 0)
     fifo: Optional[Tuple[str, bytes, int]] = None           # (name, data, signal once the reader is in)
     signal_on_file: Optional[Tuple[str, int]] = None        # (file that appears, signal to send)
+    signal_after: Optional[Tuple[float, int]] = None        # (seconds after start, signal to send)
     timeout: float = 60.0
 
 
@@ -160,6 +161,9 @@ def run_case(case: Case, base: Path) -> Result:
     if case.fifo:
         feeder = threading.Thread(target=_feed_fifo, args=(proc, cwd / case.fifo[0], case.fifo[1], case.fifo[2]))
         feeder.start()
+    if case.signal_after:
+        timer = threading.Timer(case.signal_after[0], lambda: _killpg(proc, case.signal_after[1]))  # type: ignore[index]
+        timer.start()
     if case.signal_on_file:
         threading.Thread(target=_signal_on_file, args=(proc, cwd / case.signal_on_file[0],
                                                        case.signal_on_file[1], case.timeout)).start()
@@ -185,6 +189,11 @@ def run_case(case: Case, base: Path) -> Result:
     allowed = before | {f"cwd/{k}" for k in case.keep}
     extra = sorted(f for f in _files(home) - allowed if not any(f.startswith(f"cwd/{k}/") for k in case.keep))
     return Result(proc.returncode, out, err.decode("utf-8", "replace"), extra, left, seconds)
+
+
+def _killpg(proc: "subprocess.Popen[bytes]", signum: int) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signum)
 
 
 def _feed_fifo(proc: "subprocess.Popen[bytes]", path: Path, data: bytes, signum: int) -> None:

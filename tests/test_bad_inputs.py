@@ -440,9 +440,25 @@ def signal_cases() -> Iterator[bi.Case]:
                       keep=("dot-started",))
 
 
+def package_signal_cases() -> Iterator[bi.Case]:
+    """Ctrl-C and SIGTERM while real Debian packages are analysed (the compat report's
+    worker pool, the kernel-profile's xz children): one line, no worker tracebacks, no
+    child left. Needs the cached packages the package tests use (tests/debian_kernels.py)."""
+    cached = Path.home() / ".cache" / "probekit" / "kernels"
+    dirs = [cached / abi for abi in ("6.1.0-50", "6.12.95+deb12") if (cached / abi / "manifest.json").is_file()]
+    if len(dirs) < 2:
+        return
+    for name, signum, code in (("sigint", signal.SIGINT, 130), ("sigterm", signal.SIGTERM, 143)):
+        yield bi.Case(f"signal/compat-packages/{name}", ["probes", "compat", str(bi.SPEC), "--kernel", str(dirs[0]),
+                                                         "--kernel", str(dirs[1])],
+                      code=code, signal_after=(5.0, signum), match="stopped and cleaned up")
+        yield bi.Case(f"signal/kernel-profile/{name}", ["probes", "kernel-profile", str(dirs[0]), "-o", "out.json"],
+                      code=code, signal_after=(4.0, signum), match="stopped and cleaned up")
+
+
 def all_cases() -> List[bi.Case]:
     return [*file_cases(), *graph_cases(), *profile_cases(), *spec_cases(), *lab_cases(), *state_cases(),
-            *option_cases(), *signal_cases()]
+            *option_cases(), *signal_cases(), *package_signal_cases()]
 
 
 def _inputs_dir() -> Path:

@@ -137,6 +137,9 @@ def _parent(doc: Any, path: Tuple[Any, ...]) -> Any:
 
 def test_profiles(inputs: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
     profile = json.loads(inputs["profile"].read_text())
+    # still the real profile, with the config options and event systems propose looks at
+    profile["config"] = {k: v for k, v in profile["config"].items() if any(w in k for w in ("TRACE", "KPROBE", "BPF", "BTF", "NFS"))}
+    profile["events"] = {k: v for k, v in profile["events"].items() if k in ("nfs", "nfs4")}
     work = tmp_path_factory.mktemp("profiles")
 
     @SETTINGS
