@@ -55,7 +55,7 @@ def _kinds(slot_kind: str) -> Dict[str, Any]:
         "gzip-corrupt": gzip.compress(real, mtime=0)[:200],
         "latin1": real.replace(b"nfs", "nf\u00e9".encode("latin-1"), 1) if b"nfs" in real else b"\xe9" + real,
         "utf16": real.decode("utf-8").encode("utf-16"),
-        "huge-line": b"x" * (6 << 20),
+        "huge-line": b"x" * (3 << 20),
         "json-list": b"[1, 2, 3]",
         "other-file": other,
     }
