@@ -359,7 +359,7 @@ def option_cases() -> Iterator[bi.Case]:
         "diff-newline-name": (["discover", "diff", "x\ny.json", g], "x\\ny.json"),
         "propose-ops-empty": (["discover", "propose", "nfs", "--kernel-profile", p, "--ops", ""], None),
         "propose-ops-unknown": (["discover", "propose", "nfs", "--kernel-profile", p, "--ops", "read,bogus"],
-                                "read (R)"),
+                                "unknown operation 'bogus'"),
         "propose-live-no-tracefs": (["discover", "propose", "nfs"], None),
         "propose-out-dev-full": (["discover", "propose", "nfs", "--kernel-profile", p, "-o", "/dev/full"],
                                  "/dev/full"),
