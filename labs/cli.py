@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from discover.errors import UserError, run_cli
+from discover.errors import UserError, run_cli, write_file
 from labs.base import CLIENT, Lab
 
 BACKENDS = ("qemu", "vagrant")
@@ -209,6 +209,10 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
     Exit code 0 only when every check on every kernel passed.
     """
     from labs.integration import run_integration
+    if lab_results is not None and not lab_results.parent.is_dir():  # before any guest boots
+        raise UserError(f"--lab-results {lab_results}: no directory {lab_results.parent}")
+    if artifacts.exists() and not artifacts.is_dir():
+        raise UserError(f"--artifacts {artifacts}: not a directory")
     failed = 0
     merged: Dict[str, Any] = {}
     for kernel in kernels:
@@ -218,7 +222,7 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
         failed += 0 if report.passed else 1
         if lab_results is not None:
             merged.update(report.lab_results)
-            lab_results.write_text(json.dumps(merged, indent=1) + "\n")
+            write_file(lab_results, json.dumps(merged, indent=1) + "\n")
             click.echo(f"lab results of {len(merged)} kernel(s) in {lab_results}")
     if failed:
         raise UserError(f"{failed} of {len(kernels)} kernel(s) failed; reports under {artifacts}/")

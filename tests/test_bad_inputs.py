@@ -387,6 +387,7 @@ def option_cases() -> Iterator[bi.Case]:
         "top-live": (["nfstop", "-i", "1"], None),
         "labs-run-not-up": (["labs", "run", "--name", "nothere", "--", "true"], "labs up"),
         "labs-shell-not-up": (["labs", "shell", "--name", "nothere"], None),
+        "labs-test-results-nowhere": (["labs", "test", "--lab-results", "no/dir/lab.json"], "no/dir"),
     }
     for label, (argv, match) in errors.items():
         files = {"in.trace": bi.TRACE.read_bytes()} if label == "callgraph-out-over-input" else {}

@@ -46,3 +46,47 @@ def test_cached_kernel_needs_no_apt(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_not_a_version() -> None:
     with pytest.raises(UserError, match="not a kernel version"):
         fetch_kernel("latest")
+
+
+def _fake_apt(monkeypatch: pytest.MonkeyPatch, download) -> None:
+    """A private apt that offers one kernel ABI (names as the real archive spells them)."""
+    monkeypatch.setattr(fetch.PrivateApt, "ensure_indexes", lambda self: None)
+    monkeypatch.setattr(fetch.PrivateApt, "indexes_age", lambda self: 10.0)
+    monkeypatch.setattr(fetch.PrivateApt, "releases", lambda self: {
+        "6.1.0-99": fetch.KernelRelease("6.1.0-99", ("linux-image-6.1.0-99-amd64",))})
+    monkeypatch.setattr(fetch.PrivateApt, "split_parts", lambda self, image, abi: [])
+    monkeypatch.setattr(fetch.PrivateApt, "download", download)
+
+
+def test_failed_download_leaves_no_partial(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A fetch that fails half-way (here the download) removes its .partial directory when the command ends."""
+    from discover import errors
+    monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
+
+    def half_download(self, packages, dest: Path) -> None:
+        (dest / "linux-image-6.1.0-99-amd64_6.1.999-1_amd64.deb").write_bytes(b"!<arch>\n")
+        raise UserError("apt-get download failed: connection reset")
+
+    _fake_apt(monkeypatch, half_download)
+    with pytest.raises(UserError, match="connection reset"):
+        fetch_kernel("6.1.0-99", refresh=True)
+    assert list((tmp_path / "kernels").glob(".*.partial"))  # still there until the boundary's undo steps run
+    assert not errors.run_cleanups()
+    assert not list((tmp_path / "kernels").iterdir())
+
+
+def test_stale_lists_are_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """apt-get update exits 0 when the mirror is unreachable: the answer says the lists are old."""
+    monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
+    _fake_apt(monkeypatch, None)
+    monkeypatch.setattr(fetch.PrivateApt, "indexes_age", lambda self: 86400.0 * 30)
+
+    def offline_run(self, tool: str, args, cwd=None) -> str:  # what apt-get update prints offline, exit 0
+        assert args == ["update"]
+        self.warnings = ["W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
+                         "Temporary failure resolving 'deb.debian.org'",
+                         "W: Some index files failed to download. They have been ignored, or old ones used instead."]
+        return ""
+    monkeypatch.setattr(fetch.PrivateApt, "_run", offline_run)
+    with pytest.raises(UserError, match=r"no Debian amd64 kernel 9\.99 .*updating them failed \(Failed to fetch"):
+        fetch_kernel("9.99")
