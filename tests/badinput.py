@@ -10,6 +10,7 @@ basis of the valid-but-mangled files.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -36,7 +37,8 @@ GUEST_SPEC = FIXTURES / "nfs.guest.toml"
 BIN = Path(sys.executable).parent
 MARKER = "PROBEKIT_BAD_INPUT_CASE"
 #: parallel subprocesses: the host has 2 cores and each case is mostly interpreter start-up
-WORKERS = max(2, 2 * (os.cpu_count() or 1))
+#: (some cases sleep: a FIFO half fed, a signal timer), so a few more than the cores
+WORKERS = max(3, 3 * (os.cpu_count() or 1))
 
 Content = Union[bytes, str, Callable[[Path], None]]
 
@@ -83,21 +85,22 @@ def shared_inputs(root: Path) -> Dict[str, Path]:
         path.write_text(cg.to_json(cg.to_digraph(tree.root, source=str(trace), functions=[], summary="")) + "\n")
         out[name] = path
     out["profile"] = root / "profile.json"
-    out["profile"].write_text(json.dumps(small_profile()))
+    out["profile"].write_text(_small_profile_text())
     out["lab"] = root / "lab.json"
     out["lab"].write_text(json.dumps({"6.1.0-50-amd64": {"read": {"candidate": 0, "ok": True},
                                                          "getattr": {"candidate": 0, "ok": True}}}))
     return out
 
 
-def real_profile() -> dict:
-    with gzip.open(PROFILE_GZ, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 def small_profile() -> dict:
-    """The real 6.1.0-50 profile with only what NFS needs (filesystem and RPC modules, VFS)."""
-    data = real_profile()
+    """The real 6.1.0-50 profile with only what NFS needs (filesystem and RPC modules, VFS); a fresh copy."""
+    return json.loads(_small_profile_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _small_profile_text() -> str:
+    with gzip.open(PROFILE_GZ, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
     nfs = ("nfs", "nfsv3", "nfsv4", "sunrpc", "lockd", "grace", "auth_rpcgss", "nfs_acl", "rpcsec_gss_krb5")
     data["filter_functions"] = [f for f in data["filter_functions"]
                                 if f[1] in nfs or f[0].startswith(("vfs_", "filemap_", "generic_file", "do_"))]
@@ -105,7 +108,7 @@ def small_profile() -> dict:
     data["btf"]["functions"] = {k: v for k, v in data["btf"]["functions"].items()
                                 if v["module"] in nfs or k.startswith("vfs_")}
     data["symbols"] = {k: v for k, v in data["symbols"].items() if k in data["btf"]["functions"]}
-    return data
+    return json.dumps(data)
 
 
 NUL = b"\0"

@@ -30,7 +30,7 @@ def _real(slot_kind: str) -> bytes:
     if slot_kind == "spec":
         return bi.SPEC.read_bytes()
     if slot_kind == "profile":
-        return json.dumps(bi.small_profile()).encode()
+        return (ROOT["inputs"] / "profile.json").read_bytes()
     if slot_kind == "graph":
         return (ROOT["inputs"] / "graph.json").read_bytes() if ROOT else b""
     if slot_kind == "lab":
@@ -74,14 +74,13 @@ SLOTS = [
     ("compat-lab", "lab", ["probes", "compat", "{spec}", "--kernel", "{profile}", "--lab-results", "FILE"], set()),
     ("kernel-profile", "deb", ["probes", "kernel-profile", "FILE", "-o", "out.json"], set()),
     ("nfsslower-spec", "spec", ["nfsslower", "--spec", "FILE"], set()),
-    ("nfsdist-spec", "spec", ["nfsdist", "--spec", "FILE"], set()),
-    ("nfstop-spec", "spec", ["nfstop", "--spec", "FILE"], set()),
+    ("nfstop-spec", "spec", ["nfstop", "--spec", "FILE"], set()),  # nfsdist: the same Session, see signal cases
     ("labs-status", "state", ["labs", "status", "--name", "x"], set()),
     ("labs-run", "state", ["labs", "run", "--name", "x", "--", "true"], set()),
 ]
 
 #: click rejects a directory given to an option declared dir_okay=False (a usage error, 2)
-USAGE_ON_DIRECTORY = {"nfsslower-spec", "nfsdist-spec", "nfstop-spec", "compat-lab", "propose-profile",
+USAGE_ON_DIRECTORY = {"nfsslower-spec", "nfstop-spec", "compat-lab", "propose-profile",
                       "events-profile"}
 
 
