@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, PROJECT)
@@ -143,6 +143,44 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     return issued
 
 
+#: metadata ops issued an exact number of times by metadata(), whatever the dentry cache holds;
+#: lookup, access and readdir (cache-dependent) happen at least once
+META_EXACT = ("mkdir", "rmdir", "unlink", "rename", "link", "symlink", "setattr")
+META_SOME = ("lookup", "access", "readdir")
+
+
+def metadata(mount: str, tag: str) -> Dict[str, int]:
+    """Every metadata operation on one mount, in a fresh directory, closed files only (an open
+    file's unlink would be a silly-rename); returns what was issued."""
+    top = os.path.join(mount, "work", f"probes-{tag}-{time.monotonic_ns()}")
+    issued = {op: 0 for op in META_EXACT + ("create",)}
+    os.mkdir(top)
+    issued["mkdir"] += 1
+    name = os.path.join(top, "a")
+    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))  # NFSv3: ->create
+    issued["create"] += 1
+    os.chmod(name, 0o600)
+    issued["setattr"] += 1
+    os.link(name, os.path.join(top, "b"))
+    issued["link"] += 1
+    os.symlink("a", os.path.join(top, "c"))
+    issued["symlink"] += 1
+    os.rename(os.path.join(top, "b"), os.path.join(top, "d"))
+    issued["rename"] += 1
+    os.access(name, os.R_OK | os.W_OK)
+    os.listdir(top)
+    try:
+        os.stat(os.path.join(top, "missing"))
+    except FileNotFoundError:
+        pass
+    for entry in ("a", "c", "d"):
+        os.unlink(os.path.join(top, entry))
+        issued["unlink"] += 1
+    os.rmdir(top)
+    issued["rmdir"] += 1
+    return issued
+
+
 def spec_args() -> List[str]:
     """`--spec FILE.json` where this Python has no TOML module (Debian 11), else the default spec."""
     for module in ("tomllib", "tomli", "toml"):
@@ -216,10 +254,10 @@ def phase_totals(intervals: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def timed_phase(mount: str, tag: str) -> Dict[str, Any]:
+def timed_phase(mount: str, tag: str, work: Callable[[str, str], Dict[str, int]] = workload) -> Dict[str, Any]:
     """One workload run with its wall and monotonic (= bpf_ktime_get_ns) time span."""
     started, mono = time.time(), time.monotonic()
-    issued = workload(mount, tag)
+    issued = work(mount, tag)
     return {"issued": issued, "start": started, "end": time.time(), "mono_start": mono,
             "mono_end": time.monotonic()}
 
@@ -256,21 +294,24 @@ def check_main() -> Dict[str, Any]:
     rtt_delay_ms, threshold_ms = DELAYS["lo" if device == "lo" else "link"]
     delay_ms = rtt_delay_ms // 2 if device == "lo" else rtt_delay_ms
     slower_log, dist_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out"
-    plan = (("nfs3", MOUNTS["nfs3"]), ("nfs42", MOUNTS["nfs42"]), ("delay", MOUNTS["nfs3"]))
-    for tag, mount in plan:
-        prepare(mount, tag)
+    plan = (("nfs3", MOUNTS["nfs3"], workload), ("nfs42", MOUNTS["nfs42"], workload),
+            ("meta3", MOUNTS["nfs3"], metadata), ("meta42", MOUNTS["nfs42"], metadata),
+            ("delay", MOUNTS["nfs3"], workload))
+    for tag, mount, work in plan:
+        if work is workload:
+            prepare(mount, tag)
     attached_before = kernel_attachments()
-    slower = tool(["nfsslower", "--json", "-v", str(threshold_ms)] + spec_args(), slower_log)
-    dist = tool(["nfsdist", "--json", "-v", "1"] + spec_args(), dist_log)
+    slower = tool(["nfsslower", "--json", "-v", "--ops", "all", str(threshold_ms)] + spec_args(), slower_log)
+    dist = tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + spec_args(), dist_log)
     ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
     attached_during = kernel_attachments()
     phases: Dict[str, Any] = {}
     try:
-        for tag, mount in plan:
+        for tag, mount, work in plan:
             if tag == "delay":
                 subprocess.run(["tc", "qdisc", "add", "dev", device, "root", "netem", "delay", f"{delay_ms}ms"],
                                check=True)
-            phases[tag] = timed_phase(mount, tag)
+            phases[tag] = timed_phase(mount, tag, work)
             if tag != "delay":
                 time.sleep(GAP_S)
     finally:
@@ -288,21 +329,22 @@ def check_main() -> Dict[str, Any]:
     result["seen"] = phase_totals(result["nfsdist"]["intervals"])
     result["picks"] = {name: picks(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
     recorded = {op: sum(result["seen"].get(tag, {}).get("ops", {}).get(op, {}).get("count", 0)
-                        for tag in ("nfs3", "nfs42")) for op in OPS}
+                        for tag in ("nfs3", "nfs42", "meta3", "meta42")) for op in OPS}
     result["lab_results"] = lab_results(result["picks"]["nfsdist"], recorded)
     return result
 
 
 def check_picks() -> Dict[str, Any]:
-    """The lean lab-results run (`labs test --lab-results`): one nfsdist around the workload on
-    both mounts."""
+    """The lean lab-results run (`labs test --lab-results`): one nfsdist (every op) around the
+    workload and the metadata operations on both mounts."""
     log = "/tmp/nfsdist-picks.out"
     for name, mount in MOUNTS.items():
         prepare(mount, f"picks-{name}")
-    proc = tool(["nfsdist", "--json", "-v"] + spec_args(), log)
+    proc = tool(["nfsdist", "--json", "-v", "--ops", "all"] + spec_args(), log)
     wait_ready(proc, log)
     for name, mount in MOUNTS.items():
         workload(mount, f"picks-{name}")
+        metadata(mount, f"picks-{name}")
     time.sleep(GAP_S)
     res = stop(proc, log)
     seen = json_lines(res["lines"], "ops")[-1]
