@@ -11,6 +11,7 @@ JSON into a verdict (AssertionError with what was wrong) and a detail line for r
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from labs.base import SERVER, CommandResult
+from labs.console import GuestFailure
 
 FAULTS_GUEST = "labs/guest/faults_guest.py"
 PAUSE_S = 30.0
@@ -32,14 +34,26 @@ Progress = Callable[[str], None]
 
 
 def pause_server(lab: Any, seconds: float = PAUSE_S) -> Dict[str, Any]:
-    """SIGSTOP the server guest's QEMU, wait, SIGCONT it (the guest's clock jumps, nothing else)."""
+    """SIGSTOP the server guest's QEMU, wait, SIGCONT it (the guest's clock jumps, nothing else).
+
+    Meanwhile a command is sent to the stopped guest: how long the lab takes to say that it
+    does not answer, and what it says, is the "guest stops answering" check."""
     pid = lab.signal_node(SERVER, signal.SIGSTOP)
     started = time.monotonic()
+    silent: Dict[str, Any] = {}
     try:
-        time.sleep(seconds)
+        try:
+            lab.run("true", node=SERVER, timeout=seconds * 4)
+            silent["message"] = None
+        except GuestFailure as exc:
+            silent["message"] = str(exc)
+        silent["seconds"] = round(time.monotonic() - started, 1)
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
     finally:
         lab.signal_node(SERVER, signal.SIGCONT)
-    return {"action": "SIGSTOP/SIGCONT", "qemu_pid": pid, "paused_s": round(time.monotonic() - started, 1)}
+    return {"action": "SIGSTOP/SIGCONT", "qemu_pid": pid, "paused_s": round(time.monotonic() - started, 1),
+            "silent": silent, "console_log": str(lab.console_log(lab.node_name(SERVER))),
+            "kernel_release": lab.image.kernel_release}
 
 
 def restart_server(lab: Any) -> Dict[str, Any]:
@@ -157,7 +171,6 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
     workload's op, pid and file (or the RPC a kworker waits in), repeated at most every interval,
     and each stuck operation later completes with at least the time it was seen in flight."""
     data = _data(result)
-    assert data["options"]["stall"], "this tree's nfsslower has no --stall-interval (in-flight tracking)"
     phase = data["phases"]["pause"]
     threshold_s, interval_s = data["threshold_ms"] / 1000, data["stall_interval_s"]
     stalls = stall_records(data, "pause")
@@ -175,7 +188,7 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
     files = set(phase["files"]) | {"read.bin", f"missing-{phase['rounds']}"} | \
         {f"missing-{i}" for i in range(phase["rounds"] + 1)}
     if data["kernel"]["module_btf"]:
-        assert all(s["file"] in files for s in mine), f"in-flight lines naming other files: {mine[:3]}"
+        assert all(os.path.basename(s["file"]) in files for s in mine), f"in-flight lines naming other files: {mine[:3]}"
     for s in stalls:
         if s.get("rpc") is not None:
             assert s["rpc"] in NFS3_PROCEDURES, f"unknown RPC procedure {s['rpc']!r}"
@@ -262,10 +275,23 @@ def verify_v4late(result: Dict[str, Any]) -> str:
     return f"nfsslower: {verdicts['nfsslower']}, nfsdist: {verdicts['nfsdist']}; exact: {detail}"
 
 
+def verify_silent_guest(result: Dict[str, Any]) -> str:
+    """A command sent to the stopped server fails within a minute, in one line that names the
+    kernel and the console log."""
+    note = _data(result)["host"].get("pause", {})
+    silent = note.get("silent", {})
+    message = silent.get("message")
+    assert message, f"a command in the stopped guest did not fail: {silent}"
+    assert silent["seconds"] < 60, f"the stopped guest was reported only after {silent['seconds']} s"
+    assert "\n" not in message and note["kernel_release"] in message and note["console_log"] in message, message
+    return f"after {silent['seconds']} s: {message}"
+
+
 #: the fault checks of `labs test --topology pair`, in the order they ran
 FAULT_CHECKS = [
     ("fault: server paused, stall lines", verify_pause_stalls),
     ("fault: server paused, all complete", verify_pause_completes),
+    ("fault: stopped guest reported", verify_silent_guest),
     ("fault: netem loss on the link", verify_loss),
     ("fault: nfs-server restarted", verify_restart),
     ("fault: nfsv4 loaded after start", verify_v4late),

@@ -148,6 +148,10 @@ class QemuLab(Lab):
         release = self.image.kernel_release if self.image else self.kernel
         return f"{node} (kernel {release})"
 
+    def node_name(self, role: str) -> str:
+        """The guest that plays a role: "lab" in one guest, "server"/"client" in a pair."""
+        return self._node(role).name
+
     def _node(self, role: str) -> Node:
         """The guest that plays a role (SERVER/CLIENT) or has a node name."""
         if self.topology == "single" and role in (SERVER, CLIENT, self.nodes[0].name):

@@ -40,6 +40,8 @@ ROUNDS = 10               # rounds of a phase without a host action
 ROUNDS_AFTER = 5          # rounds after the host's action is done
 ROUND_GAP_S = 0.25
 IO_SIZE = 65536
+#: this run's directories are new (a boot may run the checks more than once)
+RUN = str(time.monotonic_ns())
 #: ops the mixed workload issues an exact number of, per round (VFS calls, whatever the cache does)
 PER_ROUND = {"open": 2, "create": 1, "write": 1, "fsync": 1, "read": 1, "getattr": 1}
 #: ops counted only by a module that may be missing (NFSv4's open is nfs4_file_open, in nfsv4)
@@ -107,7 +109,7 @@ def one_round(work: str, i: int, issued: Dict[str, int], files: List[str]) -> No
 
 def prepare(name: str, mount: str) -> None:
     """A phase's directory and the file it reads, made before the tools start (not counted)."""
-    work = os.path.join(mount, "work", f"faults-{name}")
+    work = os.path.join(mount, "work", f"faults-{RUN}-{name}")
     os.makedirs(work, exist_ok=True)
     with open(os.path.join(work, "read.bin"), "wb") as handle:
         handle.write(os.urandom(4 * IO_SIZE))
@@ -116,7 +118,7 @@ def prepare(name: str, mount: str) -> None:
 def phase(name: str, mount: str, host_action: bool) -> Dict[str, Any]:
     """One phase of the mixed workload in its own directory; with host_action, ask the host to
     act after the first round and go on until it is done, plus ROUNDS_AFTER rounds."""
-    work = os.path.join(mount, "work", f"faults-{name}")
+    work = os.path.join(mount, "work", f"faults-{RUN}-{name}")
     pg.drop_caches()
     time.sleep(pg.GAP_S)  # nothing in flight from the phase before
     issued: Dict[str, int] = {}
@@ -140,30 +142,14 @@ def phase(name: str, mount: str, host_action: bool) -> Dict[str, Any]:
         if after >= (ROUNDS_AFTER if host_action else ROUNDS):
             break
         time.sleep(ROUND_GAP_S)
+    if mount != pg.MOUNTS["nfs3"]:
+        issued.pop("create")  # NFSv4 creates through ->atomic_open: counted as opens, not creates
     out.update(issued=issued, rounds=i, host=done, end=time.time(), mono_end=time.monotonic())
     return out
 
 
 def netem_loss(device: str, percent: int) -> None:
     subprocess.run(["tc", "qdisc", "add", "dev", device, "root", "netem", "loss", f"{percent}%"], check=True)
-
-
-def supported(command: str, option: str) -> bool:
-    """Whether this tree's tool has an option (the stall options arrive with in-flight tracking)."""
-    res = subprocess.run([sys.executable, "-m", "probes.commands", command, "--help"], cwd=pg.PROJECT,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    return option in res.stdout
-
-
-def accepts_all_ops() -> bool:
-    """Whether `--ops all` is known to this tree's tools (it arrives with the metadata ops)."""
-    from discover.errors import UserError
-    from probes.runtime import parse_ops
-    try:
-        parse_ops("all")
-    except UserError:
-        return False
-    return True
 
 
 def label(intervals: List[Dict[str, Any]], phases: Dict[str, Any]) -> None:
@@ -183,51 +169,42 @@ def run() -> Dict[str, Any]:
     device = pg.route_device(server)
     plan = [("plain", "nfs3", False), ("loss", "nfs3", False), ("pause", "nfs3", True),
             ("restart", "nfs3", True), ("v4late", "nfs42", False)]
+    pg.mount_v42(server)
     for name, mount, _ in plan:
         prepare(name, pg.MOUNTS[mount])
-    subprocess.run(["umount", pg.MOUNTS["nfs42"]], check=True)
-    unload = subprocess.run(["modprobe", "-r", "nfsv4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True)
     out: Dict[str, Any] = {"server": server, "device": device, "threshold_ms": THRESHOLD_MS,
                            "stall_interval_s": STALL_INTERVAL_S, "loss_percent": LOSS_PERCENT,
                            "workload_pid": os.getpid(), "per_round": PER_ROUND, "v4_module_ops": V4_MODULE_OPS,
-                           "nfsv4_loaded_at_start": os.path.exists("/sys/module/nfsv4"),
-                           "unload": unload.stdout, "kernel": pg.kernel_facts()}
-    slower_log, dist_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out"
-    # every operation, where this tree's tools have them (else their default set)
-    ops = ["--ops", "all"] if accepts_all_ops() else []
-    stall = ["--stall-interval", str(STALL_INTERVAL_S)] if supported("nfsslower", "--stall-interval") else []
-    out["options"] = {"ops": ops, "stall": stall}
-    slower = pg.tool(["nfsslower", "--json", "-v"] + ops + stall + [str(THRESHOLD_MS)] + pg.spec_args(), slower_log)
-    dist = pg.tool(["nfsdist", "--json", "-v"] + ops + ["1"] + pg.spec_args(), dist_log)
-    tail = Tail(slower_log)
-    tail.start()
+                           "kernel": pg.kernel_facts()}
     phases: Dict[str, Any] = {}
-    try:
-        out["ready_s"] = [pg.wait_ready(slower, slower_log), pg.wait_ready(dist, dist_log)]
-        for name, mount, host_action in plan:
-            if name == "loss":
-                netem_loss(device, LOSS_PERCENT)
-            if name == "v4late":
-                subprocess.run(["modprobe", "nfsv4"], check=True)
-                subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", f"{server}:/srv/nfs", pg.MOUNTS["nfs42"]],
-                               check=True)
-                time.sleep(pg.GAP_S)  # the tools' chance to notice the module before the workload
-            try:
-                phases[name] = phase(name, pg.MOUNTS[mount], host_action)
-            finally:
+    with pg.nfsv4_unloaded() as unload:
+        out.update(nfsv4_loaded_at_start=os.path.exists("/sys/module/nfsv4"), unload=unload)
+        slower_log, dist_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out"
+        slower = pg.tool(["nfsslower", "--json", "-v", "--ops", "all", "--stall-interval", str(STALL_INTERVAL_S),
+                          str(THRESHOLD_MS)] + pg.spec_args(), slower_log)
+        dist = pg.tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + pg.spec_args(), dist_log)
+        tail = Tail(slower_log)
+        tail.start()
+        try:
+            out["ready_s"] = [pg.wait_ready(slower, slower_log), pg.wait_ready(dist, dist_log)]
+            for name, mount, host_action in plan:
                 if name == "loss":
-                    subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
-        time.sleep(pg.GAP_S)
-    finally:
-        out["nfsslower"] = pg.stop(slower, slower_log)
-        out["nfsdist"] = pg.stop(dist, dist_log)
-        tail.stopping.set()
-        tail.join(10)
-        subprocess.run(["modprobe", "nfsv4"], check=False)
-        if not os.path.ismount(pg.MOUNTS["nfs42"]):
-            subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", f"{server}:/srv/nfs", pg.MOUNTS["nfs42"]],
-                           check=False)
+                    netem_loss(device, LOSS_PERCENT)
+                if name == "v4late":
+                    subprocess.run(["modprobe", "nfsv4"], check=True)
+                    pg.mount_v42(server)
+                    time.sleep(pg.GAP_S)  # the tools' chance to notice the module before the workload
+                try:
+                    phases[name] = phase(name, pg.MOUNTS[mount], host_action)
+                finally:
+                    if name == "loss":
+                        subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
+            time.sleep(pg.GAP_S)
+        finally:
+            out["nfsslower"] = pg.stop(slower, slower_log)
+            out["nfsdist"] = pg.stop(dist, dist_log)
+            tail.stopping.set()
+            tail.join(10)
     out["phases"] = phases
     out["slower_lines"] = [{"mono": mono, "record": json.loads(line)} for mono, line in tail.lines
                            if line.startswith("{")]

@@ -10,6 +10,7 @@ alone gives this kernel's --lab-results for `probes compat` (docs/compat.md), fo
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, PROJECT)
@@ -352,17 +353,35 @@ def check_picks() -> Dict[str, Any]:
     return {"rc": res["rc"], "kernel": kernel_facts(), "lab_results": lab_results(picks(res["stderr"]), recorded)}
 
 
+def mount_v42(server: str) -> None:
+    """The NFSv4.2 mount of the lab (client.sh's), if it is not there."""
+    if not os.path.ismount(MOUNTS["nfs42"]):
+        subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", f"{server}:/srv/nfs", MOUNTS["nfs42"]], check=True)
+
+
+@contextlib.contextmanager
+def nfsv4_unloaded() -> Iterator[str]:
+    """NFSv4.2 unmounted and nfsv4 unloaded (yields modprobe -r's output); both back afterwards,
+    whatever happened in between."""
+    server = nfs_server()
+    if os.path.ismount(MOUNTS["nfs42"]):
+        subprocess.run(["umount", MOUNTS["nfs42"]], check=True)
+    try:
+        unload = subprocess.run(["modprobe", "-r", "nfsv4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                universal_newlines=True)
+        yield unload.stdout
+    finally:
+        subprocess.run(["modprobe", "nfsv4"], check=False)
+        mount_v42(server)
+
+
 def check_v3only() -> Dict[str, Any]:
     """With nfsv4 unloaded, every command still starts and sees NFSv3 operations; nfstop shows
     the workload's process (a child, which exits before nfstop's last refresh)."""
     out: Dict[str, Any] = {}
-    server = nfs_server()
-    subprocess.run(["umount", MOUNTS["nfs42"]], check=True)
-    unload = subprocess.run(["modprobe", "-r", "nfsv4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True)
-    try:
+    with nfsv4_unloaded() as unload:
         out["nfsv4_loaded"] = os.path.exists("/sys/module/nfsv4")
-        out["unload"] = unload.stdout
+        out["unload"] = unload
         runs = {"nfsslower": ["nfsslower", "--json", "0", "-v"], "nfsdist": ["nfsdist", "--json", "-v"],
                 "nfstop": ["nfstop", "--json", "-i", "1", "-v"]}
         prepare(MOUNTS["nfs3"], "v3only")
@@ -375,9 +394,6 @@ def check_v3only() -> Dict[str, Any]:
         out["child_pid"] = child.pid
         time.sleep(2.5)
         out["results"] = {name: stop(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
-    finally:
-        subprocess.run(["modprobe", "nfsv4"], check=False)
-        subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", f"{server}:/srv/nfs", MOUNTS["nfs42"]], check=False)
     return out
 
 

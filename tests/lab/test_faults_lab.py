@@ -4,7 +4,9 @@ On the pair kernels of tests/lab/conftest.py (6.12 and 7.3), in the same boot as
 probe checks: one nfsslower (--ops all, threshold 2 s, stall interval 5 s) and one nfsdist
 watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
 phases: plain, 20% netem loss on the link, the server's QEMU stopped for 30 s, nfs-server
-restarted, and nfsv4 loaded after the tools started. Each fault is its own test; the
+restarted, and nfsv4 loaded after the tools started; while the server is stopped, a
+command sent to it must fail within a minute, naming the kernel and the console log (the
+"guest stops answering" path of every lab run). Each fault is its own test; the
 stall lines seen are printed (pytest -s) and kept in the kernel's artefact directory.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Callable, Dict
 import pytest
 
 from labs.faults import (run_faults, verify_loss, verify_pause_completes, verify_pause_stalls, verify_restart,
-                         verify_v4late)
+                         verify_silent_guest, verify_v4late)
 
 pytestmark = [pytest.mark.lab,
               pytest.mark.parametrize("kernel_lab", ["6.12", "7.3"], indirect=True, ids=lambda k: f"k{k}")]
@@ -30,7 +32,6 @@ def _run(kernel_lab: Any) -> Dict[str, Any]:
 
 @pytest.fixture
 def faults(kernel_lab: Any) -> Dict[str, Any]:
-    # after the probe checks of the same boot (their v3only step reloads nfsv4 too)
     return kernel_lab.once("faults", lambda: _run(kernel_lab))
 
 
@@ -58,3 +59,7 @@ def test_server_restart_operations_complete(kernel_lab: Any, faults: Dict[str, A
 
 def test_nfsv4_loaded_after_the_tools_started(kernel_lab: Any, faults: Dict[str, Any]) -> None:
     _verdict(kernel_lab, faults, verify_v4late)
+
+
+def test_a_stopped_guest_is_reported_within_a_minute(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_silent_guest)
