@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from labs.base import SERVER, CommandResult
 from labs.console import GuestFailure
+from labs.probe_checks import mean_bucket, phase_hist
 
 FAULTS_GUEST = "labs/guest/faults_guest.py"
 PAUSE_S = 30.0
@@ -145,20 +146,6 @@ def exact_counts(data: Dict[str, Any], phase: str, skip: tuple = ()) -> str:
     return ", ".join(checked)
 
 
-def _hist(data: Dict[str, Any], phase: str, op: str) -> Dict[int, int]:
-    hist: Dict[int, int] = {}
-    for interval in data["nfsdist"]["intervals"]:
-        if interval["phase"] == phase:
-            for bucket in interval["ops"][op]["hist"]:
-                hist[bucket["interval-start"]] = hist.get(bucket["interval-start"], 0) + bucket["count"]
-    return hist
-
-
-def mean_bucket(hist: Dict[int, int]) -> float:
-    """The count-weighted mean of log2 bucket starts (usecs): where a distribution sits."""
-    return sum(start * count for start, count in hist.items()) / max(sum(hist.values()), 1)
-
-
 def stall_records(data: Dict[str, Any], phase: str) -> List[Dict[str, Any]]:
     """nfsslower's in-flight records that appeared while a phase ran, with when (guest monotonic)."""
     p = data["phases"][phase]
@@ -229,7 +216,9 @@ def verify_loss(result: Dict[str, Any]) -> str:
     moved = []
     for op in ("write", "fsync", "read"):
         if op in traced_ops(data):
-            plain, lossy = mean_bucket(_hist(data, "plain", op)), mean_bucket(_hist(data, "loss", op))
+            intervals = data["nfsdist"]["intervals"]
+            plain, lossy = (mean_bucket(phase_hist(intervals, "plain", op)),
+                            mean_bucket(phase_hist(intervals, "loss", op)))
             moved.append((op, plain, lossy))
     assert any(lossy > plain for _, plain, lossy in moved), f"no latency moved with {data['loss_percent']}% loss: {moved}"
     return (f"{data['loss_percent']}% loss on {data['device']}: exact: {detail}; mean bucket "

@@ -240,6 +240,30 @@ wc -l < {out}/available_filter_functions.nfs.txt
         assert not failed, f"not picked or nothing recorded: {', '.join(failed)}"
         return ", ".join(f"{op} #{run['candidate'] + 1}" for op, run in picks)
 
+    def probe_checks(self) -> None:
+        """The probe checks of tests/lab/test_probes_lab.py on the pair's client (netem on its link):
+        one guest run each of `main` and `v3only`, one check per verdict; `main` also gives the
+        lab results of every operation."""
+        from labs.probe_checks import PROBE_CHECKS
+        put_spec_json(self.lab, self.report.run_dir)
+        found: Dict[str, Any] = {}
+
+        def guest_runs() -> str:
+            for what in ("main", "v3only"):
+                found[what] = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} {what}", timeout=1500)
+                                         .strip().splitlines()[-1])
+            (self.report.run_dir / "probes.json").write_text(json.dumps(found, indent=1) + "\n")
+            assert found["main"]["ok"], found["main"].get("error")
+            self.report.lab_results = found["main"]["data"]["lab_results"]
+            (self.report.run_dir / "lab-results.json").write_text(json.dumps(self.report.lab_results, indent=1) + "\n")
+            failed = [op for ops in self.report.lab_results.values() for op, run in ops.items() if not run["ok"]]
+            assert not failed, f"not picked or nothing recorded: {', '.join(failed)}"
+            return f"every op recorded; netem on {found['main']['data']['netem_device']}"
+
+        if self.check("probe runs: main and v3only on the client", guest_runs):
+            for name, verify, args in PROBE_CHECKS:
+                self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
+
     def fault_checks(self) -> None:
         """The pair's fault checks (labs/faults.py): one guest run, one check per fault."""
         from labs.faults import FAULT_CHECKS, run_faults
@@ -308,10 +332,11 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
             report.timings["callgraphs"] = time.monotonic() - checks_started
             for sig in ("INT", "TERM"):
                 run.check(f"SIG{sig} mid-capture restores tracefs", lambda s=sig: run.interrupt(s))
-            if probes:
-                run.check("generated probes: candidate per operation", run.probe_picks)
             if probes and getattr(lab, "topology", "single") == "pair":
+                run.probe_checks()
                 run.fault_checks()
+            elif probes:
+                run.check("generated probes: candidate per operation", run.probe_picks)
             run.check("artefacts copied out", lambda: (run.collect(), "ok")[1])
     finally:
         if not keep_up:
