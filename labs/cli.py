@@ -81,7 +81,7 @@ def labs() -> None:
 ))
 @backend_option
 @click.option("--kernel", default="6.1", show_default=True,
-              help="Kernel series (5.10, 6.1, 6.12, 7) or a Debian suite name.")
+              help="Kernel series (5.10, 6.1, 6.12, 7.2, 7.3) or a Debian suite name.")
 @topology_option
 @name_option
 def up(backend: str, kernel: str, topology: str, name: str) -> None:
@@ -191,6 +191,7 @@ def _clear_stale(name: str) -> bool:
     "labs test --kernel 5.10 --kernel 6.12 --kernel 7",
     "labs test --backend vagrant --topology pair",
     "labs test --kernel 5.10 --kernel 6.12 --lab-results lab.json   # + the generated probes",
+    "labs test --topology pair --kernel 7.3 --lab-results lab.json  # + probe and fault checks on the pair",
     "  probes compat probes/specs/nfs.toml --kernel 5.10 --kernel 6.12 --lab-results lab.json",
 ))
 @backend_option
@@ -201,7 +202,9 @@ def _clear_stale(name: str) -> bool:
               show_default=True, help="Where call graphs, tracefs metadata and reports go.")
 @click.option("--lab-results", type=click.Path(dir_okay=False, path_type=Path),
               help="Also run the generated NFS probes; write per kernel and operation the candidate "
-                   "used and whether it recorded the operation (input of `probes compat --lab-results`).")
+                   "used and whether it recorded the operation (input of `probes compat --lab-results`). "
+                   "On a pair: the probe checks on the client and the fault checks (server stopped, "
+                   "packet loss, nfs-server restart, nfsv4 loaded late) too.")
 def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
          lab_results: Optional[Path]) -> None:
     """Integration run: boot a lab per kernel, mount NFS, run `discover` in it, write a report.

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from discover.errors import UserError
 from labs.base import CLIENT, Lab
+from labs.console import GuestFailure
 
 Progress = Callable[[str], None]
 
@@ -97,15 +98,27 @@ class Integration:
         self.progress = progress
         self.share = getattr(lab, "guest_project_dir", "/opt/probekit")
         self.guest_run = f"{GUEST_RESULTS}/{report.run_dir.name}"
+        #: why the guest cannot be used any more (a crash or silence), once it happened
+        self.dead: Optional[str] = None
 
     def check(self, name: str, body: Callable[[], str]) -> bool:
-        """Run one check; its return value is the detail, a raised error is the failure."""
+        """Run one check; its return value is the detail, a raised error is the failure.
+
+        Once the guest crashed or stopped answering (GuestFailure), the remaining checks are
+        not tried: each would only wait for the same dead guest."""
         started = time.monotonic()
         self.progress(f"[test] {name} ...")
-        try:
-            detail, passed = body(), True
-        except (UserError, AssertionError, ValueError, KeyError, OSError) as exc:
-            detail, passed = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400], False
+        if self.dead is not None:
+            detail, passed = f"not run: {self.dead}", False
+        else:
+            try:
+                detail, passed = body(), True
+            except GuestFailure as exc:
+                self.dead = str(exc)
+                self.progress(f"[test] guest failed: {exc}")
+                detail, passed = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:600], False
+            except (UserError, AssertionError, ValueError, KeyError, OSError) as exc:
+                detail, passed = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400], False
         seconds = time.monotonic() - started
         self.report.checks.append(Check(name, passed, round(seconds, 1), detail))
         self.progress(f"[test] {name}: {'ok' if passed else 'FAIL'} ({seconds:.1f} s) {detail}")
@@ -227,6 +240,48 @@ wc -l < {out}/available_filter_functions.nfs.txt
         assert not failed, f"not picked or nothing recorded: {', '.join(failed)}"
         return ", ".join(f"{op} #{run['candidate'] + 1}" for op, run in picks)
 
+    def probe_checks(self) -> None:
+        """The probe checks of tests/lab/test_probes_lab.py on the pair's client (netem on its link):
+        one guest run each of `main` and `v3only`, one check per verdict; `main` also gives the
+        lab results of every operation."""
+        from labs.probe_checks import PROBE_CHECKS
+        put_spec_json(self.lab, self.report.run_dir)
+        found: Dict[str, Any] = {}
+
+        def guest_runs() -> str:
+            for what in ("main", "v3only"):
+                found[what] = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} {what}", timeout=1500)
+                                         .strip().splitlines()[-1])
+            (self.report.run_dir / "probes.json").write_text(json.dumps(found, indent=1) + "\n")
+            assert found["main"]["ok"], found["main"].get("error")
+            self.report.lab_results = found["main"]["data"]["lab_results"]
+            (self.report.run_dir / "lab-results.json").write_text(json.dumps(self.report.lab_results, indent=1) + "\n")
+            failed = [op for ops in self.report.lab_results.values() for op, run in ops.items() if not run["ok"]]
+            assert not failed, f"not picked or nothing recorded: {', '.join(failed)}"
+            return f"every op recorded; netem on {found['main']['data']['netem_device']}"
+
+        if self.check("probe runs: main and v3only on the client", guest_runs):
+            for name, verify, args in PROBE_CHECKS:
+                self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
+
+    def fault_checks(self) -> None:
+        """The pair's fault checks (labs/faults.py): one guest run, one check per fault."""
+        from labs.faults import FAULT_CHECKS, run_faults
+        found: Dict[str, Any] = {}
+
+        def faults_run() -> str:
+            found.update(run_faults(self.lab, progress=self.progress))
+            (self.report.run_dir / "faults.json").write_text(json.dumps(found, indent=1) + "\n")
+            assert found.get("ok"), found.get("error")
+            return f"{len(found['data']['slower_lines'])} nfsslower lines, phases " \
+                + ", ".join(f"{name} {p['mono_end'] - p['mono_start']:.0f} s"
+                            for name, p in found["data"]["phases"].items())
+
+        self.report.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.check("fault run: workload under the tools, server faults", faults_run):
+            for name, verify in FAULT_CHECKS:
+                self.check(name, lambda v=verify: v(found))
+
     def collect(self) -> None:
         """Copy the guest's run directory out as artefacts (one tarball through the Lab interface)."""
         tarball = f"/tmp/{self.report.run_dir.name}.tar.gz"
@@ -250,19 +305,21 @@ def put_spec_json(lab: Lab, local_dir: Path) -> None:
 
 
 def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
-                    keep_up: bool = False, probes: bool = False) -> Report:
+                    keep_up: bool = False, probes: bool = False, already_up: bool = False) -> Report:
     """Bring the lab up, run every check, copy artefacts, write the report, take the lab down.
 
     `probes`: also run the generated NFS probes for the report's lab results (a bcc compile,
-    ~30-60 s under TCG).
+    ~30-60 s under TCG). `already_up`: the lab was booted by the caller, who also takes it
+    down (tests/lab's shared per-kernel guest); the first check then only reports its timings.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kernel = getattr(lab, "kernel", "?")
     report = Report(lab.backend, kernel, Path(artifacts) / f"{lab.backend}-{kernel}-{stamp}")
     run = Integration(lab, report, progress)
     started = time.monotonic()
+    keep_up = keep_up or already_up
     try:
-        if run.check("lab up (boot, NFS export and mounts)", lambda: _up(lab)):
+        if run.check("lab up (boot, NFS export and mounts)", lambda: _up(lab, boot=not already_up)):
             report.timings.update(getattr(lab, "timings", {}))
             report.kernel_release = lab.kernel_info()["release"]
             run.sh(f"mkdir -p {run.guest_run}")
@@ -275,7 +332,10 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
             report.timings["callgraphs"] = time.monotonic() - checks_started
             for sig in ("INT", "TERM"):
                 run.check(f"SIG{sig} mid-capture restores tracefs", lambda s=sig: run.interrupt(s))
-            if probes:
+            if probes and getattr(lab, "topology", "single") == "pair":
+                run.probe_checks()
+                run.fault_checks()
+            elif probes:
                 run.check("generated probes: candidate per operation", run.probe_picks)
             run.check("artefacts copied out", lambda: (run.collect(), "ok")[1])
     finally:
@@ -288,7 +348,8 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
     return report
 
 
-def _up(lab: Lab) -> str:
-    lab.up()
+def _up(lab: Lab, boot: bool = True) -> str:
+    if boot:
+        lab.up()
     timings: Optional[Dict[str, float]] = getattr(lab, "timings", None)
     return ", ".join(f"{k} {v:.0f} s" for k, v in (timings or {}).items())

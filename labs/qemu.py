@@ -133,7 +133,7 @@ class QemuLab(Lab):
         lab.link_port = state["link_port"]
         lab.nodes = [Node(**node) for node in state["nodes"]]
         lab.pids = {k: int(v) for k, v in state["pids"].items()}
-        lab.watches = {node.name: ConsoleWatch(node.name, lab.console_log(node.name),
+        lab.watches = {node.name: ConsoleWatch(lab.label(node.name), lab.console_log(node.name),
                                                offset=state["console_offsets"].get(node.name, 0))
                        for node in lab.nodes}
         return lab
@@ -167,6 +167,15 @@ class QemuLab(Lab):
     @property
     def results_dir(self) -> Path:
         return self.state_dir / "results"
+
+    def label(self, node: str) -> str:
+        """How failures name a guest: node and kernel (a matrix run must say which kernel failed)."""
+        release = self.image.kernel_release if self.image else self.kernel
+        return f"{node} (kernel {release})"
+
+    def node_name(self, role: str) -> str:
+        """The guest that plays a role: "lab" in one guest, "server"/"client" in a pair."""
+        return self._node(role).name
 
     def _node(self, role: str) -> Node:
         """The guest that plays a role (SERVER/CLIENT) or has a node name."""
@@ -309,7 +318,7 @@ class QemuLab(Lab):
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr_log, stderr=stderr_log,
                                     start_new_session=True)
             self.pids[node.name] = proc.pid
-            self.watches[node.name] = ConsoleWatch(node.name, self.console_log(node.name))
+            self.watches[node.name] = ConsoleWatch(self.label(node.name), self.console_log(node.name))
             self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus(accel)} vCPU, "
                           f"pid {proc.pid}, console {self.console_log(node.name)})")
             if self.topology == "pair" and node.name == "server":
@@ -341,7 +350,7 @@ class QemuLab(Lab):
                 except (AgentError, OSError):
                     pass
                 if time.monotonic() > deadline:
-                    raise failure(node.name, f"not ready after {timeout:.0f} s (guest agent silent or "
+                    raise failure(self.label(node.name), f"not ready after {timeout:.0f} s (guest agent silent or "
                                              f"shares/nfs-server missing)", self.watches.get(node.name))
                 time.sleep(3.0)
 
@@ -356,7 +365,7 @@ class QemuLab(Lab):
     def _must(self, cmd: str, node: str, timeout: float) -> CommandResult:
         res = self.run(cmd, node=node, timeout=timeout)
         if res.exit_code != 0:
-            raise GuestFailure(f"{node}: `{cmd}` failed ({res.exit_code}): {res.stderr.strip()[-300:]}")
+            raise GuestFailure(f"{self.label(node)}: `{cmd}` failed ({res.exit_code}): {res.stderr.strip()[-300:]}")
         return res
 
     def _check_node(self, name: str) -> None:
@@ -370,7 +379,7 @@ class QemuLab(Lab):
                 watch.check()
             qemu_log = self.state_dir / f"{name}.qemu.log"
             qemu_err = qemu_log.read_text(errors="replace").strip()[-200:] if qemu_log.exists() else ""
-            raise failure(name, f"QEMU exited ({qemu_err or 'no message'}; qemu log {qemu_log})", watch)
+            raise failure(self.label(name), f"QEMU exited ({qemu_err or 'no message'}; qemu log {qemu_log})", watch)
 
     def run(self, cmd: Union[str, Sequence[str]], node: str = CLIENT, timeout: float = 600.0) -> CommandResult:
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
@@ -381,10 +390,10 @@ class QemuLab(Lab):
                                on_poll=lambda: self._check_node(guest.name))
         except AgentTimeout as exc:
             self._check_node(guest.name)
-            raise failure(guest.name, str(exc), self.watches.get(guest.name)) from exc
+            raise failure(self.label(guest.name), str(exc), self.watches.get(guest.name)) from exc
         except (AgentError, OSError) as exc:
             self._check_node(guest.name)
-            raise failure(guest.name, f"guest agent: {exc}", self.watches.get(guest.name)) from exc
+            raise failure(self.label(guest.name), f"guest agent silent: {exc}", self.watches.get(guest.name)) from exc
 
     def put(self, local: Path, remote: str, node: str = CLIENT) -> None:
         guest = self._node(node)
@@ -432,6 +441,15 @@ class QemuLab(Lab):
             if self.qemu_name(node).encode() in argv:
                 found.add(int(pid))
         return found
+
+    def signal_node(self, node: str, sig: int) -> int:
+        """Send a signal to a guest's QEMU process (SIGSTOP/SIGCONT: the fault checks' server
+        pause); returns its pid."""
+        pid = self.pids[self._node(node).name]
+        if not _alive(pid):
+            raise GuestFailure(f"{self.label(node)}: QEMU (pid {pid}) is not running")
+        os.kill(pid, sig)
+        return pid
 
     def status(self) -> Dict[str, str]:
         if not self.nodes:

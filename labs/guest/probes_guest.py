@@ -10,6 +10,7 @@ alone gives this kernel's --lab-results for `probes compat` (docs/compat.md), fo
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, PROJECT)
@@ -143,6 +144,44 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     return issued
 
 
+#: metadata ops issued an exact number of times by metadata(), whatever the dentry cache holds;
+#: lookup, access and readdir (cache-dependent) happen at least once
+META_EXACT = ("mkdir", "rmdir", "unlink", "rename", "link", "symlink", "setattr")
+META_SOME = ("lookup", "access", "readdir")
+
+
+def metadata(mount: str, tag: str) -> Dict[str, int]:
+    """Every metadata operation on one mount, in a fresh directory, closed files only (an open
+    file's unlink would be a silly-rename); returns what was issued."""
+    top = os.path.join(mount, "work", f"probes-{tag}-{time.monotonic_ns()}")
+    issued = {op: 0 for op in META_EXACT + ("create",)}
+    os.mkdir(top)
+    issued["mkdir"] += 1
+    name = os.path.join(top, "a")
+    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))  # NFSv3: ->create
+    issued["create"] += 1
+    os.chmod(name, 0o600)
+    issued["setattr"] += 1
+    os.link(name, os.path.join(top, "b"))
+    issued["link"] += 1
+    os.symlink("a", os.path.join(top, "c"))
+    issued["symlink"] += 1
+    os.rename(os.path.join(top, "b"), os.path.join(top, "d"))
+    issued["rename"] += 1
+    os.access(name, os.R_OK | os.W_OK)
+    os.listdir(top)
+    try:
+        os.stat(os.path.join(top, "missing"))
+    except FileNotFoundError:
+        pass
+    for entry in ("a", "c", "d"):
+        os.unlink(os.path.join(top, entry))
+        issued["unlink"] += 1
+    os.rmdir(top)
+    issued["rmdir"] += 1
+    return issued
+
+
 def spec_args() -> List[str]:
     """`--spec FILE.json` where this Python has no TOML module (Debian 11), else the default spec."""
     for module in ("tomllib", "tomli", "toml"):
@@ -216,39 +255,71 @@ def phase_totals(intervals: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def timed_phase(mount: str, tag: str) -> Dict[str, Any]:
+def timed_phase(mount: str, tag: str, work: Callable[[str, str], Dict[str, int]] = workload) -> Dict[str, Any]:
     """One workload run with its wall and monotonic (= bpf_ktime_get_ns) time span."""
     started, mono = time.time(), time.monotonic()
-    issued = workload(mount, tag)
+    issued = work(mount, tag)
     return {"issued": issued, "start": started, "end": time.time(), "mono_start": mono,
             "mono_end": time.monotonic()}
 
 
-def check_main(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
+def nfs_server() -> str:
+    """The server address the NFSv3 mount talks to (127.0.0.1 in one guest, the link address
+    of the server guest in a pair)."""
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            if len(fields) > 1 and fields[1] == MOUNTS["nfs3"]:
+                return fields[0].rpartition(":")[0]
+    raise RuntimeError(f"{MOUNTS['nfs3']} is not mounted")
+
+
+def route_device(address: str) -> str:
+    """The client's interface towards an address (lo for 127.0.0.1, the link NIC in a pair)."""
+    out = subprocess.run(["ip", "-o", "route", "get", address], stdout=subprocess.PIPE, check=True,
+                         universal_newlines=True).stdout.split()
+    return out[out.index("dev") + 1]
+
+
+#: (round trip added by netem, nfsslower threshold) in ms, in one guest and on a pair's link:
+#: between two TCG guests an undelayed uncached 64 KiB read took up to 140 ms on a busy host
+DELAYS = {"lo": (100, 90), "link": (400, 300)}
+
+
+def check_main() -> Dict[str, Any]:
     """One nfsslower (at a threshold) and one nfsdist (1 s intervals), started once, around three
-    phases: the workload on NFSv3, on NFSv4.2, then on NFSv3 with netem delay on lo."""
+    phases: the workload on NFSv3, on NFSv4.2, then on NFSv3 with netem delay on the client's
+    interface to the server, adding rtt_delay_ms to every round trip: on lo both the request and
+    the reply pass netem (half the delay each), on a pair's link only the request does."""
+    device = route_device(nfs_server())
+    rtt_delay_ms, threshold_ms = DELAYS["lo" if device == "lo" else "link"]
+    delay_ms = rtt_delay_ms // 2 if device == "lo" else rtt_delay_ms
     slower_log, dist_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out"
-    plan = (("nfs3", MOUNTS["nfs3"]), ("nfs42", MOUNTS["nfs42"]), ("delay", MOUNTS["nfs3"]))
-    for tag, mount in plan:
-        prepare(mount, tag)
+    plan = (("nfs3", MOUNTS["nfs3"], workload), ("nfs42", MOUNTS["nfs42"], workload),
+            ("meta3", MOUNTS["nfs3"], metadata), ("meta42", MOUNTS["nfs42"], metadata),
+            ("delay", MOUNTS["nfs3"], workload))
+    for tag, mount, work in plan:
+        if work is workload:
+            prepare(mount, tag)
     attached_before = kernel_attachments()
-    slower = tool(["nfsslower", "--json", "-v", str(threshold_ms)] + spec_args(), slower_log)
-    dist = tool(["nfsdist", "--json", "-v", "1"] + spec_args(), dist_log)
+    slower = tool(["nfsslower", "--json", "-v", "--ops", "all", str(threshold_ms)] + spec_args(), slower_log)
+    dist = tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + spec_args(), dist_log)
     ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
     attached_during = kernel_attachments()
     phases: Dict[str, Any] = {}
     try:
-        for tag, mount in plan:
+        for tag, mount, work in plan:
             if tag == "delay":
-                subprocess.run(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", f"{delay_ms}ms"],
+                subprocess.run(["tc", "qdisc", "add", "dev", device, "root", "netem", "delay", f"{delay_ms}ms"],
                                check=True)
-            phases[tag] = timed_phase(mount, tag)
+            phases[tag] = timed_phase(mount, tag, work)
             if tag != "delay":
                 time.sleep(GAP_S)
     finally:
-        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
+        subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
     time.sleep(GAP_S)
-    result = {"delay_ms": delay_ms, "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
+    result = {"delay_ms": delay_ms, "rtt_delay_ms": rtt_delay_ms, "netem_device": device,
+              "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
               "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log, signal.SIGINT),
               "kernel": kernel_facts()}
     # nfsslower ended by SIGTERM, nfsdist by SIGINT (Ctrl-C): neither may leave anything attached
@@ -259,21 +330,22 @@ def check_main(delay_ms: int, threshold_ms: int) -> Dict[str, Any]:
     result["seen"] = phase_totals(result["nfsdist"]["intervals"])
     result["picks"] = {name: picks(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
     recorded = {op: sum(result["seen"].get(tag, {}).get("ops", {}).get(op, {}).get("count", 0)
-                        for tag in ("nfs3", "nfs42")) for op in OPS}
+                        for tag in ("nfs3", "nfs42", "meta3", "meta42")) for op in OPS}
     result["lab_results"] = lab_results(result["picks"]["nfsdist"], recorded)
     return result
 
 
 def check_picks() -> Dict[str, Any]:
-    """The lean lab-results run (`labs test --lab-results`): one nfsdist around the workload on
-    both mounts."""
+    """The lean lab-results run (`labs test --lab-results`): one nfsdist (every op) around the
+    workload and the metadata operations on both mounts."""
     log = "/tmp/nfsdist-picks.out"
     for name, mount in MOUNTS.items():
         prepare(mount, f"picks-{name}")
-    proc = tool(["nfsdist", "--json", "-v"] + spec_args(), log)
+    proc = tool(["nfsdist", "--json", "-v", "--ops", "all"] + spec_args(), log)
     wait_ready(proc, log)
     for name, mount in MOUNTS.items():
         workload(mount, f"picks-{name}")
+        metadata(mount, f"picks-{name}")
     time.sleep(GAP_S)
     res = stop(proc, log)
     seen = json_lines(res["lines"], "ops")[-1]
@@ -281,16 +353,35 @@ def check_picks() -> Dict[str, Any]:
     return {"rc": res["rc"], "kernel": kernel_facts(), "lab_results": lab_results(picks(res["stderr"]), recorded)}
 
 
+def mount_v42(server: str) -> None:
+    """The NFSv4.2 mount of the lab (client.sh's), if it is not there."""
+    if not os.path.ismount(MOUNTS["nfs42"]):
+        subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", f"{server}:/srv/nfs", MOUNTS["nfs42"]], check=True)
+
+
+@contextlib.contextmanager
+def nfsv4_unloaded() -> Iterator[str]:
+    """NFSv4.2 unmounted and nfsv4 unloaded (yields modprobe -r's output); both back afterwards,
+    whatever happened in between."""
+    server = nfs_server()
+    if os.path.ismount(MOUNTS["nfs42"]):
+        subprocess.run(["umount", MOUNTS["nfs42"]], check=True)
+    try:
+        unload = subprocess.run(["modprobe", "-r", "nfsv4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                universal_newlines=True)
+        yield unload.stdout
+    finally:
+        subprocess.run(["modprobe", "nfsv4"], check=False)
+        mount_v42(server)
+
+
 def check_v3only() -> Dict[str, Any]:
     """With nfsv4 unloaded, every command still starts and sees NFSv3 operations; nfstop shows
     the workload's process (a child, which exits before nfstop's last refresh)."""
     out: Dict[str, Any] = {}
-    subprocess.run(["umount", MOUNTS["nfs42"]], check=True)
-    unload = subprocess.run(["modprobe", "-r", "nfsv4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True)
-    try:
+    with nfsv4_unloaded() as unload:
         out["nfsv4_loaded"] = os.path.exists("/sys/module/nfsv4")
-        out["unload"] = unload.stdout
+        out["unload"] = unload
         runs = {"nfsslower": ["nfsslower", "--json", "0", "-v"], "nfsdist": ["nfsdist", "--json", "-v"],
                 "nfstop": ["nfstop", "--json", "-i", "1", "-v"]}
         prepare(MOUNTS["nfs3"], "v3only")
@@ -303,9 +394,6 @@ def check_v3only() -> Dict[str, Any]:
         out["child_pid"] = child.pid
         time.sleep(2.5)
         out["results"] = {name: stop(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
-    finally:
-        subprocess.run(["modprobe", "nfsv4"], check=False)
-        subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", "127.0.0.1:/srv/nfs", MOUNTS["nfs42"]], check=False)
     return out
 
 
@@ -314,7 +402,7 @@ def main(argv: List[str]) -> int:
     if what == "workload-child":
         print(json.dumps(workload(MOUNTS["nfs3"], "v3only")))
         return 0
-    checks = {"main": lambda: check_main(50, 90), "v3only": check_v3only, "picks": check_picks}
+    checks = {"main": check_main, "v3only": check_v3only, "picks": check_picks}
     if what not in checks:
         print(f"usage: {argv[0]} {'|'.join(checks)}", file=sys.stderr)
         return 2

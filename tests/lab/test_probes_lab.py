@@ -1,94 +1,72 @@
-"""Lab tests of nfsslower / nfsdist / nfstop on real NFS traffic, on Debian 5.10, 6.1 and 6.12.
+"""Lab tests of nfsslower / nfsdist / nfstop on real NFS traffic, on every CI kernel (5.10 .. 7.3).
 
-One guest per kernel, one at a time, booted once for all its checks (bcc compiles each tool
-at start, 20-60 s under TCG): the guest side (labs/guest/probes_guest.py, also used by
+In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client, with netem on
+the link to the server instead of lo), booted once for all its checks (bcc compiles each
+tool at start, 20-60 s under TCG): the guest side (labs/guest/probes_guest.py, also used by
 `labs test --lab-results`) runs the tools around a workload with known counts and reports
-both as JSON; the asserts here compare them. Two guest runs per kernel keep tool starts to five: `main` (nfsslower + nfsdist once,
-around the workload on NFSv3, on NFSv4.2 and on NFSv3 with netem delay) and `v3only`
-(all three tools with nfsv4 unloaded, nfstop watching the workload's process).
+both as JSON; labs/probe_checks.py compares them (the same verdicts `labs test --topology
+pair --lab-results` gives). Two guest runs per kernel keep tool starts to five: `main`
+(nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
+metadata phase per mount, and NFSv3 with netem delay) and `v3only` (all three tools with
+nfsv4 unloaded, nfstop watching the workload's process).
 
 The guest also reports, per operation, the spec candidate the tools picked and whether it
 recorded the operation: that is the kernel's --lab-results (docs/compat.md), written to the
 artefact directory, and the static compat report of the same kernel's Debian package must
-agree with it (probes.compat.disagreements == []).
+agree with it (probes.compat.disagreements == []) with every operation lab-verified.
 
-Operations the kernel issues by itself, and tested as such:
-- commit (C): the workload's 1 MiB writes exceed wsize (256 KiB), so the flush at each
-  fsync is sent UNSTABLE and the client sends COMMIT: at least one commit per such
-  fsync, started by writeback (kworker) or by the fsync itself. The O_SYNC 4 KiB write is
-  sent FILE_SYNC and needs no commit.
-
-Per kernel: Debian 11's 5.10 modules carry no BTF, so the tools cannot tell which kprobe
-parameter holds the file and print no file names there ("?"; docs/probes.md); its Python
-3.9 has no TOML module, so the guest is given the spec as JSON (same keys).
+Debian 11's Python 3.9 has no TOML module, so the guest is given the spec as JSON (same keys).
 """
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 
 from discover.errors import UserError
+from labs import probe_checks as pc
 from labs.base import Lab
-from labs.integration import put_spec_json
-from labs.qemu import QemuLab
+from labs.probe_checks import Results, data
 
 pytestmark = pytest.mark.lab
 
 GUEST_SCRIPT = "labs/guest/probes_guest.py"
-#: kernel series booted, each from its Debian suite's cached image (labs/images.py)
-KERNELS = ["5.10", "6.1", "6.12"]
-#: wall time per kernel (boot to down), printed at the end of the module and kept as an artefact
-TIMES: Dict[str, float] = {}
 
 
-@pytest.fixture(scope="session")
-def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    env = os.environ.get("PROBEKIT_LAB_ARTIFACTS")
-    path = Path(env) if env else tmp_path_factory.mktemp("probes-lab")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@pytest.fixture(scope="module", params=KERNELS)
-def lab(request: pytest.FixtureRequest, artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    assert os.geteuid() == 0, "lab tests build images and boot QEMU: run them as root"
-    kernel = request.param
-    started = time.monotonic()
-    the_lab = QemuLab(kernel=kernel, topology="single", name=f"probes-check-{kernel}", ssh=False,
-                      progress=lambda message: print(message, flush=True))
-    the_lab.down()
-    the_lab.up()
-    try:
-        put_spec_json(the_lab, tmp_path_factory.mktemp("spec"))
-        yield the_lab
-    finally:
-        the_lab.down()
-        TIMES[kernel] = round(time.monotonic() - started, 1)
-        print(f"[probes lab] kernel {kernel}: {TIMES[kernel]} s from boot to down", flush=True)
-        (artifacts / "times.json").write_text(json.dumps(TIMES, indent=1) + "\n")
-
-
-@pytest.fixture(scope="module")
-def results(lab: Lab, artifacts: Path) -> Dict[str, Dict[str, Any]]:
+def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
     """Run every guest check once (order matters: v3only unloads nfsv4 last)."""
+    lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
     out: Dict[str, Dict[str, Any]] = {}
     for check in ("main", "v3only"):
-        started = time.monotonic()
-        res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT} {check}", timeout=1200)
+        with kernel_lab.timed(f"probes {check}"):
+            res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT} {check}", timeout=1200)
         assert res.exit_code == 0, f"{check}: exit {res.exit_code}: {res.stderr[-2000:]}"
         out[check] = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"[probes lab] {check}: {time.monotonic() - started:.0f} s", flush=True)
+        print(f"[probes lab] {kernel_lab.kernel} {check}: {kernel_lab.times[f'probes {check}']:.0f} s", flush=True)
     main = data(out, "main")
     release = main["kernel"]["release"]
-    (artifacts / f"guest-{release}.json").write_text(json.dumps(out, indent=1) + "\n")
-    write_lab_results(artifacts, main["lab_results"])
+    kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
+    (kernel_lab.artifacts / f"guest-{release}.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_lab_results(kernel_lab.root, main["lab_results"])
     return out
+
+
+@pytest.fixture
+def results(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
+    return kernel_lab.once("probes", lambda: run_guest_checks(kernel_lab))
+
+
+@pytest.fixture
+def lab(kernel_lab: Any) -> Lab:
+    return kernel_lab.lab
+
+
+@pytest.fixture
+def artifacts(kernel_lab: Any) -> Path:
+    return kernel_lab.artifacts
 
 
 def write_lab_results(artifacts: Path, per_kernel: Dict[str, Any]) -> None:
@@ -101,143 +79,38 @@ def write_lab_results(artifacts: Path, per_kernel: Dict[str, Any]) -> None:
     (artifacts / "lab-results.json").write_text(json.dumps(merged, indent=1) + "\n")
 
 
-def data(results: Dict[str, Dict[str, Any]], check: str) -> Dict[str, Any]:
-    found = results[check]
-    assert found["ok"], f"{check}: {found.get('error')}"
-    return found["data"]
-
-
-def test_tools_stopped_by_sigterm_or_ctrl_c_leave_nothing_attached(results: Dict[str, Dict[str, Any]]) -> None:
-    """nfsslower gets SIGTERM, nfsdist SIGINT; afterwards the kernel's tracing BPF programs
-    and kprobe_events are what they were before either started."""
-    run = data(results, "main")
-    assert run["nfsslower"]["rc"] == 0 and run["nfsdist"]["rc"] == 0
-    attached = run["attached"]
-    assert set(attached["during"]["bpf_progs"]) > set(attached["before"]["bpf_progs"])  # the check sees them
-    assert attached["after"] == attached["before"]
+def test_tools_stopped_by_sigterm_or_ctrl_c_leave_nothing_attached(results: Results) -> None:
+    pc.verify_tools_stopped_by_sigterm_or_ctrl_c_leave_nothing_attached(results)
 
 
 @pytest.mark.parametrize("mount", ["nfs3", "nfs42"])
-def test_nfsdist_counts_match_the_workload(results: Dict[str, Dict[str, Any]], mount: str) -> None:
-    run = data(results, "main")
-    assert run["nfsdist"]["rc"] == 0, run["nfsdist"]["stderr"]
-    issued, seen = run["phases"][mount]["issued"], run["seen"][mount]["ops"]
-    for op in ("read", "write", "open", "getattr", "fsync"):
-        assert seen[op]["count"] == issued[op], f"{mount} {op}: saw {seen[op]['count']}, issued {issued[op]}"
-    assert seen["read"]["bytes"] == issued["read_bytes"]
-    assert seen["write"]["bytes"] == issued["write_bytes"]
-    # kernel-issued COMMITs: at least one per fsync of unstable data (the O_SYNC 4 KiB write
-    # goes FILE_SYNC and needs none)
-    assert issued["unstable_fsync"] <= seen["commit"]["count"] <= issued["write"]
-    assert run["seen"][mount]["anomalies"] == 0
-    # nothing counted outside the workload phases
-    assert "before" not in run["seen"] or not any(e["count"] for e in run["seen"]["before"]["ops"].values())
+def test_nfsdist_counts_match_the_workload(results: Results, mount: str) -> None:
+    pc.verify_nfsdist_counts_match_the_workload(results, mount)
 
 
-def _events(run: Dict[str, Any]) -> List[Dict[str, Any]]:
-    return [json.loads(line) for line in run["lines"] if line.startswith("{") and '"lat_us"' in line]
+@pytest.mark.parametrize("mount", ["nfs3", "nfs42"])
+def test_metadata_operations_are_counted(results: Results, mount: str) -> None:
+    pc.verify_metadata_operations_are_counted(results, mount)
 
 
-def _phase_hist(intervals: List[Dict[str, Any]], phase: str, op: str) -> Dict[int, int]:
-    """interval-start (usecs) -> count for one op, summed over one phase's intervals."""
-    hist: Dict[int, int] = {}
-    for interval in intervals:
-        if interval["phase"] == phase:
-            for bucket in interval["ops"][op]["hist"]:
-                hist[bucket["interval-start"]] = hist.get(bucket["interval-start"], 0) + bucket["count"]
-    return {start: count for start, count in hist.items() if count}
+def test_nfsslower_reports_injected_latency(results: Results) -> None:
+    pc.verify_nfsslower_reports_injected_latency(results)
 
 
-def _mean_bucket(hist: Dict[int, int]) -> float:
-    return sum(start * count for start, count in hist.items()) / max(sum(hist.values()), 1)
+def test_nfsdist_histogram_moves_with_delay(results: Results) -> None:
+    pc.verify_nfsdist_histogram_moves_with_delay(results)
 
 
-def test_nfsslower_reports_injected_latency(results: Dict[str, Dict[str, Any]]) -> None:
-    lat = data(results, "main")
-    delay_us, threshold_us = lat["delay_ms"] * 1000, lat["threshold_ms"] * 1000
-    run = lat["nfsslower"]
-    assert run["rc"] == 0, run["stderr"]
-    events = run["events"]
-    # nfsslower prints nothing below its threshold, and nothing impossible
-    assert events and all(threshold_us <= e["lat_us"] < 3600 * 10**6 for e in events)
-    delayed = [e for e in events if e["phase"] == "delay"]
-    plain = [e for e in events if e["phase"] == "nfs3"]  # the same workload and mount, no delay
-    # with 50 ms on every loopback packet an uncached read waits for a READ RPC (>= 2 x 50 ms):
-    # at least the first read of the phase is reported, at or above the injected delay
-    delayed_reads = [e for e in delayed if e["op"] == "read"]
-    assert delayed_reads and all(e["lat_us"] >= delay_us for e in delayed_reads)
-    assert all(e["bytes"] == 65536 for e in delayed_reads)
-    if lat["kernel"]["module_btf"]:
-        assert all(e["file"] == "read.bin" for e in delayed_reads)
-    else:
-        # 5.10: no BTF for the nfs module, so the parameter holding the file is unknown; the
-        # tool shows no name (docs/probes.md) rather than a wrong one
-        assert all(e["file"] == "?" for e in delayed_reads)
-    # both fsyncs of the delayed phase are reported; commits come from kworkers
-    assert sum(1 for e in delayed if e["op"] == "fsync") == lat["phases"]["delay"]["issued"]["fsync"]
-    # without the delay the same reads stay below the threshold, and fewer ops cross it
-    # (TCG alone makes a 4 MiB fsync slow, so fsync is compared in nfsdist, not here)
-    assert not [e for e in plain if e["op"] == "read"]
-    assert len(delayed) > len(plain)
+def test_nfstop_shows_the_workload_process(results: Results) -> None:
+    pc.verify_nfstop_shows_the_workload_process(results)
 
 
-def test_nfsdist_histogram_moves_with_delay(results: Dict[str, Dict[str, Any]]) -> None:
-    lat = data(results, "main")
-    run = lat["nfsdist"]
-    assert run["rc"] == 0, run["stderr"]
-    intervals = run["intervals"]
-    delay_us = lat["delay_ms"] * 1000
-    for phase in ("nfs3", "delay"):
-        for op in ("read", "write", "open", "getattr", "fsync"):
-            seen = sum(_phase_hist(intervals, phase, op).values())
-            assert seen == lat["phases"][phase]["issued"][op], f"{phase} {op}: {seen}"
-    reads_plain, reads_delay = _phase_hist(intervals, "nfs3", "read"), _phase_hist(intervals, "delay", "read")
-    # the slowest read moves up into a bucket starting at or above the delay (one READ RPC
-    # waits 2 x 50 ms); without the delay TCG's slowest read stays in a lower bucket
-    assert max(reads_delay) >= delay_us and max(reads_delay) > max(reads_plain)
-    for op in ("read", "fsync"):
-        plain, delayed = _phase_hist(intervals, "nfs3", op), _phase_hist(intervals, "delay", op)
-        assert _mean_bucket(delayed) > _mean_bucket(plain), f"{op}: {plain} -> {delayed}"
+def test_every_command_runs_without_nfsv4(results: Results) -> None:
+    pc.verify_every_command_runs_without_nfsv4(results)
 
 
-def test_nfstop_shows_the_workload_process(results: Dict[str, Dict[str, Any]]) -> None:
-    top = data(results, "v3only")
-    rows = [json.loads(line) for line in top["results"]["nfstop"]["lines"] if line.startswith("{")]
-    mine = [p for row in rows for p in row["processes"] if p["pid"] == top["child_pid"]]
-    assert mine, f"pid {top['child_pid']} never appeared in nfstop"
-    reads = sum(p["ops"].get("read", {}).get("count", 0) for p in mine)
-    writes = sum(p["ops"].get("write", {}).get("count", 0) for p in mine)
-    assert reads == top["issued"]["read"] == 4 and writes == top["issued"]["write"] == 9
-    assert {p["comm"] for p in mine} == {"python3"}  # named even though it exited before the refresh
-    written = sum(p["write_mb_s"] * row["interval_s"] for row in rows for p in row["processes"]
-                  if p["pid"] == top["child_pid"])
-    assert written > 0
-    # a log2 bucket bounds each latency from above: p99 (bucket bound) is never below 0,
-    # and for a single-op interval it is at least that op's latency (= its average)
-    for p in mine:
-        for op in p["ops"].values():
-            if op["count"] == 1:
-                assert op["p99_ms"] >= op["avg_ms"] - 0.001
-
-
-def test_every_command_runs_without_nfsv4(results: Dict[str, Dict[str, Any]]) -> None:
-    v3 = data(results, "v3only")
-    assert not v3["nfsv4_loaded"], f"nfsv4 could not be unloaded: {v3['unload']}"
-    for name, run in v3["results"].items():
-        assert run["rc"] == 0, f"{name}: {run['stderr']}"
-        assert "nfs4_file_open" in run["stderr"] and "not loaded" in run["stderr"]  # -v says it was skipped
-    slower = _events(v3["results"]["nfsslower"])
-    assert sum(1 for e in slower if e["op"] == "open") == v3["issued"]["open"]
-    dist = [json.loads(line) for line in v3["results"]["nfsdist"]["lines"] if '"ops"' in line][-1]
-    for op in ("read", "write", "open", "getattr", "fsync"):
-        assert dist["ops"][op]["count"] == v3["issued"][op]
-    top_rows = [json.loads(line) for line in v3["results"]["nfstop"]["lines"] if line.startswith("{")]
-    assert any(row["processes"] for row in top_rows)
-
-
-def test_both_tools_pick_the_same_candidates(results: Dict[str, Dict[str, Any]]) -> None:
-    picked = data(results, "main")["picks"]
-    assert picked["nfsslower"] == picked["nfsdist"] and len(picked["nfsdist"]) == 6, picked
+def test_both_tools_pick_the_same_candidates(results: Results) -> None:
+    pc.verify_both_tools_pick_the_same_candidates(results)
 
 
 def static_kernel(lab: Lab, release: str, functions: Any, modules: List[str]) -> Any:

@@ -1,32 +1,27 @@
-"""Lab tests: the QEMU single-guest lab on Debian's 6.1 kernel, checked end to end.
+"""Lab tests: `labs test`'s integration checks on Debian's 6.1 kernel, checked end to end.
 
-Builds (or reuses the cached) bookworm image, boots it under TCG (KVM stalls on this
-host), runs the integration checks of `labs test` once for the whole module, and asserts
-on what really came back from the guest: the report, the call graphs, the tracefs
-metadata and the interrupt checks. Needs root (image build, QEMU); runs in CI.
+Runs the integration checks once in the shared 6.1 guest (tests/lab/conftest.py, booted
+once for every lab test of that kernel) and asserts on what really came back from the
+guest: the report, the call graphs, the tracefs metadata and the interrupt checks. Needs
+root (image build, QEMU); runs in CI.
 """
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from labs.integration import CALLGRAPH_TARGETS, Report, run_integration
-from labs.qemu import QemuLab
 
-pytestmark = pytest.mark.lab
+#: discovery is kernel-neutral code: one kernel proves the checks (the probe checks run on all)
+pytestmark = [pytest.mark.lab, pytest.mark.parametrize("kernel_lab", ["6.1"], indirect=True, ids=lambda k: f"k{k}")]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
-    assert os.geteuid() == 0, "lab tests build images and boot QEMU: run them as root"
-    artifacts = Path(os.environ.get("PROBEKIT_LAB_ARTIFACTS", tmp_path_factory.mktemp("artifacts")))
-    lab = QemuLab(kernel="6.1", topology="single", name="pytest-6.1", ssh=False,
-                  progress=lambda message: print(message, flush=True))
-    lab.down()  # a lab left over by an interrupted earlier run
-    return run_integration(lab, artifacts, progress=lambda message: print(message, flush=True))
+@pytest.fixture
+def report(kernel_lab) -> Report:  # type: ignore[no-untyped-def]
+    return kernel_lab.once("integration", lambda: run_integration(
+        kernel_lab.lab, kernel_lab.artifacts, progress=lambda message: print(message, flush=True),
+        already_up=True))
 
 
 def check(report: Report, name: str) -> str:

@@ -1,0 +1,287 @@
+"""Fault checks on a QEMU pair: the tools on the client while the server stops, restarts or loses packets.
+
+The client runs labs/guest/faults_guest.py (one nfsslower and one nfsdist around five
+phases of a mixed workload); the host plays the faults the guest cannot play itself: it
+stops the server's QEMU with SIGSTOP for PAUSE_S seconds and resumes it with SIGCONT, and
+restarts nfs-server in the server guest. They talk through the results share, which is
+the same directory in the guests and on the host. The verify_* functions turn the guest's
+JSON into a verdict (AssertionError with what was wrong) and a detail line for reports;
+`labs test --topology pair` and tests/lab/test_faults_lab.py both use them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from labs.base import SERVER, CommandResult
+from labs.console import GuestFailure
+from labs.probe_checks import mean_bucket, phase_hist
+
+FAULTS_GUEST = "labs/guest/faults_guest.py"
+PAUSE_S = 30.0
+#: slack on "a stall line within threshold + one stall interval" for a TCG guest on a busy host
+STALL_SLACK_S = 3.0
+#: NFSv3 procedures an operation of the mixed workload may wait in
+NFS3_PROCEDURES = {"NULL", "GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READ", "WRITE", "CREATE", "COMMIT",
+                   "FSSTAT", "FSINFO", "PATHCONF", "READDIRPLUS", "READDIR", "REMOVE", "RENAME", "LINK",
+                   "MKDIR", "RMDIR", "SYMLINK", "READLINK", "MKNOD"}
+
+Progress = Callable[[str], None]
+
+
+def pause_server(lab: Any, seconds: float = PAUSE_S) -> Dict[str, Any]:
+    """SIGSTOP the server guest's QEMU, wait, SIGCONT it (the guest's clock jumps, nothing else).
+
+    Meanwhile a command is sent to the stopped guest: how long the lab takes to say that it
+    does not answer, and what it says, is the "guest stops answering" check."""
+    pid = lab.signal_node(SERVER, signal.SIGSTOP)
+    started = time.monotonic()
+    silent: Dict[str, Any] = {}
+    try:
+        try:
+            lab.run("true", node=SERVER, timeout=seconds * 4)
+            silent["message"] = None
+        except GuestFailure as exc:
+            silent["message"] = str(exc)
+        silent["seconds"] = round(time.monotonic() - started, 1)
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+    finally:
+        lab.signal_node(SERVER, signal.SIGCONT)
+    return {"action": "SIGSTOP/SIGCONT", "qemu_pid": pid, "paused_s": round(time.monotonic() - started, 1),
+            "silent": silent, "console_log": str(lab.console_log(lab.node_name(SERVER))),
+            "kernel_release": lab.image.kernel_release}
+
+
+def restart_server(lab: Any) -> Dict[str, Any]:
+    started = time.monotonic()
+    res: CommandResult = lab.run("systemctl restart nfs-server", node=SERVER, timeout=300)
+    if res.exit_code != 0:
+        raise AssertionError(f"systemctl restart nfs-server exited {res.exit_code}: {res.stderr.strip()[-200:]}")
+    return {"action": "systemctl restart nfs-server", "seconds": round(time.monotonic() - started, 1)}
+
+
+def run_faults(lab: Any, progress: Progress = print, timeout: float = 2400.0) -> Dict[str, Any]:
+    """Run the fault phases: the guest script in the client, the host's actions when it asks.
+
+    Returns the guest's JSON document ({"ok": ..., "data"/"error": ...}) with the host's
+    notes per action under data["host"]."""
+    if getattr(lab, "topology", "single") != "pair":
+        raise AssertionError("the fault checks need a server guest of its own (--topology pair)")
+    signals = Path(lab.results_dir) / "faults"
+    signals.mkdir(parents=True, exist_ok=True)
+    for stale in signals.iterdir():
+        stale.unlink()
+    actions: Dict[str, Callable[[], Dict[str, Any]]] = {"pause": lambda: pause_server(lab),
+                                                         "restart": lambda: restart_server(lab)}
+    share = getattr(lab, "guest_project_dir", "/opt/probekit")
+    box: Dict[str, Any] = {}
+
+    def guest() -> None:
+        try:
+            box["result"] = lab.run(f"cd {share} && python3 {FAULTS_GUEST} run", timeout=timeout)
+        except Exception as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=guest, daemon=True)
+    thread.start()
+    notes: Dict[str, Any] = {}
+    while thread.is_alive():
+        for name, act in actions.items():
+            if name not in notes and (signals / f"{name}.request").exists():
+                progress(f"[faults] {name}: {act.__doc__ or name} ...")
+                try:
+                    notes[name] = act()
+                except AssertionError as exc:
+                    notes[name] = {"error": str(exc)}
+                progress(f"[faults] {name}: {notes[name]}")
+                tmp = signals / f"{name}.done.tmp"
+                tmp.write_text(json.dumps(notes[name]) + "\n")
+                tmp.rename(signals / f"{name}.done")
+        thread.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    res: CommandResult = box["result"]
+    if res.exit_code != 0:
+        raise AssertionError(f"{FAULTS_GUEST} exited {res.exit_code}: {res.stderr.strip()[-500:]}")
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    if found.get("ok"):
+        found["data"]["host"] = notes
+    return found
+
+
+def _data(result: Dict[str, Any]) -> Dict[str, Any]:
+    assert result.get("ok"), f"the guest's fault run failed: {result.get('error')}"
+    return result["data"]
+
+
+def traced_ops(data: Dict[str, Any]) -> List[str]:
+    """The operations the tools recorded (nfsdist's JSON carries every op it traces)."""
+    intervals = data["nfsdist"]["intervals"]
+    return sorted(intervals[0]["ops"]) if intervals else []
+
+
+def exact_counts(data: Dict[str, Any], phase: str, skip: tuple = ()) -> str:
+    """nfsdist's per-op counts of a phase equal what its workload issued: nothing lost, nothing
+    counted twice. Only ops the tools trace; a lookup happens at least once per round."""
+    issued = data["phases"][phase]["issued"]
+    seen = data["seen"].get(phase, {}).get("ops", {})
+    checked = []
+    for op in traced_ops(data):
+        if op in skip:
+            continue
+        if op in issued:
+            assert seen.get(op, {}).get("count", 0) == issued[op], \
+                f"{phase} {op}: nfsdist counted {seen.get(op, {}).get('count', 0)}, the workload issued {issued[op]}"
+            checked.append(f"{op} {issued[op]}")
+        elif op == "lookup":
+            assert seen[op]["count"] >= issued["lookup_min"], f"{phase} lookup: {seen[op]['count']} < {issued['lookup_min']}"
+            checked.append(f"lookup {seen[op]['count']}>={issued['lookup_min']}")
+    assert checked, f"{phase}: no operation of the workload was traced"
+    assert data["seen"][phase]["anomalies"] == 0, f"{phase}: {data['seen'][phase]['anomalies']} anomalies"
+    return ", ".join(checked)
+
+
+def stall_records(data: Dict[str, Any], phase: str) -> List[Dict[str, Any]]:
+    """nfsslower's in-flight records that appeared while a phase ran, with when (guest monotonic)."""
+    p = data["phases"][phase]
+    return [dict(line["record"], seen_mono=line["mono"]) for line in data["slower_lines"]
+            if line["record"].get("in_flight") is True and p["mono_start"] <= line["mono"] <= p["mono_end"] + 5]
+
+
+def verify_pause_stalls(result: Dict[str, Any]) -> str:
+    """Stall lines while the server is stopped: within threshold + one stall interval, naming the
+    workload's op, pid and file (or the RPC a kworker waits in), repeated at most every interval,
+    and each stuck operation later completes with at least the time it was seen in flight."""
+    data = _data(result)
+    phase = data["phases"]["pause"]
+    threshold_s, interval_s = data["threshold_ms"] / 1000, data["stall_interval_s"]
+    stalls = stall_records(data, "pause")
+    assert stalls, "no in-flight line while the server was stopped"
+    requested = phase["mono_start"]
+    first = min(s["seen_mono"] for s in stalls)
+    pause_at = first - min(s["in_flight_ms"] for s in stalls) / 1000  # when the first stuck op began
+    assert pause_at >= requested - 1, "an in-flight line older than the pause"
+    assert min(s["in_flight_ms"] for s in stalls) / 1000 <= threshold_s + interval_s + STALL_SLACK_S, \
+        f"first in-flight line only after {min(s['in_flight_ms'] for s in stalls):.0f} ms"
+    assert all(s["in_flight_ms"] >= data["threshold_ms"] for s in stalls), "an in-flight line below the threshold"
+    pid = data["workload_pid"]
+    mine = [s for s in stalls if s["pid"] == pid and s["op"] != "rpc"]
+    assert mine, f"no in-flight line for the workload's pid {pid}: {stalls[:3]}"
+    files = set(phase["files"]) | {"read.bin", f"missing-{phase['rounds']}"} | \
+        {f"missing-{i}" for i in range(phase["rounds"] + 1)}
+    if data["kernel"]["module_btf"]:
+        assert all(os.path.basename(s["file"]) in files for s in mine), f"in-flight lines naming other files: {mine[:3]}"
+    for s in stalls:
+        if s.get("rpc") is not None:
+            assert s["rpc"] in NFS3_PROCEDURES, f"unknown RPC procedure {s['rpc']!r}"
+    by_op: Dict[Any, List[Dict[str, Any]]] = {}
+    for s in stalls:
+        by_op.setdefault((s["pid"], s["op"], s["start_us"]), []).append(s)
+    for key, lines in by_op.items():
+        ages = [s["in_flight_ms"] for s in sorted(lines, key=lambda s: s["in_flight_ms"])]
+        gaps = [b - a for a, b in zip(ages, ages[1:])]
+        assert all(gap >= interval_s * 1000 - 500 for gap in gaps), f"{key} re-printed faster than every {interval_s} s: {ages}"
+    completed = [line["record"] for line in data["slower_lines"] if line["record"].get("in_flight") is False]
+    for (spid, op, start_us), lines in by_op.items():
+        if op == "rpc":
+            continue
+        longest = max(s["in_flight_ms"] for s in lines)
+        done = [c for c in completed if c["pid"] == spid and c["op"] == op and c["lat_us"] >= longest * 1000
+                and abs(c["end_us"] - c["lat_us"] - start_us) < 50_000]
+        assert done, f"the stuck {op} of pid {spid} (start {start_us} us) never completed"
+    return "\n".join(f"      stall: pid {s['pid']} {s['comm']} op {s['op']} ({s['type']}) rpc {s['rpc']} "
+                     f"file {s['file']} in flight {s['in_flight_ms']:.0f} ms server {s['server']}"
+                     for s in sorted(stalls, key=lambda s: s["seen_mono"]))
+
+
+def verify_pause_completes(result: Dict[str, Any]) -> str:
+    """After SIGCONT every operation of the pause phase completed, counted exactly once."""
+    data = _data(result)
+    note = data["host"].get("pause", {})
+    assert "error" not in note and note.get("paused_s", 0) >= PAUSE_S - 1, f"the server was not paused: {note}"
+    phase = data["phases"]["pause"]
+    assert phase["mono_end"] - phase["mono_start"] >= note["paused_s"] - 1, "the workload did not wait for the server"
+    return f"paused {note['paused_s']} s; {phase['rounds']} rounds; exact: " + exact_counts(data, "pause")
+
+
+def verify_loss(result: Dict[str, Any]) -> str:
+    """With netem loss on the link, counts stay exact and the latencies move up."""
+    data = _data(result)
+    detail = exact_counts(data, "loss")
+    moved = []
+    for op in ("write", "fsync", "read"):
+        if op in traced_ops(data):
+            intervals = data["nfsdist"]["intervals"]
+            plain, lossy = (mean_bucket(phase_hist(intervals, "plain", op)),
+                            mean_bucket(phase_hist(intervals, "loss", op)))
+            moved.append((op, plain, lossy))
+    assert any(lossy > plain for _, plain, lossy in moved), f"no latency moved with {data['loss_percent']}% loss: {moved}"
+    return (f"{data['loss_percent']}% loss on {data['device']}: exact: {detail}; mean bucket "
+            + ", ".join(f"{op} {plain:.0f}->{lossy:.0f} us" for op, plain, lossy in moved))
+
+
+def verify_restart(result: Dict[str, Any]) -> str:
+    data = _data(result)
+    note = data["host"].get("restart", {})
+    assert "error" not in note and "seconds" in note, f"nfs-server was not restarted: {note}"
+    return f"restart took {note['seconds']} s; {data['phases']['restart']['rounds']} rounds; exact: " \
+        + exact_counts(data, "restart")
+
+
+def v4_late_verdict(stderr: str) -> Optional[str]:
+    """How a tool said it handled nfsv4 appearing later: "attached", "restart" or None."""
+    text = stderr.lower()
+    if "restart" in text:
+        return "restart"
+    if "attached" in text and "nfsv4" in text:
+        return "attached"
+    return None
+
+
+def verify_v4late(result: Dict[str, Any]) -> str:
+    """Started without nfsv4: the tools said at start what they do not cover and why; once nfsv4
+    is loaded and NFSv4.2 mounted they either attach (NFSv4 opens counted) or say to restart."""
+    data = _data(result)
+    assert not data["nfsv4_loaded_at_start"], f"nfsv4 could not be unloaded: {data['unload']}"
+    verdicts = {}
+    for name in ("nfsslower", "nfsdist"):
+        stderr = data[name]["stderr"]
+        assert "nfs4_file_open" in stderr and "not loaded" in stderr, f"{name} did not say nfs4_file_open is missing"
+        verdicts[name] = v4_late_verdict(stderr)
+    counted = data["seen"].get("v4late", {}).get("ops", {}).get("open", {}).get("count", 0)
+    issued = data["phases"]["v4late"]["issued"]["open"]
+    if verdicts["nfsdist"] == "attached":
+        detail = exact_counts(data, "v4late")
+    else:
+        assert verdicts["nfsdist"] == "restart", \
+            f"nfsdist neither attached to nfsv4 nor said to restart (NFSv4 opens counted {counted} of {issued})"
+        detail = exact_counts(data, "v4late", skip=data["v4_module_ops"])
+    return f"nfsslower: {verdicts['nfsslower']}, nfsdist: {verdicts['nfsdist']}; exact: {detail}"
+
+
+def verify_silent_guest(result: Dict[str, Any]) -> str:
+    """A command sent to the stopped server fails within a minute, in one line that names the
+    kernel and the console log."""
+    note = _data(result)["host"].get("pause", {})
+    silent = note.get("silent", {})
+    message = silent.get("message")
+    assert message, f"a command in the stopped guest did not fail: {silent}"
+    assert silent["seconds"] < 60, f"the stopped guest was reported only after {silent['seconds']} s"
+    assert "\n" not in message and note["kernel_release"] in message and note["console_log"] in message, message
+    return f"after {silent['seconds']} s: {message}"
+
+
+#: the fault checks of `labs test --topology pair`, in the order they ran
+FAULT_CHECKS = [
+    ("fault: server paused, stall lines", verify_pause_stalls),
+    ("fault: server paused, all complete", verify_pause_completes),
+    ("fault: stopped guest reported", verify_silent_guest),
+    ("fault: netem loss on the link", verify_loss),
+    ("fault: nfs-server restarted", verify_restart),
+    ("fault: nfsv4 loaded after start", verify_v4late),
+]

@@ -1,0 +1,231 @@
+"""Guest side of the pair's fault checks: the tools watch a mixed workload while the server fails.
+
+Runs in the client guest of a QEMU pair (labs/faults.py drives it from the host) and prints
+one JSON document. nfsslower (`--ops all`, a threshold below the pause, a short stall
+interval) and nfsdist (`--ops all`, 1 s intervals) start once, with nfsv4 unloaded and the
+NFSv4.2 mount gone, and watch five phases of the same mixed workload (creates, lookups,
+opens, reads, writes, fsyncs, stats):
+
+  plain    on NFSv3, nothing wrong (the baseline latencies)
+  loss     on NFSv3 with netem loss on the client's link to the server
+  pause    on NFSv3 while the host stops the server's QEMU (SIGSTOP ... SIGCONT)
+  restart  on NFSv3 while the host restarts nfs-server in the server guest
+  v4late   nfsv4 loaded and NFSv4.2 mounted after the tools started, workload on it
+
+The host is told through the results share (/results, the same directory on the host):
+the guest writes PHASE.request once that phase's workload runs, the host acts and writes
+PHASE.done; the workload goes on for a few more rounds, then the next phase starts.
+
+  python3 labs/guest/faults_guest.py run
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import probes_guest as pg  # noqa: E402  (the guest scripts' directory is not on sys.path by itself)
+
+#: the host <-> guest handshake directory (labs/faults.py: results_dir / "faults")
+SIGNALS = "/results/faults"
+THRESHOLD_MS = 2000       # nfsslower's threshold: far below the 30 s pause
+STALL_INTERVAL_S = 5      # re-print a stuck operation at most this often
+LOSS_PERCENT = 20
+ROUNDS = 10               # rounds of a phase without a host action
+ROUNDS_AFTER = 5          # rounds after the host's action is done
+ROUND_GAP_S = 0.25
+IO_SIZE = 65536
+#: this run's directories are new (a boot may run the checks more than once)
+RUN = str(time.monotonic_ns())
+#: ops the mixed workload issues an exact number of, per round (VFS calls, whatever the cache does)
+PER_ROUND = {"open": 2, "create": 1, "write": 1, "fsync": 1, "read": 1, "getattr": 1}
+#: ops counted only by a module that may be missing (NFSv4's open is nfs4_file_open, in nfsv4)
+V4_MODULE_OPS = ("open",)
+
+
+class Tail(threading.Thread):
+    """Follow a tool's output file; keep each line with the guest's monotonic time it appeared."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.lines: List[Tuple[float, str]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        partial = ""
+        with open(self.path) as handle:
+            while True:
+                chunk = handle.read()
+                if chunk:
+                    now = time.monotonic()
+                    parts = (partial + chunk).split("\n")
+                    partial = parts.pop()
+                    self.lines.extend((now, line) for line in parts)
+                elif self.stopping.is_set():
+                    return
+                else:
+                    time.sleep(0.1)
+
+
+def wait_for(path: str, timeout: float) -> Dict[str, Any]:
+    """The host's JSON note at path, once it is there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as handle:
+                text = handle.read()
+            if text.endswith("\n"):
+                return json.loads(text)
+        time.sleep(0.1)
+    raise RuntimeError(f"the host never wrote {path} (within {timeout:.0f} s)")
+
+
+def one_round(work: str, i: int, issued: Dict[str, int], files: List[str]) -> None:
+    """Create+write+fsync a new file, look up a missing name, open+read an old file, stat it."""
+    name = os.path.join(work, f"new-{i}.bin")
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, b"w" * IO_SIZE)
+    os.fsync(fd)
+    os.close(fd)
+    files.append(os.path.basename(name))
+    try:
+        os.stat(os.path.join(work, f"missing-{i}"))  # a lookup that finds nothing
+    except FileNotFoundError:
+        pass
+    fd = os.open(os.path.join(work, "read.bin"), os.O_RDONLY)
+    os.pread(fd, IO_SIZE, (i % 4) * IO_SIZE)
+    os.close(fd)
+    os.stat(os.path.join(work, "read.bin"))
+    for op, count in PER_ROUND.items():
+        issued[op] = issued.get(op, 0) + count
+    issued["lookup_min"] = issued.get("lookup_min", 0) + 1
+
+
+def prepare(name: str, mount: str) -> None:
+    """A phase's directory and the file it reads, made before the tools start (not counted)."""
+    work = os.path.join(mount, "work", f"faults-{RUN}-{name}")
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(work, "read.bin"), "wb") as handle:
+        handle.write(os.urandom(4 * IO_SIZE))
+
+
+def phase(name: str, mount: str, host_action: bool) -> Dict[str, Any]:
+    """One phase of the mixed workload in its own directory; with host_action, ask the host to
+    act after the first round and go on until it is done, plus ROUNDS_AFTER rounds."""
+    work = os.path.join(mount, "work", f"faults-{RUN}-{name}")
+    pg.drop_caches()
+    time.sleep(pg.GAP_S)  # nothing in flight from the phase before
+    issued: Dict[str, int] = {}
+    files: List[str] = []
+    out: Dict[str, Any] = {"mount": mount, "start": time.time(), "mono_start": time.monotonic(), "files": files}
+    done: Optional[Dict[str, Any]] = None
+    i = 0
+    after = 0
+    while True:
+        one_round(work, i, issued, files)
+        i += 1
+        if host_action and i == 1:
+            with open(os.path.join(SIGNALS, f"{name}.request.tmp"), "w") as note:
+                note.write(json.dumps({"mono": time.monotonic()}) + "\n")
+            os.rename(os.path.join(SIGNALS, f"{name}.request.tmp"), os.path.join(SIGNALS, f"{name}.request"))
+        if host_action and done is None and os.path.exists(os.path.join(SIGNALS, f"{name}.done")):
+            done = wait_for(os.path.join(SIGNALS, f"{name}.done"), 10)
+            done["seen_mono"] = time.monotonic()
+        if done is not None or not host_action:
+            after += 1
+        if after >= (ROUNDS_AFTER if host_action else ROUNDS):
+            break
+        time.sleep(ROUND_GAP_S)
+    if mount != pg.MOUNTS["nfs3"]:
+        issued.pop("create")  # NFSv4 creates through ->atomic_open: counted as opens, not creates
+    out.update(issued=issued, rounds=i, host=done, end=time.time(), mono_end=time.monotonic())
+    return out
+
+
+def netem_loss(device: str, percent: int) -> None:
+    subprocess.run(["tc", "qdisc", "add", "dev", device, "root", "netem", "loss", f"{percent}%"], check=True)
+
+
+def label(intervals: List[Dict[str, Any]], phases: Dict[str, Any]) -> None:
+    """An nfsdist interval printed at wall second T covers about T-1..T: it belongs to the phase
+    running then, and to "gap" between phases (mounts, module loads, late COMMITs)."""
+    for interval in intervals:
+        moment = time.mktime(time.strptime(interval["ts"], "%Y-%m-%d %H:%M:%S"))
+        interval["phase"] = next((name for name, p in phases.items()
+                                  if p["start"] - 1 <= moment <= p["end"] + 1.5), "gap")
+
+
+def run() -> Dict[str, Any]:
+    os.makedirs(SIGNALS, exist_ok=True)
+    for stale in os.listdir(SIGNALS):
+        os.unlink(os.path.join(SIGNALS, stale))
+    server = pg.nfs_server()
+    device = pg.route_device(server)
+    plan = [("plain", "nfs3", False), ("loss", "nfs3", False), ("pause", "nfs3", True),
+            ("restart", "nfs3", True), ("v4late", "nfs42", False)]
+    pg.mount_v42(server)
+    for name, mount, _ in plan:
+        prepare(name, pg.MOUNTS[mount])
+    out: Dict[str, Any] = {"server": server, "device": device, "threshold_ms": THRESHOLD_MS,
+                           "stall_interval_s": STALL_INTERVAL_S, "loss_percent": LOSS_PERCENT,
+                           "workload_pid": os.getpid(), "per_round": PER_ROUND, "v4_module_ops": V4_MODULE_OPS,
+                           "kernel": pg.kernel_facts()}
+    phases: Dict[str, Any] = {}
+    with pg.nfsv4_unloaded() as unload:
+        out.update(nfsv4_loaded_at_start=os.path.exists("/sys/module/nfsv4"), unload=unload)
+        slower_log, dist_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out"
+        slower = pg.tool(["nfsslower", "--json", "-v", "--ops", "all", "--stall-interval", str(STALL_INTERVAL_S),
+                          str(THRESHOLD_MS)] + pg.spec_args(), slower_log)
+        dist = pg.tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + pg.spec_args(), dist_log)
+        tail = Tail(slower_log)
+        tail.start()
+        try:
+            out["ready_s"] = [pg.wait_ready(slower, slower_log), pg.wait_ready(dist, dist_log)]
+            for name, mount, host_action in plan:
+                if name == "loss":
+                    netem_loss(device, LOSS_PERCENT)
+                if name == "v4late":
+                    subprocess.run(["modprobe", "nfsv4"], check=True)
+                    pg.mount_v42(server)
+                    time.sleep(pg.GAP_S)  # the tools' chance to notice the module before the workload
+                try:
+                    phases[name] = phase(name, pg.MOUNTS[mount], host_action)
+                finally:
+                    if name == "loss":
+                        subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
+            time.sleep(pg.GAP_S)
+        finally:
+            out["nfsslower"] = pg.stop(slower, slower_log)
+            out["nfsdist"] = pg.stop(dist, dist_log)
+            tail.stopping.set()
+            tail.join(10)
+    out["phases"] = phases
+    out["slower_lines"] = [{"mono": mono, "record": json.loads(line)} for mono, line in tail.lines
+                           if line.startswith("{")]
+    intervals = pg.json_lines(out["nfsdist"]["lines"], "ops")
+    label(intervals, phases)
+    out["nfsdist"]["intervals"] = intervals
+    out["seen"] = pg.phase_totals(intervals)
+    return out
+
+
+def main(argv: List[str]) -> int:
+    if argv[1:] != ["run"]:
+        print(f"usage: {argv[0]} run", file=sys.stderr)
+        return 2
+    try:
+        result = {"check": "faults", "ok": True, "data": run()}
+    except Exception as exc:  # report the failure as data: the host shows it
+        result = {"check": "faults", "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,65 @@
+"""Lab tests: the tools on the client of a QEMU pair while the server fails (labs/faults.py).
+
+On the pair kernels of tests/lab/conftest.py (6.12 and 7.3), in the same boot as their
+probe checks: one nfsslower (--ops all, threshold 2 s, stall interval 5 s) and one nfsdist
+watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
+phases: plain, 20% netem loss on the link, the server's QEMU stopped for 30 s, nfs-server
+restarted, and nfsv4 loaded after the tools started; while the server is stopped, a
+command sent to it must fail within a minute, naming the kernel and the console log (the
+"guest stops answering" path of every lab run). Each fault is its own test; the
+stall lines seen are printed (pytest -s) and kept in the kernel's artefact directory.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict
+
+import pytest
+
+from labs.faults import (run_faults, verify_loss, verify_pause_completes, verify_pause_stalls, verify_restart,
+                         verify_silent_guest, verify_v4late)
+
+pytestmark = [pytest.mark.lab,
+              pytest.mark.parametrize("kernel_lab", ["6.12", "7.3"], indirect=True, ids=lambda k: f"k{k}")]
+
+
+def _run(kernel_lab: Any) -> Dict[str, Any]:
+    result = run_faults(kernel_lab.lab, progress=lambda message: print(message, flush=True))
+    kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
+    (kernel_lab.artifacts / "faults.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+@pytest.fixture
+def faults(kernel_lab: Any) -> Dict[str, Any]:
+    return kernel_lab.once("faults", lambda: _run(kernel_lab))
+
+
+def _verdict(kernel_lab: Any, faults: Dict[str, Any], verify: Callable[[Dict[str, Any]], str]) -> None:
+    detail = verify(faults)
+    print(f"[faults] {kernel_lab.kernel} {verify.__name__}: {detail}", flush=True)
+    (kernel_lab.artifacts / f"{verify.__name__}.txt").write_text(detail + "\n")
+
+
+def test_server_pause_shows_stall_lines(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_pause_stalls)
+
+
+def test_server_pause_every_operation_completes_once(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_pause_completes)
+
+
+def test_packet_loss_keeps_counts_and_moves_latency(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_loss)
+
+
+def test_server_restart_operations_complete(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_restart)
+
+
+def test_nfsv4_loaded_after_the_tools_started(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_v4late)
+
+
+def test_a_stopped_guest_is_reported_within_a_minute(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_silent_guest)

@@ -1,0 +1,104 @@
+"""The fault checks' verdicts (labs/faults.py) on a real fault run of a Debian 6.12 QEMU pair.
+
+The fixture is the guest's JSON document of one `run_faults` on the pair's client (see the
+README beside it); the negative cases change one thing in a copy of it, the way a broken
+tool or a lost event would, and the verdict must say what is wrong.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from labs.faults import (FAULT_CHECKS, exact_counts, stall_records, verify_loss, verify_pause_completes,
+                         verify_pause_stalls, verify_silent_guest, verify_v4late)
+
+RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "faults" / "faults.json.gz"
+
+
+@pytest.fixture(scope="module")
+def real() -> Dict[str, Any]:
+    with gzip.open(RUN, "rt") as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def run(real: Dict[str, Any]) -> Dict[str, Any]:
+    return copy.deepcopy(real)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in FAULT_CHECKS])
+def test_every_check_passes_on_the_real_run(run: Dict[str, Any], name: str) -> None:
+    verify = dict(FAULT_CHECKS)[name]
+    assert verify(run)
+
+
+def test_stall_lines_name_the_stuck_create_and_its_rpc(run: Dict[str, Any]) -> None:
+    detail = verify_pause_stalls(run)
+    stalls = stall_records(run["data"], "pause")
+    assert {(s["op"], s["rpc"], s["server"]) for s in stalls} == {("create", "CREATE", "10.77.0.1")}
+    assert len(detail.splitlines()) == len(stalls) and "file new-1.bin" in detail
+
+
+def test_no_stall_line_fails(run: Dict[str, Any]) -> None:
+    run["data"]["slower_lines"] = [line for line in run["data"]["slower_lines"] if line["record"].get("in_flight") is not True]
+    with pytest.raises(AssertionError, match="no in-flight line"):
+        verify_pause_stalls(run)
+
+
+def test_a_late_first_stall_line_fails(run: Dict[str, Any]) -> None:
+    """As if the tool printed a stuck operation only after 12 s (threshold 2 s, interval 5 s)."""
+    run["data"]["slower_lines"] = [line for line in run["data"]["slower_lines"]
+                                   if line["record"].get("in_flight_ms", 1e9) > 12000]
+    with pytest.raises(AssertionError, match="first in-flight line only after"):
+        verify_pause_stalls(run)
+
+
+def test_a_stuck_op_that_never_completes_fails(run: Dict[str, Any]) -> None:
+    data = run["data"]
+    stuck = stall_records(data, "pause")[0]
+    data["slower_lines"] = [line for line in data["slower_lines"]
+                            if line["record"].get("in_flight", True) or line["record"]["op"] != stuck["op"]
+                            or line["record"]["pid"] != stuck["pid"]]
+    with pytest.raises(AssertionError, match="never completed"):
+        verify_pause_stalls(run)
+
+
+def test_an_op_counted_twice_fails(run: Dict[str, Any]) -> None:
+    run["data"]["seen"]["pause"]["ops"]["write"]["count"] += 1
+    with pytest.raises(AssertionError, match="pause write: nfsdist counted"):
+        verify_pause_completes(run)
+
+
+def test_loss_without_a_latency_shift_fails(run: Dict[str, Any]) -> None:
+    """As if every operation of the loss phase had been as fast as can be (counts unchanged)."""
+    for interval in run["data"]["nfsdist"]["intervals"]:
+        if interval["phase"] == "loss":
+            for entry in interval["ops"].values():
+                for bucket in entry["hist"]:
+                    bucket["interval-start"] = 0
+    with pytest.raises(AssertionError, match="no latency moved"):
+        verify_loss(run)
+
+
+def test_a_guest_reported_late_fails(run: Dict[str, Any]) -> None:
+    run["data"]["host"]["pause"]["silent"]["seconds"] = 75.0
+    with pytest.raises(AssertionError, match="only after 75.0 s"):
+        verify_silent_guest(run)
+
+
+def test_v4late_needs_an_attach_or_a_restart_note(run: Dict[str, Any]) -> None:
+    assert "restart" in verify_v4late(run)
+    for tool in ("nfsslower", "nfsdist"):
+        run["data"][tool]["stderr"] = "\n".join(line for line in run["data"][tool]["stderr"].splitlines()
+                                                if "loaded after the start" not in line)
+    with pytest.raises(AssertionError, match="neither attached"):
+        verify_v4late(run)
+
+
+def test_skipped_ops_are_not_checked(run: Dict[str, Any]) -> None:
+    assert "open" not in exact_counts(run["data"], "v4late", skip=("open",))
