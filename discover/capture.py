@@ -374,7 +374,7 @@ def live_capture(opts: CaptureOptions,
     host = Host.from_env()
     require_root(host)
     tracefs = find_tracefs(host)
-    require_function_graph(tracefs)
+    require_function_graph(tracefs, host)
     ncpus = len(list((tracefs / "per_cpu").glob("cpu*"))) or (os.cpu_count() or 1)
     check_options(opts, host, ncpus)
     functions = validate_functions(opts.functions, tracefs, host)

@@ -40,6 +40,9 @@ BLANK = "blank"
 MALFORMED = "malformed"
 
 CALL_KINDS = (ENTRY, LEAF, EXIT)
+# What FuncgraphParser(on_call=...) reports besides ENTRY, LEAF and EXIT:
+CUT_START = "cut-start"    # a frame opened whose entry is not in the trace (name known at its EXIT)
+CUT_END = "cut-end"        # an open frame closed by the end of the trace (no exit, no time)
 MAX_DEPTH = 256  # far beyond the kernel's return-stack depth; deeper indentation is garbage
 
 _DUR = r"(?P<mark>[ +!#*@$]) (?P<dur>\d+(?:\.\d+)?) us +\|  "
@@ -436,6 +439,12 @@ class _Task:
         self.seen = 0
 
 
+#: on_call(what, task, cpu, node, ts, dur): what is ENTRY, LEAF, EXIT, CUT_START or CUT_END;
+#: task is the opaque per-task object (its .pid and .comm may be None), the same for one
+#: task's whole life; ts is the line's timestamp in seconds when the trace has one; dur in us.
+CallHook = Callable[[str, "_Task", Optional[int], CallNode, Optional[float], float], None]
+
+
 class _Lane:
     """Lines sharing a prologue layout and an owner (a CPU, or CPU+task with proc)."""
 
@@ -460,18 +469,22 @@ class FuncgraphParser:
     """Feed it lines (any iterable of str), then call finish() for the CallTree.
 
     pid/comm restrict aggregation to matching tasks (needs a proc column, context-switch
-    banners or trace-cmd). on_event gets every TraceEvent as it is seen.
+    banners or trace-cmd). on_event gets every TraceEvent as it is seen. on_call gets every
+    call as the stack changes (see CallHook); it turns the fast path off, because the
+    fast path never looks at single calls.
     """
 
     def __init__(self, pid: Optional[int] = None, comm: Optional[str] = None,
                  on_event: Optional[Callable[[TraceEvent], None]] = None,
-                 fast: bool = True, batch: int = 65536) -> None:
+                 fast: bool = True, batch: int = 65536,
+                 on_call: Optional["CallHook"] = None) -> None:
         self.root = CallNode("<root>")
         self._scratch = CallNode("<filtered out>")
         self.pid_filter = pid
         self.comm_filter = comm
         self.on_event = on_event
-        self.fast = fast
+        self.on_call = on_call
+        self.fast = fast and on_call is None
         self.batch = batch
         self.lines = 0
         self.kinds: Dict[str, int] = {}
@@ -825,6 +838,8 @@ class FuncgraphParser:
                 self.cut_start += 1
             node.add(dur)
             node.ctotal += task.ctime
+            if self.on_call is not None:
+                self._report(EXIT, task, rec.cpu, node, rec.ts, dur)
             if cacheable and maps is not None:
                 if node is cur and maps[2] is None:
                     maps[2] = body
@@ -836,6 +851,8 @@ class FuncgraphParser:
         irq = lane.irq_pending or (not cur.irq and is_irq_entry(rec.name))
         lane.irq_pending = False
         node = self._child(cur, rec.name or "?", rec.module, irq)
+        if self.on_call is not None:
+            self._report(rec.kind, task, rec.cpu, node, rec.ts, dur)
         if rec.kind is LEAF:
             node.add(dur)
             task.ctime += dur
@@ -846,6 +863,12 @@ class FuncgraphParser:
             task.cur, task.ctime = node, 0.0
             if cacheable:
                 (maps[1] if maps is not None else cur.entries)[body] = node
+
+    def _report(self, what: str, task: _Task, cpu: Optional[int], node: CallNode, ts: Optional[float],
+                dur: float) -> None:
+        """on_call, for the calls the tree counts (a pid/comm filter's other tasks stay out)."""
+        if task.root is self.root:
+            self.on_call(what, task, cpu, node, ts, dur)  # type: ignore[misc]
 
     def _child(self, parent: CallNode, name: object, module: Optional[str], irq: bool) -> CallNode:
         table = parent.irqs if irq and not parent.irq else parent.children
@@ -870,6 +893,8 @@ class FuncgraphParser:
             self._placeholders += 1
             node = self._child(task.cur, ("?", self._placeholders), None, False)
             node.placeholder = True
+            if self.on_call is not None:
+                self._report(CUT_START, task, rec.cpu, node, None, 0.0)
             task.stack.append((task.cur, task.ctime))
             task.cur, task.ctime = node, 0.0
 
@@ -883,6 +908,8 @@ class FuncgraphParser:
         node.calls += 1
         node.cut_end += 1
         self.cut_end += 1
+        if self.on_call is not None:
+            self._report(CUT_END, task, None, node, None, 0.0)
         task.cur, task.ctime = task.stack.pop()
 
     def _name_placeholder(self, task: _Task, rec: Optional[Line]) -> CallNode:

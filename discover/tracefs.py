@@ -129,9 +129,46 @@ def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
                     f"(kernel without CONFIG_FTRACE, or {how}: mount -t tracefs nodev /sys/kernel/tracing){hint}")
 
 
-def require_function_graph(tracefs: Path) -> None:
+#: The kernel's lockdown state: every mode listed, the active one in brackets.
+LOCKDOWN = "/sys/kernel/security/lockdown"
+
+
+def lockdown_mode(host: Host) -> Optional[str]:
+    """The active lockdown mode ("none", "integrity", "confidentiality"), None when unknown."""
+    try:
+        text = host.path(LOCKDOWN).read_text()
+    except OSError:
+        return None
+    match = re.search(r"\[(\w+)\]", text)
+    return match.group(1) if match else None
+
+
+def lockdown_refusal(host: Host) -> Optional[UserError]:
+    """The one-line error for a kernel whose lockdown refuses tracefs, else None.
+
+    The kernel lists tracefs among the confidentiality reasons (LOCKDOWN_TRACEFS comes
+    after LOCKDOWN_INTEGRITY_MAX), so confidentiality mode always refuses it; this is
+    also asked after a tracefs open failed with EPERM, whatever the mode."""
+    mode = lockdown_mode(host)
+    if mode in (None, "none"):
+        return None
+    return UserError(f"the kernel is locked down ({mode} mode, {LOCKDOWN}) and refuses tracefs: "
+                     "boot with lockdown=none (and Secure Boot off if it enforces lockdown) to trace, "
+                     "or run discover --from-file on a trace captured on an unlocked kernel")
+
+
+def require_function_graph(tracefs: Path, host: Optional[Host] = None) -> None:
+    """function_graph must be available and tracefs readable (lockdown says why not)."""
+    if host is not None and lockdown_mode(host) == "confidentiality":
+        raise lockdown_refusal(host)  # type: ignore[misc]
     listing = tracefs / "available_tracers"
-    tracers = listing.read_text().split() if listing.is_file() else []
+    try:
+        tracers = listing.read_text().split() if listing.is_file() else []
+    except PermissionError:
+        refusal = lockdown_refusal(host) if host is not None else None
+        if refusal is not None:
+            raise refusal from None
+        raise UserError(f"{listing}: permission denied (is tracefs mounted for root only?)") from None
     if "function_graph" not in tracers:
         raise UserError("the function_graph tracer is not available on this kernel "
                         f"(available_tracers: {' '.join(tracers) or 'none'}): "
