@@ -216,7 +216,7 @@ def render_tree(root: CallNode, title: str, expand_irqs: bool = False) -> Any:
         if node.irqs:
             calls = sum(n.calls for n in node.irqs.values())
             total = sum(n.total for n in node.irqs.values())
-            irq_branch = branch.add(f"[yellow]interrupt work[/] ({calls} handler calls, {fmt_us(total)}; "
+            irq_branch = branch.add(f"[yellow]interrupt work[/] ({calls} calls, {fmt_us(total)}; "
                                     "not part of this function's own calls)")
             for child in _heaviest(node.irqs):
                 sub = irq_branch.add(f"[yellow]{escape(child.name)}[/]" + escape(_label(child)[len(child.name):]))

@@ -56,8 +56,9 @@ def parse_saved(path: str, pid: Optional[int], comm: Optional[str],
                 raise UserError(f"{path}: no task ids in this trace (funcgraph-proc was off), "
                                 "cannot filter by --pid/--comm")
             raise UserError(f"{path}: no calls by the task selected with --pid/--comm")
+        first = "; ".join(f"line {n}: {text!r}" for n, text in parser.rejected)
         raise UserError(f"{path}: not a function_graph trace (no function entries or exits in "
-                        f"{parser.lines} lines)")
+                        f"{parser.lines} lines" + (f"; first lines not understood: {first})" if first else ")"))
     return tree
 
 
@@ -132,8 +133,8 @@ def summary(tree: CallTree, source: str) -> str:
             irq_calls += handler.calls
             irq_time += handler.total
     if irq_calls:
-        notes.append(f"interrupt work: {int(irq_calls)} handler calls, {cg.fmt_us(irq_time)}, "
-                     "shown apart under the functions they hit")
+        notes.append(f"interrupt work: {p.interrupts} interrupts ({int(irq_calls)} calls at their top), "
+                     f"{cg.fmt_us(irq_time)}, shown apart under the functions they hit")
     if not p.timed:
         notes.append("no duration column: times unavailable")
     return "; ".join(notes)
