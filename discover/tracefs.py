@@ -414,28 +414,35 @@ class TraceSession:
         self.close()
 
     def open(self) -> None:
-        """Take the lock and refuse a busy tracer; signals are ours first so no lock is left behind."""
+        """Acquire (signals are ours first, so nothing acquired is left behind on a signal)."""
         self._install_handlers()
         try:
-            self._take_lock()
-            tracer = self.read("current_tracer").strip()
-            if tracer != "nop" and not self.force:
-                raise UserError(f"ftrace is in use (current_tracer is {tracer}): "
-                                "stop the other tracer, or use --force to take over and restore it after")
+            self._acquire()
             atexit.register(self.close)
         except BaseException:
-            self._drop_lock()
+            self._release()
             self._remove_handlers()
             raise
 
     def close(self) -> None:
-        """Restore everything, drop the lock, give signals back. Safe to call twice."""
+        """Restore everything, release, give signals back. Safe to call twice."""
         try:
             self.restore()
         finally:
-            self._drop_lock()
+            self._release()
             self._remove_handlers()
             atexit.unregister(self.close)
+
+    def _acquire(self) -> None:
+        """The global tracer: take the lock and refuse a busy tracer."""
+        self._take_lock()
+        tracer = self.read("current_tracer").strip()
+        if tracer != "nop" and not self.force:
+            raise UserError(f"ftrace is in use (current_tracer is {tracer}): "
+                            "stop the other tracer, or use --force to take over and restore it after")
+
+    def _release(self) -> None:
+        self._drop_lock()
 
     # --- lock ------------------------------------------------------------
     def _take_lock(self) -> None:
@@ -584,36 +591,26 @@ class InstanceSession(TraceSession):
         super().__init__(self.instance, host, force=force, warn=warn)
         self._created = False
 
-    def open(self) -> None:
-        """Clear stale instances, create ours and check function_graph runs in it."""
-        self._install_handlers()
-        try:
-            for stale in stale_instances(self.top, self.host):
-                remove_instance(stale, self.warn)
-            make_instance(self.instance)
-            self._created = True
-            tracers = (self.instance / "available_tracers").read_text().split()
-            if "function_graph" not in tracers:
-                raise InstanceUnsupported()
-            others = self.graph_users()
-            if others and not self.force:
-                raise UserError(f"function_graph is already running in {', '.join(others)}; its graph filters "
-                                "(set_graph_function, max_graph_depth) are global on this kernel, so both graphs "
-                                "would change: wait for it to end, or use --force to share them")
-            atexit.register(self.close)
-        except BaseException:
-            self._remove_own()
-            self._remove_handlers()
-            raise
+    def _acquire(self) -> None:
+        """Clear stale instances, create ours and check function_graph runs in it alone."""
+        for stale in stale_instances(self.top, self.host):
+            remove_instance(stale, self.warn)
+        make_instance(self.instance)
+        self._created = True
+        tracers = (self.instance / "available_tracers").read_text().split()
+        if "function_graph" not in tracers:
+            raise InstanceUnsupported()
+        others = self.graph_users()
+        if others and not self.force:
+            raise UserError(f"function_graph is already running in {', '.join(others)}; its graph filters "
+                            "(set_graph_function, max_graph_depth) are global on this kernel, so both graphs "
+                            "would change: wait for it to end, or use --force to share them")
 
-    def close(self) -> None:
-        """Restore top-level files, remove the instance, give signals back. Safe to call twice."""
-        try:
-            self.restore()
-        finally:
-            self._remove_own()
-            self._remove_handlers()
-            atexit.unregister(self.close)
+    def _release(self) -> None:
+        """Remove our instance (the kernel frees its buffer and files)."""
+        if self._created:
+            self._created = False
+            remove_instance(self.instance, self.warn)
 
     def graph_users(self) -> List[str]:
         """Other function_graph users: the global tracer, other instances."""
@@ -627,11 +624,6 @@ class InstanceSession(TraceSession):
             except OSError:
                 continue
         return users
-
-    def _remove_own(self) -> None:
-        if self._created:
-            self._created = False
-            remove_instance(self.instance, self.warn)
 
     def path_of(self, name: str) -> Path:
         """Where a setting lives: in the instance, else (a top-level-only file) at the top."""

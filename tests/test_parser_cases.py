@@ -206,3 +206,24 @@ def test_summary_says_interrupts_not_handler_calls() -> None:
     path = CASES / "start-in-irq.4.trace"
     note = summary(fg.parse_file(str(path)), str(path))
     assert "interrupt work: 1 interrupts (" in note
+
+
+# --- tasks moving between CPUs (a 2-vCPU 6.12 guest) -------------------------------
+
+SMP = LAB / "6.12.117+deb13-amd64" / "smp"
+
+
+@pytest.mark.parametrize("name", ["migrate.depth2-noirqs", "migrate.irqs"])
+def test_calls_of_tasks_moving_between_cpus_are_the_calls_made(name: str) -> None:
+    """80 sleeps (calls.txt) each call hrtimer_nanosleep once; sleeping, a task wakes on
+    the other CPU, so a call's `}` is often printed on another CPU than its entry."""
+    path = SMP / f"{name}.trace"
+    made = int(re.search(r"(\d+) calls of hrtimer_nanosleep", (SMP / "calls.txt").read_text()).group(1))
+    text = path.read_text()
+    assert made == 80 == text.count("|  hrtimer_nanosleep() {")
+    assert re.search(r"^ 1\) .*\|  \}$", text, re.M) and re.search(r"^ 0\) .*\|  \}$", text, re.M)
+    for fast in (True, False):
+        tree = fg.parse_file(str(path), fast=fast)
+        calls = [n for n in tree.nodes() if n.name == "hrtimer_nanosleep"]
+        assert [(n.calls, n.cut_start, n.cut_end) for n in calls] == [(made, 0, 0)]
+        assert tree.parser.interrupts == x86_interrupts(path)

@@ -244,9 +244,7 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
     if fmt == "profile":
         write_output(cg.render_profile(cg.profile(graph, sort), note), output)
         return
-    graph, left_out = cg.prune_graph(graph, max_nodes)
-    if left_out:
-        click.echo(f"discover: note: {left_out}", err=True)
+    graph, left_out = cg.prune_graph(graph, max_nodes)  # what was left out is said in the picture
     dot_text = cg.to_dot(graph, left_out)
     if fmt == "dot":
         write_output(dot_text, output)
