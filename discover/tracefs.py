@@ -595,7 +595,12 @@ class InstanceSession(TraceSession):
         """Clear stale instances, create ours and check function_graph runs in it alone."""
         for stale in stale_instances(self.top, self.host):
             remove_instance(stale, self.warn)
-        make_instance(self.instance)
+        if self.instance.exists():  # left by a dead process that had our PID
+            remove_instance(self.instance, self.warn)
+        try:
+            make_instance(self.instance)
+        except OSError as exc:  # instances/ refused (not writable, out of memory): the global path
+            raise InstanceUnsupported() from exc
         self._created = True
         tracers = (self.instance / "available_tracers").read_text().split()
         if "function_graph" not in tracers:
@@ -678,7 +683,7 @@ def open_session(tracefs: Path, host: Host, force: bool = False,
         if not (tracefs / "instances").is_dir():
             raise InstanceUnsupported()
         session.open()
-    except (InstanceUnsupported, PermissionError):  # PermissionError: instances/ not ours to use
+    except InstanceUnsupported:
         session = TraceSession(tracefs, host, force=force, warn=warn)
         session.open()
     try:

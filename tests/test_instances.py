@@ -173,3 +173,24 @@ def test_signal_mid_capture_removes_the_instance(fake: Dict[str, Path], signum: 
     assert f"stopped_by={signal.Signals(signum).name}" in out
     assert not own.exists()
     fake_tracefs.assert_restored(before, fake["tracefs"])
+
+
+def test_an_instance_left_with_our_pid_is_replaced(fake: Dict[str, Path]) -> None:
+    fake_tracefs.populate_instance(fake["own"])  # a dead process had our PID
+    (fake["own"] / "current_tracer").write_text("function_graph\n")
+    with live_capture(CaptureOptions(functions=["nfs_file_read"], workload=feed(fake))) as lines:
+        assert (fake["own"] / "current_tracer").read_text() == "function_graph"
+        assert len(list(lines)) == SAMPLE_LINES
+    assert not fake["own"].exists()
+
+
+def test_instances_refused_keeps_the_global_path(fake: Dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(path: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("discover.tracefs.make_instance", refuse)
+    workload = f"cat {fake['sample']} > {fake['tracefs'] / 'trace_pipe'}"
+    with live_capture(CaptureOptions(functions=["nfs_file_read"], workload=workload)) as lines:
+        assert (fake["tracefs"] / "current_tracer").read_text() == "function_graph"
+        assert fake["root"].joinpath(FTRACE_LOCK.lstrip("/")).exists()
+        assert len(list(lines)) == SAMPLE_LINES
