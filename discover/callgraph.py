@@ -105,7 +105,8 @@ def to_digraph(root: CallNode, **graph_attrs: Any) -> nx.DiGraph:
     """One node per function, one edge per caller->callee pair, summed over all paths.
 
     Node: calls, total_us (outermost calls only, so recursion is not counted twice),
-    self_us, max_us, module, min_depth, irq (seen only as interrupt work), cut_start,
+    self_us, max_us, all_us (every timed call's time, recursive ones too), timed_calls
+    (calls with an exit), module, min_depth, irq (seen only as interrupt work), cut_start,
     cut_end, events. Edge: calls, total_us, avg_us, max_us for direct calls;
     irq_calls, irq_total_us, irq_max_us for interrupts that hit the caller.
     """
@@ -115,10 +116,13 @@ def to_digraph(root: CallNode, **graph_attrs: Any) -> nx.DiGraph:
 
     def add_node(node: CallNode, depth: int, recursive: bool) -> None:
         if node.name not in graph:
-            graph.add_node(node.name, calls=0, total_us=0.0, self_us=0.0, max_us=0.0, module=node.module,
-                           min_depth=depth, irq=True, cut_start=0, cut_end=0, events={})
+            graph.add_node(node.name, calls=0, total_us=0.0, self_us=0.0, max_us=0.0, all_us=0.0,
+                           timed_calls=0, module=node.module, min_depth=depth, irq=True, cut_start=0,
+                           cut_end=0, events={})
         attrs = graph.nodes[node.name]
         attrs["calls"] += node.calls
+        attrs["timed_calls"] += node.calls - node.cut_end
+        attrs["all_us"] += node.total
         if not recursive:
             attrs["total_us"] += node.total
         attrs["self_us"] += node.self_time
@@ -212,7 +216,7 @@ def render_tree(root: CallNode, title: str, expand_irqs: bool = False) -> Any:
         if node.irqs:
             calls = sum(n.calls for n in node.irqs.values())
             total = sum(n.total for n in node.irqs.values())
-            irq_branch = branch.add(f"[yellow]interrupt work[/] ({calls} handler calls, {fmt_us(total)}; "
+            irq_branch = branch.add(f"[yellow]interrupt work[/] ({calls} calls, {fmt_us(total)}; "
                                     "not part of this function's own calls)")
             for child in _heaviest(node.irqs):
                 sub = irq_branch.add(f"[yellow]{escape(child.name)}[/]" + escape(_label(child)[len(child.name):]))
@@ -243,23 +247,77 @@ def _dot_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(graph: nx.DiGraph) -> str:
-    """Graphviz DOT; interrupt edges dashed, interrupt-only functions greyed."""
-    lines = ["digraph callgraph {", "  rankdir=LR;", '  node [shape=box, fontname="monospace", fontsize=10];',
+#: Functions a DOT/SVG picture draws unless told otherwise: a full read graph (hundreds of
+#: functions) stays readable at this size; --max-nodes 0 draws everything.
+DEFAULT_MAX_NODES = 60
+
+
+def prune_graph(graph: nx.DiGraph, max_nodes: int) -> Tuple[nx.DiGraph, Optional[str]]:
+    """The heaviest max_nodes functions (by total time, then calls) still connected to a
+    root, and a one-line note on what was left out (None when nothing was)."""
+    if max_nodes <= 0 or graph.number_of_nodes() <= max_nodes:
+        return graph, None
+    ranked = sorted(graph.nodes, key=lambda n: (-graph.nodes[n]["total_us"], -graph.nodes[n]["calls"], n))
+    chosen = set(ranked[:max_nodes])
+    sub = graph.subgraph(chosen)
+    kept = set()
+    for root in graph.graph.get("roots", []):
+        if root in sub:
+            kept |= {root} | nx.descendants(sub, root)
+    if not kept:  # no root among the heaviest: keep them as they are
+        kept = chosen
+    left = [n for n in graph.nodes if n not in kept]
+    calls = sum(graph.nodes[n]["calls"] for n in left)
+    top = max(graph.nodes[n]["total_us"] for n in left)
+    note = (f"{len(left)} of {graph.number_of_nodes()} functions left out ({calls} calls; the heaviest "
+            f"of them took {fmt_us(top)} in total); --max-nodes 0 draws them all")
+    pruned = graph.subgraph(kept).copy()
+    return pruned, note
+
+
+def _share_colour(share: float) -> str:
+    """White (no self time) to full red (the largest self-time share), as Graphviz HSV."""
+    return f"0.000 {min(max(share, 0.0), 1.0):.3f} 1.000"
+
+
+def to_dot(graph: nx.DiGraph, note: Optional[str] = None) -> str:
+    """Graphviz DOT: node colour by its share of all self time, edge width by time;
+    interrupt-only functions in a cluster of their own, interrupt edges dashed."""
+    lines = ["digraph callgraph {", "  rankdir=LR;",
+             '  node [shape=box, fontname="monospace", fontsize=10, style=filled, fillcolor=white];',
              '  edge [fontname="monospace", fontsize=9];']
-    for name, attrs in graph.nodes(data=True):
+    if note:
+        lines.append(f"  labelloc=b; label={_dot_quote(note)};")
+    self_total = sum(a["self_us"] for _, a in graph.nodes(data=True)) or 1.0
+    top_share = max((a["self_us"] / self_total for _, a in graph.nodes(data=True)), default=0.0) or 1.0
+    top_edge = max((a["total_us"] + a["irq_total_us"] for _, _, a in graph.edges(data=True)), default=0.0) or 1.0
+
+    def node_line(name: str, attrs: Dict[str, Any]) -> str:
         mod = f" [{attrs['module']}]" if attrs.get("module") else ""
-        label = f"{name}{mod}\n{attrs['calls']} calls, {fmt_us(attrs['total_us'])}"
-        style = ', style=filled, fillcolor="#eeeeee"' if attrs.get("irq") else ""
-        lines.append(f"  {_dot_quote(name)} [label={_dot_quote(label)}{style}];")
+        share = attrs["self_us"] / self_total
+        label = f"{name}{mod}\n{attrs['calls']} calls, {fmt_us(attrs['total_us'])}, self {share:.0%}"
+        return (f"{_dot_quote(name)} [label={_dot_quote(label)}, "
+                f"fillcolor={_dot_quote(_share_colour(share / top_share))}];")
+
+    irq_only = [(n, a) for n, a in graph.nodes(data=True) if a.get("irq")]
+    for name, attrs in graph.nodes(data=True):
+        if not attrs.get("irq"):
+            lines.append("  " + node_line(name, attrs))
+    if irq_only:
+        lines += ["  subgraph cluster_interrupts {",
+                  '    label="interrupt work (not the callers\' own calls)"; style=dashed; color=orange;']
+        lines += ["    " + node_line(name, attrs) for name, attrs in irq_only]
+        lines.append("  }")
     for u, v, attrs in graph.edges(data=True):
         if attrs["calls"]:
             label = f"{attrs['calls']}x {fmt_us(attrs['total_us'])}"
-            lines.append(f"  {_dot_quote(u)} -> {_dot_quote(v)} [label={_dot_quote(label)}];")
+            width = 1 + 5 * (attrs["total_us"] / top_edge) ** 0.5
+            lines.append(f"  {_dot_quote(u)} -> {_dot_quote(v)} [label={_dot_quote(label)}, penwidth={width:.2f}];")
         if attrs["irq_calls"]:
             label = f"irq {attrs['irq_calls']}x {fmt_us(attrs['irq_total_us'])}"
+            width = 1 + 5 * (attrs["irq_total_us"] / top_edge) ** 0.5
             lines.append(f"  {_dot_quote(u)} -> {_dot_quote(v)} "
-                         f"[label={_dot_quote(label)}, style=dashed, color=orange];")
+                         f"[label={_dot_quote(label)}, style=dashed, color=orange, penwidth={width:.2f}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -291,6 +349,162 @@ def folded(root: CallNode) -> Iterator[str]:
                 yield from visit(child, here)
 
     return visit(root, ())
+
+
+PROFILE_SORTS = ("total", "self", "calls", "avg", "max", "name")
+
+
+def profile(graph: nx.DiGraph, sort: str = "total") -> List[Dict[str, Any]]:
+    """Per-function totals over every call path (the flat view of `perf ftrace profile`):
+    calls, total (outermost calls), self, avg and max per timed call, heaviest first."""
+    rows = []
+    for name, a in graph.nodes(data=True):
+        avg = a["all_us"] / a["timed_calls"] if a["timed_calls"] else 0.0
+        rows.append(dict(function=name, module=a.get("module"), calls=a["calls"], total_us=a["total_us"],
+                         self_us=a["self_us"], avg_us=avg, max_us=a["max_us"], irq=a["irq"],
+                         cut_start=a["cut_start"], cut_end=a["cut_end"]))
+    if sort == "name":
+        rows.sort(key=lambda r: r["function"])
+    else:
+        key = "calls" if sort == "calls" else f"{sort}_us"
+        rows.sort(key=lambda r: (-r[key], r["function"]))
+    return rows
+
+
+def render_profile(rows: List[Dict[str, Any]], note: str) -> str:
+    """The profile as an aligned text table; interrupt-only functions are marked (irq)."""
+    out = [f"# {note}", f"# {'total':>10} {'self':>10} {'avg':>10} {'max':>10} {'calls':>8}  function"]
+    for r in rows:
+        name = r["function"] + (f" [{r['module']}]" if r["module"] else "") + ("  (irq)" if r["irq"] else "")
+        cut = r["cut_start"] + r["cut_end"]
+        if cut:
+            name += f"  ({cut} cut by the trace's start or end)"
+        out.append(f"  {fmt_us(r['total_us']):>10} {fmt_us(r['self_us']):>10} {fmt_us(r['avg_us']):>10} "
+                   f"{fmt_us(r['max_us']):>10} {r['calls']:>8}  {name}")
+    return "\n".join(out) + "\n"
+
+
+class ChromeTrace:
+    """Trace Event Format (the JSON the Perfetto UI, chrome://tracing and speedscope open),
+    built from the parser's call stream: FuncgraphParser(on_call=chrome.on_call).
+
+    One complete ("X") slice per call with an exit; a call the trace's end cut is a begin
+    ("B") slice without end. Each task's own calls nest on the task's track (without a
+    proc column: one track per CPU); interrupt work goes to a separate "interrupt work"
+    process, one track per CPU. Timestamps are the trace's (abstime column, trace-cmd)
+    or, without any, laid out back to back from the durations (`synthetic_time`).
+    With `functions`, only calls inside one of them (as named at its entry) are kept.
+    """
+
+    TASKS_PID = 1
+    IRQ_PID = 2
+
+    def __init__(self, functions: Sequence[str] = ()) -> None:
+        self.functions = set(functions)
+        self.synthetic_time = False
+        self._slices: Dict[int, List[Dict[str, Any]]] = {}   # tid -> events
+        self._open: List[Dict[str, Any]] = []               # B events (cut at trace end)
+        self._frames: Dict[int, List[list]] = {}            # id(task) -> [start, irq, inside, cpu]
+        self._clock: Dict[int, float] = {}
+        self._tracks: Dict[Tuple[Any, ...], int] = {}
+        self._names: Dict[int, Tuple[int, str]] = {}
+
+    def _track(self, task: Any, cpu: Optional[int], irq: bool) -> Tuple[int, int]:
+        if irq:
+            key: Tuple[Any, ...] = ("irq", cpu)
+            label = f"cpu{cpu}" if cpu is not None else "cpu ?"
+        elif task.pid is not None:
+            key = ("task", task.pid, cpu if task.pid == 0 else None)
+            label = f"{(task.comm or '').strip() or '?'}-{task.pid}" + (f" (cpu{cpu})" if task.pid == 0 else "")
+        else:
+            key = ("task", id(task))
+            label = "task not shown (no funcgraph-proc)" + (f", first on cpu{cpu}" if cpu is not None else "")
+        tid = self._tracks.get(key)
+        if tid is None:
+            tid = self._tracks[key] = len(self._tracks) + 1
+            self._names[tid] = (self.IRQ_PID if irq else self.TASKS_PID, label)
+        return (self.IRQ_PID if irq else self.TASKS_PID), tid
+
+    def on_call(self, what: str, task: Any, cpu: Optional[int], node: CallNode,
+                ts: Optional[float], dur: float) -> None:
+        from discover.funcgraph import CUT_END, CUT_START, ENTRY, EXIT, LEAF
+
+        key = id(task)
+        frames = self._frames.setdefault(key, [])
+        if ts is None:
+            self.synthetic_time = self.synthetic_time or what in (ENTRY, LEAF, EXIT)
+            now = self._clock.get(key, 0.0)
+        else:
+            now = ts * 1e6
+        outer = frames[-1] if frames else None
+        inside = outer[2] if outer else not self.functions
+        if what is ENTRY or what is CUT_START:
+            here = inside or (what is ENTRY and node.name in self.functions)
+            if cpu is None and outer is not None:
+                cpu = outer[3]
+            frames.append([now, what is ENTRY, here, cpu])
+            return
+        if what is LEAF:
+            if inside or node.name in self.functions:
+                self._emit(task, cpu, node, "X", now, dur, {})
+            self._clock[key] = now + dur
+            return
+        if not frames:
+            return
+        start, known, here, fcpu = frames.pop()
+        if what is CUT_END:
+            if here and known:
+                self._emit(task, fcpu, node, "B", start, 0.0, {"cut": "no exit before trace end"})
+            return
+        if ts is None:  # laid out: the call spans its callees and at least its own duration
+            end = max(start + dur, now)
+            dur = end - start
+        elif not known:
+            start = now - dur
+        self._clock[key] = start + dur
+        if here or node.name in self.functions:
+            self._emit(task, fcpu, node, "X", start, dur, {} if known else {"cut": "entry before trace start"})
+
+    def _emit(self, task: Any, cpu: Optional[int], node: CallNode, ph: str, ts: float, dur: float,
+              args: Dict[str, Any]) -> None:
+        pid, tid = self._track(task, cpu, node.irq)
+        event: Dict[str, Any] = dict(name=node.name, cat="interrupt" if node.irq else "call", ph=ph,
+                                     ts=round(ts, 3), pid=pid, tid=tid)
+        if ph == "X":
+            event["dur"] = round(dur, 3)
+        if node.module:
+            args = dict(args, module=node.module)
+        if args:
+            event["args"] = args
+        (self._open if ph == "B" else self._slices.setdefault(tid, [])).append(event)
+
+    def events(self) -> List[Dict[str, Any]]:
+        """Metadata, then each track's slices sorted and nested (a slice that would end after
+        the one enclosing it, by the printed durations' rounding, is trimmed to fit)."""
+        out: List[Dict[str, Any]] = []
+        for pid, name in ((self.TASKS_PID, "tasks"), (self.IRQ_PID, "interrupt work")):
+            out.append(dict(name="process_name", ph="M", pid=pid, tid=0, args={"name": name}))
+        for tid, (pid, label) in sorted(self._names.items()):
+            out.append(dict(name="thread_name", ph="M", pid=pid, tid=tid, args={"name": label}))
+        for tid, slices in sorted(self._slices.items()):
+            slices.sort(key=lambda e: (e["ts"], -e["dur"]))
+            ends: List[float] = []
+            for event in slices:
+                while ends and ends[-1] <= event["ts"]:
+                    ends.pop()
+                if ends and event["ts"] + event["dur"] > ends[-1]:
+                    event["dur"] = round(ends[-1] - event["ts"], 3)
+                ends.append(event["ts"] + event["dur"])
+                out.append(event)
+        out.extend(self._open)
+        return out
+
+    def to_json(self, note: str) -> str:
+        data = {"traceEvents": self.events(), "displayTimeUnit": "ns",
+                "otherData": {"producer": "probekit discover callgraph", "summary": note,
+                              "timestamps": "synthetic (laid out from durations)" if self.synthetic_time
+                              else "from the trace"}}
+        return json.dumps(data, separators=(",", ":")) + "\n"
 
 
 # ---------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from typing import Callable, Dict, Iterator, List, Optional
 
 from discover.errors import UserError, end_process_group
 from discover.tracefs import (Host, Interrupted, TraceSession, buffer_kb_limit,
-                              find_tracefs, require_function_graph, require_root, thread_ids,
-                              validate_functions)
+                              find_tracefs, open_session, require_function_graph, require_root,
+                              thread_ids, validate_functions)
 
 #: Per-CPU ring buffer (KB) unless asked otherwise: 8 MiB/CPU holds seconds of a busy
 #: NFS call graph while the reader catches up, yet stays small on a 1 GiB guest.
@@ -234,16 +234,15 @@ class CaptureStream:
         the workload we fork would inherit the exclusion.
         """
         s = self.session
-        if not (s.tracefs / "set_ftrace_notrace_pid").exists():
+        if not s.path_of("set_ftrace_notrace_pid").exists():
             return
-        if (s.tracefs / "options" / "function-fork").exists() and s.read("options/function-fork").strip() != "0":
+        if s.path_of("options/function-fork").exists() and s.read("options/function-fork").strip() != "0":
             return
         s.write("set_ftrace_notrace_pid", str(os.getpid()))
 
     def _set_option(self, option: str, on: bool) -> None:
         name = f"options/{option}"
-        path = self.session.tracefs / name
-        if not path.exists():
+        if not self.session.path_of(name).exists():
             self.session.warn(f"probekit: note: this kernel has no {option} option; its output lacks it")
             return
         if self.session.read(name).strip() != ("1" if on else "0"):
@@ -374,13 +373,13 @@ def live_capture(opts: CaptureOptions,
     host = Host.from_env()
     require_root(host)
     tracefs = find_tracefs(host)
-    require_function_graph(tracefs)
+    require_function_graph(tracefs, host)
     ncpus = len(list((tracefs / "per_cpu").glob("cpu*"))) or (os.cpu_count() or 1)
     check_options(opts, host, ncpus)
     functions = validate_functions(opts.functions, tracefs, host)
     tids = thread_ids(host, opts.pid) if opts.pid is not None else None
-    _warn(OVERHEAD_WARNING)
-    with TraceSession(tracefs, host, force=opts.force, warn=_warn) as session:
+    with open_session(tracefs, host, force=opts.force, warn=_warn) as session:
+        _warn(OVERHEAD_WARNING)  # once nothing can refuse any more: a refusal stays one line
         stream = CaptureStream(session, opts, progress)
         try:
             stream.configure(functions, tids)

@@ -40,6 +40,9 @@ BLANK = "blank"
 MALFORMED = "malformed"
 
 CALL_KINDS = (ENTRY, LEAF, EXIT)
+# What FuncgraphParser(on_call=...) reports besides ENTRY, LEAF and EXIT:
+CUT_START = "cut-start"    # a frame opened whose entry is not in the trace (name known at its EXIT)
+CUT_END = "cut-end"        # an open frame closed by the end of the trace (no exit, no time)
 MAX_DEPTH = 256  # far beyond the kernel's return-stack depth; deeper indentation is garbage
 
 _DUR = r"(?P<mark>[ +!#*@$]) (?P<dur>\d+(?:\.\d+)?) us +\|  "
@@ -60,8 +63,10 @@ _KERNEL_LINE = re.compile(_KERNEL_HEAD_SRC + r"(?P<indent> *)(?P<body>[^\r\n]*)"
 _KERNEL_HEAD = re.compile(_KERNEL_HEAD_SRC, re.S)
 # trace-cmd report (and the plain `trace` format of non-graph events).
 _TRACECMD_LINE = re.compile(
-    r"\s*(?P<comm>[^|]+?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
-    r"(?:(?P<lat>[^\s:]+)\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>[\w.:-]+?):\s?(?P<rest>[^\r\n]*)",
+    r"\s*(?P<comm>[^|]+?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?"
+    # `[cpu] flags` (trace-cmd report) or the cpu fused with the flags (`report -l`: 0d.h1.)
+    r"(?:\[(?P<cpu>\d+)\]\s+(?:(?P<lat>[^\s:]+)\s+)?|(?P<lcpu>\d+)(?P<llat>[.dDXbnNpPhHsSzZ][^\s:]*)\s+)"
+    r"(?P<ts>\d+\.\d+):\s+(?P<event>[\w.:-]+?):\s?(?P<rest>[^\r\n]*)",
     re.S,
 )
 _TRACECMD_GRAPH = re.compile(
@@ -100,8 +105,20 @@ _IRQ_PROLOGUE = re.compile(r"(?:(?P<abs> *\d+\.\d+) \|  )?(?:(?P<rel> *\d+) us \
 IRQ_ENTRY = re.compile(
     r"(?:irq_enter(?:_rcu)?|irq_exit(?:_rcu)?|_*sysvec_\w+|asm_sysvec_\w+|asm_common_interrupt"
     r"|_*common_interrupt|do_IRQ|smp_\w+_interrupt|gic_handle_irq|handle_arch_irq|el[01]h?_\w*irq\w*"
-    r"|el[01]_interrupt|__irq_svc|__irq_usr|do_irq)$"
+    r"|el[01]_interrupt|__irq_svc|__irq_usr|do_irq"
+    # Xen PV and HVM guests take event-channel interrupts through these
+    r"|_*xen_evtchn_do_upcall|xen_hvm_evtchn_do_upcall|exc_xen_hypervisor_callback|xen_pv_evtchn_do_upcall)$"
 )
+#: The interrupt's end (x86): after it, more of the interrupt return path runs at the
+#: interrupted function's depth before the function resumes.
+IRQ_EXIT_NAMES = frozenset({"irq_exit", "irq_exit_rcu"})
+#: What that return path calls at the same depth on 6.x/7.x (the 7.2 and 7.3 captures:
+#: the preemption check, the deferred hrtimer rearm, and the preemption itself): interrupt
+#: work when it directly follows irq_exit*, an ordinary call anywhere else.
+IRQ_RETURN_NAMES = frozenset({"raw_irqentry_exit_cond_resched", "irqentry_exit_cond_resched",
+                              "__hrtimer_rearm_deferred", "preempt_schedule_irq"})
+#: Lines whose meaning depends on what came before them: never learnt by the fast path.
+_CONTEXT_NAMES = IRQ_EXIT_NAMES | IRQ_RETURN_NAMES | {"irq_enter_rcu"}
 
 
 class Line:
@@ -276,7 +293,7 @@ def _kernel_call_line(m: "re.Match[str]") -> Line:
 def _parse_tracecmd(m: "re.Match[str]") -> Line:
     rec = Line(EVENT)
     rec.dialect = "trace-cmd"
-    rec.cpu = int(m.group("cpu"))
+    rec.cpu = int(m.group("cpu") or m.group("lcpu"))
     rec.pid = int(m.group("pid"))
     rec.comm = m.group("comm").strip()
     rec.ts = float(m.group("ts"))
@@ -418,7 +435,8 @@ class TraceEvent:
 class _Task:
     """A task's open calls: `stack` holds (node, child_time) of every frame below `cur`."""
 
-    __slots__ = ("pid", "comm", "cur", "ctime", "stack", "root", "seen", "shift", "irq_base", "irq_height")
+    __slots__ = ("pid", "comm", "cur", "ctime", "stack", "root", "seen", "shift", "irq_base", "irq_height",
+                 "irq_run", "irq_tail")
 
     def __init__(self, pid: Optional[int], comm: Optional[str], root: CallNode) -> None:
         # An interrupt that lands while a function is being entered is printed one level
@@ -434,6 +452,16 @@ class _Task:
         self.stack: List[Tuple[CallNode, float]] = []
         self.root = root
         self.seen = 0
+        # The frame whose current run of interrupt work (one interrupt) is going on, and the
+        # frame where an irq_exit* just completed (its return path may follow).
+        self.irq_run: Optional[Tuple[CallNode, bool]] = None  # (frame, irq_enter* seen)
+        self.irq_tail: Optional[CallNode] = None
+
+
+#: on_call(what, task, cpu, node, ts, dur): what is ENTRY, LEAF, EXIT, CUT_START or CUT_END;
+#: task is the opaque per-task object (its .pid and .comm may be None), the same for one
+#: task's whole life; ts is the line's timestamp in seconds when the trace has one; dur in us.
+CallHook = Callable[[str, "_Task", Optional[int], CallNode, Optional[float], float], None]
 
 
 class _Lane:
@@ -460,18 +488,22 @@ class FuncgraphParser:
     """Feed it lines (any iterable of str), then call finish() for the CallTree.
 
     pid/comm restrict aggregation to matching tasks (needs a proc column, context-switch
-    banners or trace-cmd). on_event gets every TraceEvent as it is seen.
+    banners or trace-cmd). on_event gets every TraceEvent as it is seen. on_call gets every
+    call as the stack changes (see CallHook); it turns the fast path off, because the
+    fast path never looks at single calls.
     """
 
     def __init__(self, pid: Optional[int] = None, comm: Optional[str] = None,
                  on_event: Optional[Callable[[TraceEvent], None]] = None,
-                 fast: bool = True, batch: int = 65536) -> None:
+                 fast: bool = True, batch: int = 65536,
+                 on_call: Optional["CallHook"] = None) -> None:
         self.root = CallNode("<root>")
         self._scratch = CallNode("<filtered out>")
         self.pid_filter = pid
         self.comm_filter = comm
         self.on_event = on_event
-        self.fast = fast
+        self.on_call = on_call
+        self.fast = fast and on_call is None
         self.batch = batch
         self.lines = 0
         self.kinds: Dict[str, int] = {}
@@ -486,6 +518,10 @@ class FuncgraphParser:
         self.migrations = 0
         self.resyncs = 0
         self.irq_shifts = 0
+        #: interrupts seen: runs of interrupt work in a frame, each one interrupt
+        self.interrupts = 0
+        #: the first lines that are neither calls nor headers (for "not a function_graph trace")
+        self.rejected: List[Tuple[int, str]] = []
         self.cut_start = 0
         self.cut_end = 0
         self.timed = True
@@ -541,8 +577,8 @@ class FuncgraphParser:
             lm, em, xk = cur.shifted_maps(sh)
         else:
             lm, em, xk = cur.leaves, cur.entries, cur.exitkey
-        if lane is None or lane.irq_pending:
-            lm = em = _NO_MATCH
+        if lane is None or lane.irq_pending or (task is not None and task.irq_tail is not None):
+            lm = em = _NO_MATCH  # see _call: these lines need the general path
             xk = None
         base = self.lines
         pos = 0
@@ -593,7 +629,7 @@ class FuncgraphParser:
             else:
                 pfx, tend, bat = lane.prefixes, lane.tend, lane.body_at
             sh = task.shift if task is not None else 0
-            if task is None or lane is None or lane.irq_pending:
+            if task is None or lane is None or lane.irq_pending or task.irq_tail is not None:
                 lm = em = _NO_MATCH
                 xk = None
             elif sh:
@@ -642,6 +678,8 @@ class FuncgraphParser:
             rec.cacheable = False
         kind = rec.kind
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if kind not in CALL_KINDS and kind is not HEADER and kind is not BLANK and len(self.rejected) < 3:
+            self.rejected.append((lineno, text.rstrip("\r\n")[:100]))
         if kind in CALL_KINDS:
             self._call(rec, line)
         elif kind is COMMENT or kind is EVENT:
@@ -769,7 +807,8 @@ class FuncgraphParser:
             d = rec.depth
             base = task.irq_base
             inside = d > base or (d == base and (
-                len(task.stack) > task.irq_height if rec.kind is EXIT else self._irq_start(rec, lane)))
+                len(task.stack) > task.irq_height if rec.kind is EXIT else
+                self._irq_start(rec, lane) or (task.irq_tail is task.cur and rec.name in IRQ_RETURN_NAMES)))
             if inside:
                 rec.depth = d + task.shift
                 return False
@@ -813,7 +852,6 @@ class FuncgraphParser:
             if len(lane.prefixes) >= _PREFIX_CACHE_MAX:
                 lane.prefixes.clear()
             lane.prefixes[line[rec.tend:rec.body_at]] = rec.dur
-        body = line[rec.body_at:] if cacheable else None
         cur = task.cur
         maps = cur.shifted_maps(task.shift) if task.shift else None
         dur = rec.dur if rec.dur is not None else 0.0
@@ -825,27 +863,78 @@ class FuncgraphParser:
                 self.cut_start += 1
             node.add(dur)
             node.ctotal += task.ctime
-            if cacheable and maps is not None:
-                if node is cur and maps[2] is None:
-                    maps[2] = body
-            elif cacheable and node.exitkey is None:
-                node.exitkey = body
+            if self.on_call is not None:
+                self._report(EXIT, task, rec.cpu, node, rec.ts, dur)
             task.cur, task.ctime = task.stack.pop()
             task.ctime += dur
+            if task.irq_tail is node:
+                task.irq_tail = None  # the frame the return path ran in has ended
+            elif node.name in IRQ_EXIT_NAMES and node.irq and not task.cur.irq:
+                task.irq_tail = task.cur
+            if cacheable and node.name not in IRQ_EXIT_NAMES:
+                body = line[rec.body_at:]
+                if maps is not None:
+                    if node is cur and maps[2] is None:
+                        maps[2] = body
+                elif node.exitkey is None:
+                    node.exitkey = body
             return
-        irq = lane.irq_pending or (not cur.irq and is_irq_entry(rec.name))
+        name = rec.name or "?"
+        irq = lane.irq_pending or (not cur.irq and is_irq_entry(name))
+        if task.irq_tail is cur:
+            if name in IRQ_RETURN_NAMES:
+                irq = irq or not cur.irq
+            else:
+                task.irq_tail = None
         lane.irq_pending = False
-        node = self._child(cur, rec.name or "?", rec.module, irq)
+        top_irq = irq and not cur.irq
+        if top_irq:
+            self._count_interrupt(task, cur, name)
+        elif name == "irq_enter_rcu" and cur.irq:
+            self.interrupts += 1  # x86 enters every interrupt here: one nested in interrupt work
+        node = self._child(cur, name, rec.module, irq)
+        if self.on_call is not None:
+            self._report(rec.kind, task, rec.cpu, node, rec.ts, dur)
+        # interrupt entries are counted, and the return path is told apart, only here
+        remember = cacheable and not top_irq and name not in _CONTEXT_NAMES
         if rec.kind is LEAF:
             node.add(dur)
             task.ctime += dur
-            if cacheable:
-                (maps[0] if maps is not None else cur.leaves)[body] = node.add
+            if top_irq and name in IRQ_EXIT_NAMES:
+                task.irq_tail = cur
+            if remember:
+                (maps[0] if maps is not None else cur.leaves)[line[rec.body_at:]] = node.add
         else:
             task.stack.append((cur, task.ctime))
             task.cur, task.ctime = node, 0.0
-            if cacheable:
-                (maps[1] if maps is not None else cur.entries)[body] = node
+            if remember:
+                (maps[1] if maps is not None else cur.entries)[line[rec.body_at:]] = node
+
+    def _count_interrupt(self, task: _Task, frame: CallNode, name: str) -> None:
+        """One interrupt per run of interrupt work in a frame: x86 shows irq_enter*, the
+        handler and irq_exit* side by side, older x86, arm64 and Xen one handler with the
+        rest inside. An irq_exit* or handler with no irq_enter* before it is an interrupt
+        whose start the trace lost (a handler is followed by its own irq_exit*)."""
+        run = task.irq_run
+        here = run is not None and run[0] is frame
+        if name in IRQ_EXIT_NAMES:
+            if not here:
+                self.interrupts += 1
+            task.irq_run = None
+        elif name in IRQ_RETURN_NAMES:
+            return
+        elif name.startswith("irq_enter"):
+            self.interrupts += 1
+            task.irq_run = (frame, True)
+        elif not (here and run[1]):  # type: ignore[index]
+            self.interrupts += 1
+            task.irq_run = (frame, False)
+
+    def _report(self, what: str, task: _Task, cpu: Optional[int], node: CallNode, ts: Optional[float],
+                dur: float) -> None:
+        """on_call, for the calls the tree counts (a pid/comm filter's other tasks stay out)."""
+        if task.root is self.root:
+            self.on_call(what, task, cpu, node, ts, dur)  # type: ignore[misc]
 
     def _child(self, parent: CallNode, name: object, module: Optional[str], irq: bool) -> CallNode:
         table = parent.irqs if irq and not parent.irq else parent.children
@@ -870,6 +959,8 @@ class FuncgraphParser:
             self._placeholders += 1
             node = self._child(task.cur, ("?", self._placeholders), None, False)
             node.placeholder = True
+            if self.on_call is not None:
+                self._report(CUT_START, task, rec.cpu, node, None, 0.0)
             task.stack.append((task.cur, task.ctime))
             task.cur, task.ctime = node, 0.0
 
@@ -883,6 +974,8 @@ class FuncgraphParser:
         node.calls += 1
         node.cut_end += 1
         self.cut_end += 1
+        if self.on_call is not None:
+            self._report(CUT_END, task, None, node, None, 0.0)
         task.cur, task.ctime = task.stack.pop()
 
     def _name_placeholder(self, task: _Task, rec: Optional[Line]) -> CallNode:
@@ -897,6 +990,13 @@ class FuncgraphParser:
                     del table[key]
         node.flush()
         irq = not parent.irq and IRQ_ENTRY.match(name) is not None
+        if irq:  # an interrupt already running when the trace began
+            counted = bool(node.irqs)  # an irq_exit* inside it was taken for one already
+            _into_interrupt(node)
+            if counted:
+                task.irq_run = None if name in IRQ_EXIT_NAMES else (parent, False)
+            else:
+                self._count_interrupt(task, parent, name)
         table = parent.irqs if irq else parent.children
         existing = table.get(name)
         node.placeholder = False
@@ -954,6 +1054,21 @@ class FuncgraphParser:
                 named = task.pid is not None and self._matches_filter(task.pid, task.comm)
                 (self.root if named else self._scratch).merge_from(task.root)
         return CallTree(self.root, self)
+
+
+def _into_interrupt(top: CallNode) -> None:
+    """A subtree turns out to run in interrupt context: every node is interrupt work, and
+    what was kept apart as interrupts inside it is its own calls (as _child files them)."""
+    for node in list(top.walk()):
+        node.irq = True
+        for key, child in list(node.irqs.items()):
+            del node.irqs[key]
+            child.flush()
+            if key in node.children:
+                node.children[key].flush()
+                node.children[key].merge_from(child)
+            else:
+                node.children[key] = child
 
 
 def _text(line: AnyStr) -> str:

@@ -26,9 +26,10 @@ import re
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError, at_exit
 
@@ -129,9 +130,46 @@ def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
                     f"(kernel without CONFIG_FTRACE, or {how}: mount -t tracefs nodev /sys/kernel/tracing){hint}")
 
 
-def require_function_graph(tracefs: Path) -> None:
+#: The kernel's lockdown state: every mode listed, the active one in brackets.
+LOCKDOWN = "/sys/kernel/security/lockdown"
+
+
+def lockdown_mode(host: Host) -> Optional[str]:
+    """The active lockdown mode ("none", "integrity", "confidentiality"), None when unknown."""
+    try:
+        text = host.path(LOCKDOWN).read_text()
+    except OSError:
+        return None
+    match = re.search(r"\[(\w+)\]", text)
+    return match.group(1) if match else None
+
+
+def lockdown_refusal(host: Host) -> Optional[UserError]:
+    """The one-line error for a kernel whose lockdown refuses tracefs, else None.
+
+    The kernel lists tracefs among the confidentiality reasons (LOCKDOWN_TRACEFS comes
+    after LOCKDOWN_INTEGRITY_MAX), so confidentiality mode always refuses it; this is
+    also asked after a tracefs open failed with EPERM, whatever the mode."""
+    mode = lockdown_mode(host)
+    if mode in (None, "none"):
+        return None
+    return UserError(f"the kernel is locked down ({mode} mode, {LOCKDOWN}) and refuses tracefs: "
+                     "boot with lockdown=none (and Secure Boot off if it enforces lockdown) to trace, "
+                     "or run discover --from-file on a trace captured on an unlocked kernel")
+
+
+def require_function_graph(tracefs: Path, host: Optional[Host] = None) -> None:
+    """function_graph must be available and tracefs readable (lockdown says why not)."""
+    if host is not None and lockdown_mode(host) == "confidentiality":
+        raise lockdown_refusal(host)  # type: ignore[misc]
     listing = tracefs / "available_tracers"
-    tracers = listing.read_text().split() if listing.is_file() else []
+    try:
+        tracers = listing.read_text().split() if listing.is_file() else []
+    except PermissionError:
+        refusal = lockdown_refusal(host) if host is not None else None
+        if refusal is not None:
+            raise refusal from None
+        raise UserError(f"{listing}: permission denied (is tracefs mounted for root only?)") from None
     if "function_graph" not in tracers:
         raise UserError("the function_graph tracer is not available on this kernel "
                         f"(available_tracers: {' '.join(tracers) or 'none'}): "
@@ -376,28 +414,35 @@ class TraceSession:
         self.close()
 
     def open(self) -> None:
-        """Take the lock and refuse a busy tracer; signals are ours first so no lock is left behind."""
+        """Acquire (signals are ours first, so nothing acquired is left behind on a signal)."""
         self._install_handlers()
         try:
-            self._take_lock()
-            tracer = self.read("current_tracer").strip()
-            if tracer != "nop" and not self.force:
-                raise UserError(f"ftrace is in use (current_tracer is {tracer}): "
-                                "stop the other tracer, or use --force to take over and restore it after")
+            self._acquire()
             atexit.register(self.close)
         except BaseException:
-            self._drop_lock()
+            self._release()
             self._remove_handlers()
             raise
 
     def close(self) -> None:
-        """Restore everything, drop the lock, give signals back. Safe to call twice."""
+        """Restore everything, release, give signals back. Safe to call twice."""
         try:
             self.restore()
         finally:
-            self._drop_lock()
+            self._release()
             self._remove_handlers()
             atexit.unregister(self.close)
+
+    def _acquire(self) -> None:
+        """The global tracer: take the lock and refuse a busy tracer."""
+        self._take_lock()
+        tracer = self.read("current_tracer").strip()
+        if tracer != "nop" and not self.force:
+            raise UserError(f"ftrace is in use (current_tracer is {tracer}): "
+                            "stop the other tracer, or use --force to take over and restore it after")
+
+    def _release(self) -> None:
+        self._drop_lock()
 
     # --- lock ------------------------------------------------------------
     def _take_lock(self) -> None:
@@ -432,14 +477,18 @@ class TraceSession:
         self._locked = False
 
     # --- reads and recorded writes ---------------------------------------
+    def path_of(self, name: str) -> Path:
+        """The file behind a setting name."""
+        return self.tracefs / name
+
     def read(self, name: str) -> str:
-        with open(self.tracefs / name, errors="replace") as f:
+        with open(self.path_of(name), errors="replace") as f:
             return f.read()
 
     def write(self, name: str, value: str) -> None:
         """Replace a file's setting (truncating write), recording its original first."""
         self._record(name)
-        _write_file(self.tracefs / name, value)
+        _write_file(self.path_of(name), value)
 
     def _record(self, name: str) -> None:
         if name in self._originals:
@@ -479,10 +528,10 @@ class TraceSession:
                 original = self._originals[name]
                 try:
                     for rel, value in restore_writes(original):
-                        _write_file(self.tracefs / rel, value)
+                        _write_file(self.path_of(rel), value)
                 except OSError as exc:
                     failed.append(name)
-                    self.warn(f"probekit: could not restore {self.tracefs / name} to "
+                    self.warn(f"probekit: could not restore {self.path_of(name)} to "
                               f"{original.text.strip()[:60]!r}: {exc.strerror or exc}")
                 del self._originals[name]
         finally:
@@ -509,6 +558,138 @@ class TraceSession:
             self._deferred.append(signum)
             return
         self.on_signal(signum)
+
+
+#: Private instances are named INSTANCE_PREFIX + the owner's PID (a later run removes
+#: those whose owner is dead).
+INSTANCE_PREFIX = "probekit-"
+
+
+class InstanceUnsupported(Exception):
+    """This kernel cannot run function_graph in an instance (before 6.11): use the global tracer."""
+
+
+class InstanceSession(TraceSession):
+    """function_graph in a private tracefs instance (instances/probekit-<pid>, Linux 6.11+).
+
+    The instance has its own ring buffer, tracer, pid filters and options, so the capture
+    coexists with trace-cmd, perf ftrace or anything else on the global buffer that is not
+    function_graph: no lock is taken and a busy global tracer is no reason to refuse.
+    `tracefs` is the instance directory. The graph filters are still global (6.12 and 7.3
+    instances have no set_graph_function, set_graph_notrace, max_graph_depth nor
+    tracing_thresh, and the kernel applies the top-level ones to every function_graph
+    user), so those are written at `top`, recorded and restored like any other file, and
+    another function_graph user (the global tracer or another instance) is refused unless
+    force: each would change the other's graph. Closing removes the instance on every exit
+    path; opening first removes instances a killed run left (only those whose PID is dead).
+    """
+
+    def __init__(self, tracefs: Path, host: Host, force: bool = False,
+                 warn: Callable[[str], None] = _stderr) -> None:
+        self.top = tracefs
+        self.instance = tracefs / "instances" / f"{INSTANCE_PREFIX}{os.getpid()}"
+        super().__init__(self.instance, host, force=force, warn=warn)
+        self._created = False
+
+    def _acquire(self) -> None:
+        """Clear stale instances, create ours and check function_graph runs in it alone."""
+        for stale in stale_instances(self.top, self.host):
+            remove_instance(stale, self.warn)
+        if self.instance.exists():  # left by a dead process that had our PID
+            remove_instance(self.instance, self.warn)
+        try:
+            make_instance(self.instance)
+        except OSError as exc:  # instances/ refused (not writable, out of memory): the global path
+            raise InstanceUnsupported() from exc
+        self._created = True
+        tracers = (self.instance / "available_tracers").read_text().split()
+        if "function_graph" not in tracers:
+            raise InstanceUnsupported()
+        others = self.graph_users()
+        if others and not self.force:
+            raise UserError(f"function_graph is already running in {', '.join(others)}; its graph filters "
+                            "(set_graph_function, max_graph_depth) are global on this kernel, so both graphs "
+                            "would change: wait for it to end, or use --force to share them")
+
+    def _release(self) -> None:
+        """Remove our instance (the kernel frees its buffer and files)."""
+        if self._created:
+            self._created = False
+            remove_instance(self.instance, self.warn)
+
+    def graph_users(self) -> List[str]:
+        """Other function_graph users: the global tracer, other instances."""
+        users = []
+        for where, directory in [("the global tracer", self.top)] + [
+                (f"instance {d.name}", d) for d in sorted((self.top / "instances").iterdir())
+                if d.is_dir() and d != self.instance]:
+            try:
+                if (directory / "current_tracer").read_text().strip() == "function_graph":
+                    users.append(where)
+            except OSError:
+                continue
+        return users
+
+    def path_of(self, name: str) -> Path:
+        """Where a setting lives: in the instance, else (a top-level-only file) at the top."""
+        inside = self.instance / name
+        return inside if inside.exists() or not (self.top / name).exists() else self.top / name
+
+
+def stale_instances(tracefs: Path, host: Host) -> List[Path]:
+    """Our instances whose owner PID is no longer running."""
+    found = []
+    for path in sorted((tracefs / "instances").glob(INSTANCE_PREFIX + "*")):
+        pid = path.name[len(INSTANCE_PREFIX):]
+        if pid.isdigit() and int(pid) != os.getpid() and not host.path(f"/proc/{pid}").exists():
+            found.append(path)
+    return found
+
+
+def make_instance(path: Path) -> None:
+    """mkdir in instances/ is how tracefs creates an instance (populated by the kernel)."""
+    os.mkdir(path)
+
+
+def unmake_instance(path: Path) -> None:
+    """rmdir of an instance: the kernel removes its files and frees its buffer."""
+    os.rmdir(path)
+
+
+def remove_instance(path: Path, warn: Callable[[str], None]) -> None:
+    """Stop the instance's tracer, then rmdir it (the kernel frees its buffer and files)."""
+    for name, value in (("tracing_on", "0"), ("current_tracer", "nop")):
+        try:
+            _write_file(path / name, value)
+        except OSError:
+            pass
+    try:
+        unmake_instance(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        warn(f"probekit: could not remove tracefs instance {path}: {exc.strerror or exc}; "
+             f"remove it with: rmdir {path}")
+
+
+@contextmanager
+def open_session(tracefs: Path, host: Host, force: bool = False,
+                 warn: Callable[[str], None] = _stderr) -> Iterator[TraceSession]:
+    """An open session, closed on leaving: a private instance where the kernel runs
+    function_graph in instances, else the global tracer (lock, refusal of a busy tracer
+    unless force)."""
+    session: TraceSession = InstanceSession(tracefs, host, force=force, warn=warn)
+    try:
+        if not (tracefs / "instances").is_dir():
+            raise InstanceUnsupported()
+        session.open()
+    except InstanceUnsupported:
+        session = TraceSession(tracefs, host, force=force, warn=warn)
+        session.open()
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 class Interrupted(UserError):

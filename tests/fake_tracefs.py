@@ -109,3 +109,38 @@ def assert_restored(before: Dict[str, bytes], tracefs: Path) -> None:
             assert now.decode().strip() == original.decode().split("expanded: ")[1].rstrip(")\n"), name
         else:
             assert kernel_view(name, now) == original, (name, now, original)
+
+
+#: What `mkdir instances/NAME` created on a real 7.3 kernel (see that fixture's README).
+INSTANCE_73 = REPO / "tests" / "fixtures" / "7.3.4+deb13-amd64" / "instance"
+#: Per-instance files read back as the fixture shows them; the others start like the top's.
+_INSTANCE_READBACK = ("available_tracers", "current_tracer", "buffer_size_kb", "set_ftrace_pid",
+                      "set_ftrace_notrace_pid", "tracing_on")
+
+
+def populate_instance(path: Path, listing: Path = INSTANCE_73) -> None:
+    """Play the kernel's mkdir of an instance: the files the real listing has that a capture
+    uses, with the values read back there; options and the function lists as at the top."""
+    top = path.parent.parent
+    path.mkdir()
+    for name in _INSTANCE_READBACK:
+        shutil.copy(listing / name, path / name)
+    for name in ("set_ftrace_filter", "set_ftrace_notrace", "trace_options"):
+        shutil.copy(top / name, path / name)
+    options = set((listing / "options.ls").read_text().split())
+    (path / "options").mkdir()
+    for option in (top / "options").iterdir():
+        if option.name in options:
+            shutil.copy(option, path / "options" / option.name)
+    for cpu in (listing / "per_cpu.ls").read_text().split():
+        (path / "per_cpu" / cpu).mkdir(parents=True)
+        shutil.copy(top / "per_cpu" / cpu / "stats", path / "per_cpu" / cpu / "stats")
+    (path / "trace").write_text("")
+    os.mkfifo(path / "trace_pipe")
+
+
+def enable_instances(tracefs: Path) -> Path:
+    """Give the fake tracefs an instances/ directory (as every kernel since 4.x has)."""
+    instances = tracefs / "instances"
+    instances.mkdir()
+    return instances

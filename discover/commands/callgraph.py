@@ -6,15 +6,18 @@ import io
 import os
 import sys
 import zlib
-from typing import Any, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 import click
 
 from discover import callgraph as cg
 from discover.errors import UserError, same_file, write_file
-from discover.funcgraph import CallTree, FuncgraphParser
+from discover.funcgraph import CallHook, CallTree, FuncgraphParser
 
-FORMATS = ("tree", "json", "dot", "svg", "folded")
+FORMATS = ("tree", "profile", "json", "dot", "svg", "folded", "chrome")
+#: Without a terminal on stderr (a log, CI, `labs run`) progress is one plain line this often.
+PLAIN_PROGRESS_INTERVAL = 10.0
 
 EXAMPLES = """
 \b
@@ -25,17 +28,20 @@ Examples:
   discover callgraph nfs_file_read --duration 5 --format json -o read.json
   discover callgraph --from-file nfs3.nfs_file_read.trace            # no root, no tracefs
   discover callgraph --from-file write.trace --format svg -o write.svg
+  discover callgraph --from-file read.trace --format profile --sort self     # flat view
+  discover callgraph --from-file read.trace --format chrome -o read.json     # open in ui.perfetto.dev
   discover callgraph nfs_file_read --from-file read.trace --format folded | flamegraph.pl > read.svg
 """
 
 
-def parse_saved(path: str, pid: Optional[int], comm: Optional[str]) -> CallTree:
+def parse_saved(path: str, pid: Optional[int], comm: Optional[str],
+                on_call: Optional[CallHook] = None) -> CallTree:
     """Parse a saved trace, or say in one line why it cannot be used."""
     if not os.path.exists(path):
         raise UserError(f"{path}: no such file")
     if os.path.isdir(path):
         raise UserError(f"{path}: is a directory, not a trace file")
-    parser = FuncgraphParser(pid=pid, comm=comm)
+    parser = FuncgraphParser(pid=pid, comm=comm, on_call=on_call)
     try:
         with open(path, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
@@ -50,14 +56,15 @@ def parse_saved(path: str, pid: Optional[int], comm: Optional[str]) -> CallTree:
                 raise UserError(f"{path}: no task ids in this trace (funcgraph-proc was off), "
                                 "cannot filter by --pid/--comm")
             raise UserError(f"{path}: no calls by the task selected with --pid/--comm")
+        first = "; ".join(f"line {n}: {text!r}" for n, text in parser.rejected)
         raise UserError(f"{path}: not a function_graph trace (no function entries or exits in "
-                        f"{parser.lines} lines)")
+                        f"{parser.lines} lines" + (f"; first lines not understood: {first})" if first else ")"))
     return tree
 
 
 def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: Optional[float],
                  depth: Optional[int], pid: Optional[int], comm: Optional[str], irqs: bool,
-                 force: bool) -> Tuple[CallTree, str]:
+                 force: bool, on_call: Optional[CallHook] = None) -> Tuple[CallTree, str]:
     """Trace the functions on this kernel and aggregate while trace_pipe streams; returns
     the tree and a note on how the capture ended."""
     from rich.console import Console
@@ -68,11 +75,8 @@ def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: 
     opts = CaptureOptions(functions=list(functions), workload=workload, duration=duration,
                           pid=pid, comm=comm, irqs=irqs, force=force, **extra)
     console = Console(stderr=True)
-    parser = FuncgraphParser()
-    with console.status("starting capture") as status:
-        def progress(p: Any) -> None:
-            status.update(f"capturing: {p.elapsed:.1f} s, {p.lines} lines, {p.lost} events lost")
-
+    parser = FuncgraphParser(on_call=on_call)
+    with _progress_display(console) as progress:
         with live_capture(opts, progress=progress) as lines:
             parser.feed(lines)
     tree = parser.finish()
@@ -83,6 +87,29 @@ def capture_live(functions: Tuple[str, ...], workload: Optional[str], duration: 
         raise UserError(f"no calls of {', '.join(functions)} were traced "
                         "(did the workload reach them?)")
     return tree, note
+
+
+def _progress_text(p: Any) -> str:
+    return f"capturing: {p.elapsed:.1f} s, {p.lines} lines, {p.lost} events lost"
+
+
+@contextmanager
+def _progress_display(console: Any) -> Iterator[Callable[[Any], None]]:
+    """A live status line on a terminal; elsewhere (a log file, CI, `labs run`) a plain line
+    every PLAIN_PROGRESS_INTERVAL seconds, because a status line redrawn into a file is
+    kilobytes of padding."""
+    if console.is_terminal:
+        with console.status("starting capture") as status:
+            yield lambda p: status.update(_progress_text(p))
+        return
+    last = [0.0]
+
+    def plain(p: Any) -> None:
+        if p.elapsed - last[0] >= PLAIN_PROGRESS_INTERVAL:
+            last[0] = p.elapsed
+            click.echo(f"discover: {_progress_text(p)}", err=True)
+
+    yield plain
 
 
 def summary(tree: CallTree, source: str) -> str:
@@ -106,8 +133,8 @@ def summary(tree: CallTree, source: str) -> str:
             irq_calls += handler.calls
             irq_time += handler.total
     if irq_calls:
-        notes.append(f"interrupt work: {int(irq_calls)} handler calls, {cg.fmt_us(irq_time)}, "
-                     "shown apart under the functions they hit")
+        notes.append(f"interrupt work: {p.interrupts} interrupts ({int(irq_calls)} calls at their top), "
+                     f"{cg.fmt_us(irq_time)}, shown apart under the functions they hit")
     if not p.timed:
         notes.append("no duration column: times unavailable")
     return "; ".join(notes)
@@ -143,10 +170,14 @@ def write_output(data: Any, output: Optional[str]) -> None:
 @click.option("--min-calls", type=click.IntRange(min=0), default=0, metavar="N",
               help="Hide calls made fewer than N times.")
 @click.option("--force", is_flag=True, help="Live: take over tracefs even if another tracer is active.")
+@click.option("--sort", type=click.Choice(cg.PROFILE_SORTS), default="total", show_default=True,
+              help="--format profile: the column to sort by (largest first; name: A-Z).")
+@click.option("--max-nodes", type=click.IntRange(min=0), default=cg.DEFAULT_MAX_NODES, show_default=True,
+              metavar="N", help="--format dot/svg: draw the N heaviest functions, say what was left out (0: all).")
 def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Optional[float],
               depth: Optional[int], pid: Optional[int], comm: Optional[str], irqs: bool, fmt: str,
               output: Optional[str], from_file: Optional[str], min_time: float, min_calls: int,
-              force: bool) -> None:
+              force: bool, sort: str, max_nodes: int) -> None:
     """Show what FUNC really calls on this kernel: call counts, total/average/self time,
     callees heaviest first, and the interrupt work that landed in it kept apart.
 
@@ -163,16 +194,18 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
         raise UserError("SVG is binary: use -o FILE.svg")
     if from_file is not None and output is not None and same_file(from_file, output):
         raise UserError(f"-o {output} is the --from-file trace: it would be overwritten")
+    chrome = cg.ChromeTrace(functions if from_file is not None else ()) if fmt == "chrome" else None
     if from_file is not None:
         if workload is not None or duration is not None or force:
             raise UserError("--workload/--duration/--force are for live capture, not --from-file")
-        tree = parse_saved(from_file, pid, comm)
+        tree = parse_saved(from_file, pid, comm, chrome.on_call if chrome else None)
         source = from_file
         prune_depth = depth
     else:
         if not functions:
             raise UserError("name at least one function to trace (or use --from-file TRACE)")
-        tree, source = capture_live(functions, workload, duration, depth, pid, comm, irqs, force)
+        tree, source = capture_live(functions, workload, duration, depth, pid, comm, irqs, force,
+                                    chrome.on_call if chrome else None)
         prune_depth = None
     root = tree.root
     if functions and from_file is not None:
@@ -201,11 +234,18 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
     if fmt == "folded":
         write_output("".join(line + "\n" for line in cg.folded(root)), output)
         return
+    if chrome is not None:
+        write_output(chrome.to_json(note), output)
+        return
     graph = cg.to_digraph(root, source=source, functions=list(functions), summary=note)
     if fmt == "json":
         write_output(cg.to_json(graph) + "\n", output)
         return
-    dot_text = cg.to_dot(graph)
+    if fmt == "profile":
+        write_output(cg.render_profile(cg.profile(graph, sort), note), output)
+        return
+    graph, left_out = cg.prune_graph(graph, max_nodes)  # what was left out is said in the picture
+    dot_text = cg.to_dot(graph, left_out)
     if fmt == "dot":
         write_output(dot_text, output)
         return

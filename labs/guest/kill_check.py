@@ -39,6 +39,21 @@ def tracefs_state() -> Dict[str, str]:
     return state
 
 
+def graph_tracer_on() -> bool:
+    """function_graph running with tracing on: globally (before 6.11) or in discover's own
+    instance (instances/probekit-PID, 6.11 and later)."""
+    places = [TRACEFS] + [os.path.join(TRACEFS, "instances", name)
+                          for name in os.listdir(os.path.join(TRACEFS, "instances")) if name.startswith("probekit-")]
+    for place in places:
+        try:
+            with open(os.path.join(place, "current_tracer")) as t, open(os.path.join(place, "tracing_on")) as o:
+                if t.read().strip() == "function_graph" and o.read().strip() == "1":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def main(sig_name: str, function: str, workload: str) -> None:
     sig = getattr(signal, "SIG" + sig_name)
     before = tracefs_state()
@@ -50,9 +65,8 @@ def main(sig_name: str, function: str, workload: str) -> None:
         preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
     during: Dict[str, str] = {}
     while time.monotonic() - started < 300 and proc.poll() is None:
-        state = tracefs_state()
-        if state.get("current_tracer", "").strip() == "function_graph" and state.get("tracing_on", "").strip() == "1":
-            during = state
+        if graph_tracer_on():
+            during = tracefs_state()
             break
         time.sleep(0.3)
     if during:
