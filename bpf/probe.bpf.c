@@ -133,7 +133,13 @@ struct dist_key {
     u32 slot;
 };
 BPF_HISTOGRAM(dist, struct dist_key, NOPS * 64);
-BPF_ARRAY(op_bytes, u64, NOPS);
+/* per op: bytes moved and the sum of latencies (a Prometheus histogram's _sum),
+ * both added under the one lookup */
+struct op_total {
+    u64 bytes;
+    u64 lat_ns;
+};
+BPF_ARRAY(op_totals, struct op_total, NOPS);
 #endif
 
 #if WANT_TOP
@@ -241,15 +247,17 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
 #if WANT_DIST
     {
         struct dist_key dk;
-        u64 *total;
+        struct op_total *total;
         u32 opi = op;
         __builtin_memset(&dk, 0, sizeof(dk));
         dk.op = op;
         dk.slot = bpf_log2l(delta / DIST_UNIT_NS);
         dist.increment(dk);
-        total = op_bytes.lookup(&opi);
-        if (total)
-            __sync_fetch_and_add(total, s->bytes);
+        total = op_totals.lookup(&opi);
+        if (total) {
+            __sync_fetch_and_add(&total->bytes, s->bytes);
+            __sync_fetch_and_add(&total->lat_ns, delta);
+        }
     }
 #endif
 #if WANT_TOP

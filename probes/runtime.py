@@ -153,13 +153,16 @@ class Session:
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
         #: arrive while bcc runs a Python callback, where an exception would be lost
         self.stopped = False
+        #: which signal set `stopped` (a long-running caller reports it through the boundary)
+        self.stop_signal: Optional[int] = None
         #: last cumulative values read from the dist/top maps (see dist() and top())
         self._dist_base: Dict[Tuple[int, int], int] = {}
-        self._bytes_base: List[int] = []
+        self._totals_base: List[Tuple[int, int]] = []
         self._top_base: Dict[tuple, tuple] = {}
 
-    def _stop(self, _signum: int, _frame: Any) -> None:
+    def _stop(self, signum: int, _frame: Any) -> None:
         self.stopped = True
+        self.stop_signal = signum
 
     def warn(self, message: str) -> None:
         print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
@@ -244,7 +247,7 @@ class Session:
                 # sleeps the interval (records come without wakeups), then reads them all
                 self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
                 self.bpf.ring_buffer_consume()
-                lost = int(self.bpf["lost_events"][ctypes.c_int(0)].value)
+                lost = self.counter("lost_events")
                 if lost > self._lost_seen:
                     self._lost(lost - self._lost_seen)
                     self._lost_seen = lost
@@ -268,8 +271,32 @@ class Session:
     def letter(self, op_id: int) -> str:
         return self.probe.letters[op_id]
 
+    def counter(self, name: str) -> int:
+        """A one-slot BPF counter array's value (anomalies, inflight_lost, lost_events)."""
+        return int(self.bpf[name][ctypes.c_int(0)].value)
+
     def anomalies(self) -> int:
-        return int(self.bpf["anomalies"][ctypes.c_int(0)].value)
+        return self.counter("anomalies")
+
+    def program_stats(self) -> Dict[str, Tuple[int, int]]:
+        """Per loaded BPF program: (run time in ns, run count), from its /proc fdinfo.
+
+        The kernel counts these only while kernel.bpf_stats_enabled is 1 (5.1+); programs
+        without the fields (older kernels) are left out."""
+        out: Dict[str, Tuple[int, int]] = {}
+        for name, func in self.bpf.funcs.items():
+            fields: Dict[str, int] = {}
+            try:
+                for line in Path(f"/proc/self/fdinfo/{func.fd}").read_text().splitlines():
+                    key, _, value = line.partition(":")
+                    if key in ("run_time_ns", "run_cnt"):
+                        fields[key] = int(value)
+            except (OSError, ValueError):
+                continue
+            if len(fields) == 2:
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                out[name] = (fields["run_time_ns"], fields["run_cnt"])
+        return out
 
     def in_flight(self) -> List[InFlight]:
         """Operations started and not ended: each thread's outermost operation (the probe's
@@ -291,7 +318,7 @@ class Session:
                                     bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
                                     bytes(value.name).split(b"\0", 1)[0].decode("utf-8", "replace"),
                                     int(key.k[client]) if client >= 0 else None))
-        lost = int(self.bpf["inflight_lost"][ctypes.c_int(0)].value)
+        lost = self.counter("inflight_lost")
         if lost > self._inflight_lost_seen:
             self.warn(f"warning: {lost - self._inflight_lost_seen} operations not tracked in flight "
                       f"(their thread's slot was taken: {INFLIGHT_SLOTS} slots)")
@@ -299,25 +326,30 @@ class Session:
         return out
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
-        """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total}.
+        """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total,
+        'lat_ns': sum of latencies}.
 
         The maps stay cumulative: clearing them from user space drops every event that lands
-        between the read and the clear. `clear` moves the baseline instead.
+        between the read and the clear. `clear` moves the baseline instead; with it never
+        set, every call returns the totals since the start (what a Prometheus counter wants).
         """
-        out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0} for op in self.probe.ops}
+        out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
+                                          for op in self.probe.ops}
         slots = {(int(key.op), int(key.slot)): int(value.value) for key, value in self.bpf["dist"].items()}
-        byte_table = self.bpf["op_bytes"]
-        op_bytes = [int(byte_table[ctypes.c_int(op_id)].value) for op_id in range(len(self.probe.ops))]
+        table = self.bpf["op_totals"]
+        totals = [(int(v.bytes), int(v.lat_ns)) for v in (table[ctypes.c_int(op_id)]
+                                                          for op_id in range(len(self.probe.ops)))]
         for (op_id, slot), value in slots.items():
             delta = value - self._dist_base.get((op_id, slot), 0)
             if delta:
                 entry = out[self.op_name(op_id)]
                 entry["slots"][slot] = delta
                 entry["count"] += delta
-        for op_id, value in enumerate(op_bytes):
-            out[self.op_name(op_id)]["bytes"] = value - (self._bytes_base[op_id] if self._bytes_base else 0)
+        for op_id, (nbytes, lat_ns) in enumerate(totals):
+            base = self._totals_base[op_id] if self._totals_base else (0, 0)
+            out[self.op_name(op_id)].update(bytes=nbytes - base[0], lat_ns=lat_ns - base[1])
         if clear:
-            self._dist_base, self._bytes_base = slots, op_bytes
+            self._dist_base, self._totals_base = slots, totals
         return out
 
     def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:
