@@ -25,6 +25,7 @@ import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.generate import Tool
+from probes.mounts import MountTable
 from probes.runtime import Session
 from probes.spec import parse_ops
 
@@ -36,6 +37,9 @@ DEFAULT_ADDRESS = "127.0.0.1"
 #: (slots below the first are counted in the first bucket, above the last in +Inf only)
 BUCKET_SLOTS = range(10, 37)
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+#: labels of every per-operation series: the op, then the mount as node_exporter's
+#: mountstats collector names it (export, protocol, mountaddr), its mount point and NFS version
+MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
 
 
 def le_seconds(slot: int) -> float:
@@ -81,17 +85,20 @@ class NfsCollector:
     `lock` is held while the maps are read, so that the main thread never detaches the
     probe in the middle of a scrape (it takes the lock and stops the server first)."""
 
-    def __init__(self, session: Session, lock: threading.Lock, release: str, bcc_version: str) -> None:
+    def __init__(self, session: Session, lock: threading.Lock, release: str, bcc_version: str,
+                 mounts: Optional[MountTable] = None) -> None:
         self.session = session
         self.lock = lock
         self.release = release
         self.bcc_version = bcc_version
+        self.mounts = mounts or MountTable()
 
     def snapshot(self) -> Optional[Dict[str, Any]]:
         with self.lock:
             if self.session.bpf is None:
                 return None
             stats_on = bpf_stats_enabled()
+            self.mounts.refresh()
             return {"dist": self.session.dist(clear=False), "in_flight": self.session.in_flight(),
                     "anomalies": self.session.anomalies(), "inflight_lost": self.session.counter("inflight_lost"),
                     "bpf_stats": stats_on, "programs": self.session.program_stats() if stats_on else {}}
@@ -103,17 +110,17 @@ class NfsCollector:
         if snap is None:
             return
         ops = self.session.probe.ops
+        labels = ["op"] + MOUNT_LABELS
         latency = HistogramMetricFamily("probekit_nfs_op_latency_seconds",
                                         "Latency of completed NFS operations (log2 buckets: le = 2^k - 1 ns).",
-                                        labels=["op"])
-        count = CounterMetricFamily("probekit_nfs_ops", "Completed NFS operations.", labels=["op"])
+                                        labels=labels)
+        count = CounterMetricFamily("probekit_nfs_ops", "Completed NFS operations.", labels=labels)
         nbytes = CounterMetricFamily("probekit_nfs_bytes", "Bytes read or written by completed NFS operations.",
-                                     labels=["op"])
-        for op in ops:
-            entry = snap["dist"][op]
-            latency.add_metric([op], cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)
-            count.add_metric([op], entry["count"])
-            nbytes.add_metric([op], entry["bytes"])
+                                     labels=labels)
+        for key, entry in sorted(self.per_mount(snap["dist"]).items()):
+            latency.add_metric(list(key), cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)
+            count.add_metric(list(key), entry["count"])
+            nbytes.add_metric(list(key), entry["bytes"])
         yield from (latency, count, nbytes)
         flying = GaugeMetricFamily("probekit_nfs_ops_in_flight",
                                    "NFS operations started and not ended (each thread's outermost, and RPCs).",
@@ -147,6 +154,23 @@ class NfsCollector:
                 run_time.add_metric([name], ns / 1e9)
                 runs.add_metric([name], cnt)
             yield from (run_time, runs)
+
+
+    def per_mount(self, dist: Dict[str, Dict[str, Any]]) -> Dict[Tuple[str, ...], Dict[str, Any]]:
+        """(op, mount labels...) -> slots, count, bytes, lat_ns. Devs that are no NFS mount (an
+        RPC has none; a mount gone since) share the series with empty mount labels."""
+        out: Dict[Tuple[str, ...], Dict[str, Any]] = {}
+        for op, entry in dist.items():
+            for dev, per_dev in entry.get("mounts", {0: entry}).items():
+                mount = self.mounts.known.get(dev)
+                key = (op,) + ((mount.export, mount.protocol, mount.mountaddr, mount.mountpoint, mount.nfs_version)
+                               if mount else ("",) * len(MOUNT_LABELS))
+                into = out.setdefault(key, {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0})
+                for slot, value in per_dev["slots"].items():
+                    into["slots"][slot] = into["slots"].get(slot, 0) + value
+                for field in ("count", "bytes", "lat_ns"):
+                    into[field] += per_dev[field]
+        return out
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -224,7 +248,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     server = listen(address, port, registry)
     lock = threading.Lock()
     try:
-        session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1), ops, spec_path, verbose)
+        session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True), ops, spec_path, verbose)
         with session:
             import bcc  # type: ignore[import-not-found]  # Session imported it: only its version is wanted here
 

@@ -112,6 +112,7 @@ class Session:
                  verbose: bool) -> None:
         self.prog = prog
         self.verbose = verbose
+        self.tool = tool
         spec = load_spec(Path(spec_path) if spec_path else DEFAULT_SPEC)
         facts = KernelFacts.live()
         self.selection = select(spec, facts, ops)
@@ -156,8 +157,8 @@ class Session:
         #: which signal set `stopped` (a long-running caller reports it through the boundary)
         self.stop_signal: Optional[int] = None
         #: last cumulative values read from the dist/top maps (see dist() and top())
-        self._dist_base: Dict[Tuple[int, int], int] = {}
-        self._totals_base: List[Tuple[int, int]] = []
+        self._dist_base: Dict[Tuple[int, int, int], int] = {}
+        self._totals_base: Dict[Tuple[int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
 
     def _stop(self, signum: int, _frame: Any) -> None:
@@ -327,27 +328,44 @@ class Session:
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
         """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total,
-        'lat_ns': sum of latencies}.
+        'lat_ns': sum of latencies}, and with Tool.per_mount 'mounts': {dev: the same, for
+        that superblock's operations} (dev 0: an operation without a file, e.g. an RPC).
 
         The maps stay cumulative: clearing them from user space drops every event that lands
         between the read and the clear. `clear` moves the baseline instead; with it never
         set, every call returns the totals since the start (what a Prometheus counter wants).
         """
-        out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
-                                          for op in self.probe.ops}
-        slots = {(int(key.op), int(key.slot)): int(value.value) for key, value in self.bpf["dist"].items()}
-        table = self.bpf["op_totals"]
-        totals = [(int(v.bytes), int(v.lat_ns)) for v in (table[ctypes.c_int(op_id)]
-                                                          for op_id in range(len(self.probe.ops)))]
-        for (op_id, slot), value in slots.items():
-            delta = value - self._dist_base.get((op_id, slot), 0)
+        def empty() -> Dict[str, Any]:
+            return {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
+
+        out: Dict[str, Dict[str, Any]] = {op: empty() for op in self.probe.ops}
+        if self.tool.per_mount:
+            for entry in out.values():
+                entry["mounts"] = {}
+        slots = {(int(key.op), int(getattr(key, "dev", 0)), int(key.slot)): int(value.value)
+                 for key, value in self.bpf["dist"].items()}
+        totals = {}
+        for key, value in self.bpf["op_totals"].items():  # an array by op, or a hash by (op, dev)
+            where = (int(key.op), int(key.dev)) if hasattr(key, "dev") else (int(key.value), 0)
+            totals[where] = (int(value.bytes), int(value.lat_ns))
+
+        def add(op_id: int, dev: int, field: str, delta: int, slot: Optional[int] = None) -> None:
+            targets = [out[self.op_name(op_id)]]
+            if self.tool.per_mount:
+                targets.append(targets[0]["mounts"].setdefault(dev, empty()))
+            for entry in targets:
+                entry[field] += delta
+                if slot is not None:
+                    entry["slots"][slot] = entry["slots"].get(slot, 0) + delta
+
+        for (op_id, dev, slot), value in slots.items():
+            delta = value - self._dist_base.get((op_id, dev, slot), 0)
             if delta:
-                entry = out[self.op_name(op_id)]
-                entry["slots"][slot] = delta
-                entry["count"] += delta
-        for op_id, (nbytes, lat_ns) in enumerate(totals):
-            base = self._totals_base[op_id] if self._totals_base else (0, 0)
-            out[self.op_name(op_id)].update(bytes=nbytes - base[0], lat_ns=lat_ns - base[1])
+                add(op_id, dev, "count", delta, slot)
+        for (op_id, dev), (nbytes, lat_ns) in totals.items():
+            base = self._totals_base.get((op_id, dev), (0, 0))
+            add(op_id, dev, "bytes", nbytes - base[0])
+            add(op_id, dev, "lat_ns", lat_ns - base[1])
         if clear:
             self._dist_base, self._totals_base = slots, totals
         return out

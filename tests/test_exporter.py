@@ -183,3 +183,33 @@ def test_help_has_examples_and_the_default_port() -> None:
                          cwd=REPO, timeout=60)
     assert res.returncode == 0
     assert f"127.0.0.1:{exporter.DEFAULT_PORT}/metrics" in res.stdout and "--address 0.0.0.0" in res.stdout
+
+
+def test_series_per_mount_carry_node_exporters_labels() -> None:
+    """Two superblocks of the 6.1 guest's real mount tables: one series each, labelled as
+    node_exporter's mountstats collector labels them; an RPC (dev 0) gets empty mount labels."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from probes.mounts import MountTable, kernel_dev
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    values = real_latencies_ns()
+    v3, v42 = values[:40], values[40:100]
+
+    def entry(vals: List[int]) -> Dict[str, Any]:
+        return {"slots": slots_of(vals), "count": len(vals), "bytes": 0, "lat_ns": sum(vals)}
+
+    class PerMount(_Recorded):
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            mounts = {kernel_dev(0, 44): entry(v3), kernel_dev(0, 47): entry(v42), 0: entry([])}
+            return {"read": dict(entry(v3 + v42), mounts=mounts)}
+
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(PerMount({"read": []}, []), threading.Lock(), "6.1.0-50-amd64", "0.26.0",
+                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
+    text = generate_latest(registry).decode()
+    assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",'
+            'nfs_version="3",op="read",protocol="tcp"} 40.0') in text
+    assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="",mountpoint="/mnt/nfs42",'
+            'nfs_version="4.2",op="read",protocol="tcp"} 60.0') in text
+    assert 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""} 0.0' \
+        in text
