@@ -50,3 +50,18 @@ def test_escaped_mount_points_are_unescaped(tmp_path: Path) -> None:
     mounts = MountTable(tmp_path / "mountinfo", tmp_path / "mountstats")
     v3 = mounts.get(kernel_dev(0, 44))
     assert v3 is not None and v3.mountpoint == "/mnt/nfs 3"
+
+
+def test_nfsdist_per_mount_sections_name_each_mount() -> None:
+    """nfsdist --per-mount: one section per op and mount, titled with the mount point."""
+    from probes.commands import _dist_sections
+
+    def entry(slots: dict) -> dict:
+        return {"slots": slots, "count": sum(slots.values()), "bytes": 0, "lat_ns": 0}
+
+    data = {"read": dict(entry({8: 3, 9: 1}), mounts={kernel_dev(0, 44): entry({8: 3}), kernel_dev(0, 47): entry({9: 1})}),
+            "rpc": dict(entry({7: 2}), mounts={0: entry({7: 2})}), "write": dict(entry({}), mounts={})}
+    sections = _dist_sections(data, table())
+    assert sections == [("read, mount = /mnt/nfs3", [0] * 8 + [3]), ("read, mount = /mnt/nfs42", [0] * 9 + [1]),
+                        ("rpc, mount = (no mount: RPC or other)", [0] * 7 + [2])]
+    assert _dist_sections(data, None) == [("read", [0] * 8 + [3, 1]), ("rpc", [0] * 7 + [2])]
