@@ -13,7 +13,7 @@
  *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS,
  *   USE_RINGBUF (RINGBUF_PAGES), USE_TASK_STORAGE, HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY),
  *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME), WANT_INFLIGHT (INFLIGHT_SLOTS),
- *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_DEV (MAX_MOUNTS;
+ *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (MAX_MOUNTS;
  *   HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB; OFF_SB_DEV).
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
@@ -141,8 +141,8 @@ struct dist_key {
 #endif
 };
 BPF_HISTOGRAM(dist, struct dist_key, NOPS * 64 * MAX_MOUNTS);
-/* per op: bytes moved and the sum of latencies (a Prometheus histogram's _sum),
- * both added under the one lookup */
+/* per op: bytes moved and, for the exporter (WANT_LAT_SUM), the sum of latencies (a
+ * Prometheus histogram's _sum), both added under the one lookup */
 struct op_total {
     u64 bytes;
     u64 lat_ns;
@@ -303,7 +303,9 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
         dist.increment(dk);
         if (total) {
             __sync_fetch_and_add(&total->bytes, s->bytes);
+#if WANT_LAT_SUM
             __sync_fetch_and_add(&total->lat_ns, delta);
+#endif
         }
     }
 #endif

@@ -248,7 +248,8 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     server = listen(address, port, registry)
     lock = threading.Lock()
     try:
-        session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True), ops, spec_path, verbose)
+        session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True,
+                                                  lat_sum=True), ops, spec_path, verbose)
         with session:
             import bcc  # type: ignore[import-not-found]  # Session imported it: only its version is wanted here
 

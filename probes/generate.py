@@ -82,6 +82,8 @@ class Tool(NamedTuple):
     inflight: bool = False
     #: histograms keyed by mount too (the superblock's dev): nfsdist --per-mount, nfs-exporter
     per_mount: bool = False
+    #: the sum of latencies per op (one more atomic add per event): a Prometheus histogram's _sum
+    lat_sum: bool = False
 
 
 class Point(NamedTuple):
@@ -227,7 +229,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 ("WANT_INFLIGHT", int(tool.inflight)), ("INFLIGHT_SLOTS", INFLIGHT_SLOTS),
                 ("HAVE_FILE_NAME", int("OFF_FILE_PATH_DENTRY" in offsets)),
                 ("HAVE_DENTRY_NAME", int("OFF_DENTRY_NAME" in offsets)),
-                ("WANT_DEV", int(tool.per_mount)), ("MAX_MOUNTS", MAX_MOUNTS if tool.per_mount else 1),
+                ("WANT_LAT_SUM", int(tool.lat_sum)), ("WANT_DEV", int(tool.per_mount)), ("MAX_MOUNTS", MAX_MOUNTS if tool.per_mount else 1),
                 ("HAVE_FILE_SB", int({"OFF_FILE_INODE", "OFF_INODE_SB", "OFF_SB_DEV"} <= set(dev_offsets))),
                 ("HAVE_DENTRY_SB", int({"OFF_DENTRY_SB", "OFF_SB_DEV"} <= set(dev_offsets)))]
     defines += [(f"PTR_{name.upper()}", value) for name, value in PTR_KINDS.items()]

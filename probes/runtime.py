@@ -328,7 +328,7 @@ class Session:
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
         """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total,
-        'lat_ns': sum of latencies}, and with Tool.per_mount 'mounts': {dev: the same, for
+        'lat_ns': sum of latencies (with Tool.lat_sum, else 0)}, and with Tool.per_mount 'mounts': {dev: the same, for
         that superblock's operations} (dev 0: an operation without a file, e.g. an RPC).
 
         The maps stay cumulative: clearing them from user space drops every event that lands
