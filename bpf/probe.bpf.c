@@ -13,7 +13,8 @@
  *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS,
  *   USE_RINGBUF (RINGBUF_PAGES), USE_TASK_STORAGE, HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY),
  *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME), WANT_INFLIGHT (INFLIGHT_SLOTS),
- *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN.
+ *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (MAX_MOUNTS;
+ *   HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB; OFF_SB_DEV).
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
  * operations nesting on a thread (one traced function inside another) are each
@@ -29,6 +30,9 @@ struct start_val {
     u64 offset;
     u64 bytes;    /* bytes known at entry (tracepoint field), else 0 */
     u64 fileid;
+#if WANT_DEV
+    u64 dev;      /* the superblock's s_dev (the mount), for per-mount histograms */
+#endif
 };
 
 #if USE_TASK_STORAGE
@@ -131,9 +135,27 @@ BPF_PERF_OUTPUT(events);
 struct dist_key {
     u32 op;
     u32 slot;
+#if WANT_DEV
+    u32 dev;
+    u32 pad;
+#endif
 };
-BPF_HISTOGRAM(dist, struct dist_key, NOPS * 64);
-BPF_ARRAY(op_bytes, u64, NOPS);
+BPF_HISTOGRAM(dist, struct dist_key, NOPS * 64 * MAX_MOUNTS);
+/* per op: bytes moved and, for the exporter (WANT_LAT_SUM), the sum of latencies (a
+ * Prometheus histogram's _sum), both added under the one lookup */
+struct op_total {
+    u64 bytes;
+    u64 lat_ns;
+};
+#if WANT_DEV
+struct total_key {
+    u32 op;
+    u32 dev;
+};
+BPF_HASH(op_totals, struct total_key, struct op_total, NOPS * MAX_MOUNTS);
+#else
+BPF_ARRAY(op_totals, struct op_total, NOPS);
+#endif
 #endif
 
 #if WANT_TOP
@@ -193,6 +215,27 @@ static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
 #endif
 }
 
+#if WANT_DEV
+/* s_dev of the superblock a struct file * or struct dentry * belongs to (0 if unknown):
+ * two or three reads, done at entry and only for per-mount histograms */
+static __always_inline u64 dev_of(u64 ptr, int ptr_kind)
+{
+    u64 sb = 0;
+    u32 dev = 0;
+#if HAVE_FILE_SB
+    if (ptr_kind == PTR_FILE)
+        sb = read_ptr(read_ptr(ptr + OFF_FILE_INODE) + OFF_INODE_SB);
+#endif
+#if HAVE_DENTRY_SB
+    if (ptr_kind == PTR_DENTRY)
+        sb = read_ptr(ptr + OFF_DENTRY_SB);
+#endif
+    if (sb)
+        bpf_probe_read_kernel(&dev, sizeof(dev), (void *)(sb + OFF_SB_DEV));
+    return dev;
+}
+#endif
+
 static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
 {
     u64 dentry = 0;
@@ -241,15 +284,29 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
 #if WANT_DIST
     {
         struct dist_key dk;
-        u64 *total;
+        struct op_total *total;
         u32 opi = op;
         __builtin_memset(&dk, 0, sizeof(dk));
         dk.op = op;
         dk.slot = bpf_log2l(delta / DIST_UNIT_NS);
+#if WANT_DEV
+        dk.dev = (u32)s->dev;
+        {
+            struct total_key tk = {.op = op, .dev = (u32)s->dev};
+            struct op_total none;
+            __builtin_memset(&none, 0, sizeof(none));
+            total = op_totals.lookup_or_try_init(&tk, &none);
+        }
+#else
+        total = op_totals.lookup(&opi);
+#endif
         dist.increment(dk);
-        total = op_bytes.lookup(&opi);
-        if (total)
-            __sync_fetch_and_add(total, s->bytes);
+        if (total) {
+            __sync_fetch_and_add(&total->bytes, s->bytes);
+#if WANT_LAT_SUM
+            __sync_fetch_and_add(&total->lat_ns, delta);
+#endif
+        }
     }
 #endif
 #if WANT_TOP

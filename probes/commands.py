@@ -19,6 +19,7 @@ from discover.errors import UserError, run_cli
 from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls
+from probes.mounts import MountTable
 from probes.runtime import Session
 from probes.spec import DEFAULT_OPS, OPS, parse_ops
 
@@ -172,23 +173,47 @@ Examples:
   nfsdist -mT 1        # 1s summaries, milliseconds, no timestamp lines
   nfsdist -p 181       # trace PID 181 only
   nfsdist --json 5 1   # one 5 s summary as JSON (counts, bytes, buckets per op)
+  nfsdist --per-mount 10 1  # one histogram per operation per NFS mount
   nfsdist --ops open,getattr -v
 """
 
 
-def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str) -> str:
+def _json_hist(entry: Dict[str, Any]) -> Dict[str, Any]:
+    vals = buckets(entry["slots"])
+    hist = []
+    for i in range(1, len(vals)):
+        hist.append({"interval-start": (1 << i) >> 1 if i > 1 else 0,
+                     "interval-end": (1 << i) - 1, "count": vals[i]})
+    if vals:
+        hist.insert(0, {"interval-start": 0, "interval-end": 0, "count": vals[0]})
+    return {"count": entry["count"], "bytes": entry["bytes"], "hist": hist}
+
+
+def mount_name(mounts: MountTable, dev: int) -> str:
+    """How --per-mount names a superblock: its mount point, or why there is none."""
+    mount = mounts.get(dev)
+    if mount is not None:
+        return mount.mountpoint
+    return "(no mount: RPC or other)" if dev == 0 else f"(dev {dev >> 20}:{dev & 0xfffff}, not mounted now)"
+
+
+def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str, mounts: Optional[MountTable]) -> str:
     ops: Dict[str, Any] = {}
     for op, entry in data.items():
-        vals = buckets(entry["slots"])
-        hist = []
-        for i in range(1, len(vals)):
-            hist.append({"interval-start": (1 << i) >> 1 if i > 1 else 0,
-                         "interval-end": (1 << i) - 1, "count": vals[i]})
-        if vals:
-            hist.insert(0, {"interval-start": 0, "interval-end": 0, "count": vals[0]})
-        ops[op] = {"count": entry["count"], "bytes": entry["bytes"], "hist": hist}
+        ops[op] = _json_hist(entry)
+        if mounts is not None:
+            ops[op]["mounts"] = {mount_name(mounts, dev): _json_hist(e) for dev, e in entry["mounts"].items()
+                                 if e["count"]}
     return json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "val_type": unit, "ops": ops,
                        "anomalies": session.anomalies()})
+
+
+def _dist_sections(data: Dict[str, Dict[str, Any]], mounts: Optional[MountTable]) -> List[Tuple[str, List[int]]]:
+    """(section title, buckets) per op with operations, or per op and mount (--per-mount)."""
+    if mounts is None:
+        return [(op, buckets(e["slots"])) for op, e in data.items() if e["count"]]
+    return [(f"{op}, mount = {mount_name(mounts, dev)}", buckets(e["slots"]))
+            for op, entry in data.items() for dev, e in sorted(entry["mounts"].items()) if e["count"]]
 
 
 def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[str]) -> List[str]:
@@ -207,16 +232,19 @@ def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[
 @click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds.")
 @click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
+@click.option("--per-mount", is_flag=True,
+              help="One histogram per operation per mount (the file's superblock; RPCs have none).")
 @common
 def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
-            ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+            per_mount: bool, ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
     unit = "msecs" if millis else "usecs"
-    tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000)
+    tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount)
+    mounts = MountTable() if per_mount else None
     session = Session("nfsdist", tool, parse_ops(ops_text), spec_path, verbose)
     with session:
         if not as_json:
@@ -230,11 +258,10 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
             remaining -= 1
             data = session.dist(clear=True)
             if as_json:
-                print(_dist_json(session, data, unit), flush=True)
+                print(_dist_json(session, data, unit, mounts), flush=True)
                 continue
             clock = None if no_timestamp else time.strftime("%H:%M:%S")
-            print("\n".join(dist_text([(op, buckets(e["slots"])) for op, e in data.items() if e["count"]],
-                                       unit, clock)), flush=True)
+            print("\n".join(dist_text(_dist_sections(data, mounts), unit, clock)), flush=True)
 
 
 TOP_EXAMPLES = f"""

@@ -194,6 +194,20 @@ class KernelLayout:
         return out
 
 
+    def dev_offsets(self) -> Dict[str, int]:
+        """Offsets from a struct file * or struct dentry * to its superblock's s_dev (the mount):
+        OFF_FILE_INODE (file.f_inode), OFF_INODE_SB (inode.i_sb), OFF_DENTRY_SB (dentry.d_sb),
+        OFF_SB_DEV (super_block.s_dev). Only per-mount histograms read them."""
+        out: Dict[str, int] = {}
+        ids = _struct_ids(self.vmlinux, ("file", "inode", "dentry", "super_block"))
+        for macro, struct, path in (("OFF_FILE_INODE", "file", ["f_inode"]), ("OFF_INODE_SB", "inode", ["i_sb"]),
+                                    ("OFF_DENTRY_SB", "dentry", ["d_sb"]), ("OFF_SB_DEV", "super_block", ["s_dev"])):
+            found = self.member_path(self.vmlinux, ids[struct], path) if struct in ids else None
+            if found is not None:
+                out[macro] = found[0]
+        return out
+
+
 def _struct_ids(blob: Btf, names: Tuple[str, ...]) -> Dict[str, int]:
     """Type ids of complete structs by name (one pass; forward declarations are not structs)."""
     wanted = set(names)

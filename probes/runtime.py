@@ -112,6 +112,7 @@ class Session:
                  verbose: bool) -> None:
         self.prog = prog
         self.verbose = verbose
+        self.tool = tool
         spec = load_spec(Path(spec_path) if spec_path else DEFAULT_SPEC)
         facts = KernelFacts.live()
         self.selection = select(spec, facts, ops)
@@ -153,13 +154,16 @@ class Session:
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
         #: arrive while bcc runs a Python callback, where an exception would be lost
         self.stopped = False
+        #: which signal set `stopped` (a long-running caller reports it through the boundary)
+        self.stop_signal: Optional[int] = None
         #: last cumulative values read from the dist/top maps (see dist() and top())
-        self._dist_base: Dict[Tuple[int, int], int] = {}
-        self._bytes_base: List[int] = []
+        self._dist_base: Dict[Tuple[int, int, int], int] = {}
+        self._totals_base: Dict[Tuple[int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
 
-    def _stop(self, _signum: int, _frame: Any) -> None:
+    def _stop(self, signum: int, _frame: Any) -> None:
         self.stopped = True
+        self.stop_signal = signum
 
     def warn(self, message: str) -> None:
         print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
@@ -244,7 +248,7 @@ class Session:
                 # sleeps the interval (records come without wakeups), then reads them all
                 self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
                 self.bpf.ring_buffer_consume()
-                lost = int(self.bpf["lost_events"][ctypes.c_int(0)].value)
+                lost = self.counter("lost_events")
                 if lost > self._lost_seen:
                     self._lost(lost - self._lost_seen)
                     self._lost_seen = lost
@@ -268,8 +272,32 @@ class Session:
     def letter(self, op_id: int) -> str:
         return self.probe.letters[op_id]
 
+    def counter(self, name: str) -> int:
+        """A one-slot BPF counter array's value (anomalies, inflight_lost, lost_events)."""
+        return int(self.bpf[name][ctypes.c_int(0)].value)
+
     def anomalies(self) -> int:
-        return int(self.bpf["anomalies"][ctypes.c_int(0)].value)
+        return self.counter("anomalies")
+
+    def program_stats(self) -> Dict[str, Tuple[int, int]]:
+        """Per loaded BPF program: (run time in ns, run count), from its /proc fdinfo.
+
+        The kernel counts these only while kernel.bpf_stats_enabled is 1 (5.1+); programs
+        without the fields (older kernels) are left out."""
+        out: Dict[str, Tuple[int, int]] = {}
+        for name, func in self.bpf.funcs.items():
+            fields: Dict[str, int] = {}
+            try:
+                for line in Path(f"/proc/self/fdinfo/{func.fd}").read_text().splitlines():
+                    key, _, value = line.partition(":")
+                    if key in ("run_time_ns", "run_cnt"):
+                        fields[key] = int(value)
+            except (OSError, ValueError):
+                continue
+            if len(fields) == 2:
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                out[name] = (fields["run_time_ns"], fields["run_cnt"])
+        return out
 
     def in_flight(self) -> List[InFlight]:
         """Operations started and not ended: each thread's outermost operation (the probe's
@@ -292,7 +320,7 @@ class Session:
                                     bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
                                     bytes(value.name).split(b"\0", 1)[0].decode("utf-8", "replace"),
                                     int(key.k[client]) if client >= 0 else None))
-        lost = int(self.bpf["inflight_lost"][ctypes.c_int(0)].value)
+        lost = self.counter("inflight_lost")
         if lost > self._inflight_lost_seen:
             self.warn(f"warning: {lost - self._inflight_lost_seen} operations not tracked in flight "
                       f"(their thread's slot was taken: {INFLIGHT_SLOTS} slots)")
@@ -300,25 +328,47 @@ class Session:
         return out
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
-        """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total}.
+        """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total,
+        'lat_ns': sum of latencies (with Tool.lat_sum, else 0)}, and with Tool.per_mount 'mounts': {dev: the same, for
+        that superblock's operations} (dev 0: an operation without a file, e.g. an RPC).
 
         The maps stay cumulative: clearing them from user space drops every event that lands
-        between the read and the clear. `clear` moves the baseline instead.
+        between the read and the clear. `clear` moves the baseline instead; with it never
+        set, every call returns the totals since the start (what a Prometheus counter wants).
         """
-        out: Dict[str, Dict[str, Any]] = {op: {"slots": {}, "count": 0, "bytes": 0} for op in self.probe.ops}
-        slots = {(int(key.op), int(key.slot)): int(value.value) for key, value in self.bpf["dist"].items()}
-        byte_table = self.bpf["op_bytes"]
-        op_bytes = [int(byte_table[ctypes.c_int(op_id)].value) for op_id in range(len(self.probe.ops))]
-        for (op_id, slot), value in slots.items():
-            delta = value - self._dist_base.get((op_id, slot), 0)
+        def empty() -> Dict[str, Any]:
+            return {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
+
+        out: Dict[str, Dict[str, Any]] = {op: empty() for op in self.probe.ops}
+        if self.tool.per_mount:
+            for entry in out.values():
+                entry["mounts"] = {}
+        slots = {(int(key.op), int(getattr(key, "dev", 0)), int(key.slot)): int(value.value)
+                 for key, value in self.bpf["dist"].items()}
+        totals = {}
+        for key, value in self.bpf["op_totals"].items():  # an array by op, or a hash by (op, dev)
+            where = (int(key.op), int(key.dev)) if hasattr(key, "dev") else (int(key.value), 0)
+            totals[where] = (int(value.bytes), int(value.lat_ns))
+
+        def add(op_id: int, dev: int, field: str, delta: int, slot: Optional[int] = None) -> None:
+            targets = [out[self.op_name(op_id)]]
+            if self.tool.per_mount:
+                targets.append(targets[0]["mounts"].setdefault(dev, empty()))
+            for entry in targets:
+                entry[field] += delta
+                if slot is not None:
+                    entry["slots"][slot] = entry["slots"].get(slot, 0) + delta
+
+        for (op_id, dev, slot), value in slots.items():
+            delta = value - self._dist_base.get((op_id, dev, slot), 0)
             if delta:
-                entry = out[self.op_name(op_id)]
-                entry["slots"][slot] = delta
-                entry["count"] += delta
-        for op_id, value in enumerate(op_bytes):
-            out[self.op_name(op_id)]["bytes"] = value - (self._bytes_base[op_id] if self._bytes_base else 0)
+                add(op_id, dev, "count", delta, slot)
+        for (op_id, dev), (nbytes, lat_ns) in totals.items():
+            base = self._totals_base.get((op_id, dev), (0, 0))
+            add(op_id, dev, "bytes", nbytes - base[0])
+            add(op_id, dev, "lat_ns", lat_ns - base[1])
         if clear:
-            self._dist_base, self._bytes_base = slots, op_bytes
+            self._dist_base, self._totals_base = slots, totals
         return out
 
     def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:

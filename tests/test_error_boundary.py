@@ -23,12 +23,12 @@ def console_scripts() -> Dict[str, str]:
     """[project.scripts] of pyproject.toml: name -> module:function."""
     text = (REPO / "pyproject.toml").read_text()
     section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-    return dict(re.findall(r'^(\w+) = "([\w.:]+)"$', section, re.M))
+    return dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', section, re.M))
 
 
 #: a command line per script that reaches a command's own code (a group needs a subcommand)
 ARGS = {"discover": ["diff", "a.json", "b.json"], "probes": ["fetch-kernel", "6.1"], "labs": ["status"],
-        "nfsslower": [], "nfsdist": [], "nfstop": []}
+        "nfsslower": [], "nfsdist": [], "nfstop": [], "nfs-exporter": []}
 
 #: raised inside the command, where its own code would run
 FAULTS = {

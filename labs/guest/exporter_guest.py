@@ -1,0 +1,199 @@
+"""Guest side of the exporter lab check: nfs-exporter, Prometheus and node_exporter around the known workload.
+
+Runs inside a lab guest (root, bcc, python3-prometheus-client, Debian's prometheus and
+prometheus-node-exporter installed but not running, /mnt/nfs3 and /mnt/nfs42) from the
+read-only project share. It starts nfs-exporter, node_exporter (mountstats collector) and
+a Prometheus scraping both, all on 127.0.0.1, runs the workload on each mount and prints
+one JSON document: per mount phase what the workload issued and how much each op's series
+moved between two direct scrapes, what PromQL through Prometheus' HTTP API answers (per
+op and mount counts; the join with node_exporter's mountstats series; a median), `promtool
+check metrics` on both scraped texts (and the texts), the exporter's exit after SIGTERM,
+and the tracing programs / kprobe_events before, during and after it.
+
+  python3 labs/guest/exporter_guest.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probes_guest import GAP_S, MOUNTS, PROJECT, kernel_attachments, prepare, spec_args, workload  # noqa: E402
+
+
+
+PORT, NODE_PORT, PROM_PORT = 19910, 9100, 9090
+SCRAPE_S = 2
+PROM_DIR = "/tmp/probekit-prometheus"
+PROM_CONFIG = f"""global: {{scrape_interval: {SCRAPE_S}s, evaluation_interval: {SCRAPE_S}s}}
+scrape_configs:
+  - job_name: probekit
+    static_configs: [{{targets: ['127.0.0.1:{PORT}']}}]
+  - job_name: node
+    static_configs: [{{targets: ['127.0.0.1:{NODE_PORT}']}}]
+"""
+#: the workload's exact counts (open/read/write/getattr/fsync), as the probe lab checks count them
+EXACT = ("read", "write", "open", "getattr", "fsync")
+QUERIES = {
+    "counts": 'sum by (op, mountpoint) (probekit_nfs_ops_total{mountpoint!=""})',
+    "join": 'probekit_nfs_ops_total{op="read"} and on (export, mountaddr, protocol) '
+            'node_mountstats_nfs_operations_requests_total',
+    "node_mounts": 'count by (export, mountaddr, protocol) (node_mountstats_nfs_operations_requests_total)',
+    "median_read": 'histogram_quantile(0.5, sum by (le, mountpoint) '
+                   '(probekit_nfs_op_latency_seconds_bucket{op="read",mountpoint!=""}))',
+}
+
+
+def scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+
+
+def promql(query: str) -> List[Dict[str, Any]]:
+    url = f"http://127.0.0.1:{PROM_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    answer = json.loads(urllib.request.urlopen(url, timeout=30).read().decode())
+    if answer.get("status") != "success":
+        raise RuntimeError(f"PromQL {query!r}: {answer}")
+    return answer["data"]["result"]
+
+
+def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"{what} not answering at {url} after {timeout} s")
+
+
+def service(argv: List[str], log: str) -> subprocess.Popen:
+    """A server of this check, in its own process group (ended by end())."""
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)
+
+
+def end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def check_metrics(text: str) -> Dict[str, Any]:
+    res = subprocess.run(["promtool", "check", "metrics"], input=text, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True)
+    return {"rc": res.returncode, "output": res.stdout}
+
+
+def node_and_prometheus(servers: List[subprocess.Popen]) -> None:
+    """node_exporter (mountstats on) and a Prometheus scraping it and nfs-exporter, on loopback
+    (added to `servers` as they start, so that the caller ends whatever started)."""
+    shutil.rmtree(PROM_DIR, ignore_errors=True)
+    os.makedirs(PROM_DIR)
+    with open(os.path.join(PROM_DIR, "prometheus.yml"), "w") as handle:
+        handle.write(PROM_CONFIG)
+    node = service(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{NODE_PORT}",
+                    "--collector.disable-defaults", "--collector.mountstats"], "/tmp/node-exporter.err")
+    servers.append(node)
+    prom = service(["prometheus", f"--config.file={PROM_DIR}/prometheus.yml", f"--storage.tsdb.path={PROM_DIR}/data",
+                    f"--web.listen-address=127.0.0.1:{PROM_PORT}"], "/tmp/prometheus.err")
+    servers.append(prom)
+    wait_http(f"http://127.0.0.1:{NODE_PORT}/metrics", "prometheus-node-exporter", node)
+    wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", "prometheus", prom)
+
+
+def samples(text: str, name: str) -> Dict[str, float]:
+    """"op mountpoint" -> value of one per-op, per-mount series."""
+    out: Dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            fields = dict(part.split("=", 1) for part in labels[len(name) + 1:-1].split(","))
+            out[f"{fields['op'].strip(chr(34))} {fields['mountpoint'].strip(chr(34))}"] = float(value)
+    return out
+
+
+def start(port: int, log: str) -> subprocess.Popen:
+    """The exporter, ready once it says it serves (compiling takes minutes under TCG)."""
+    err = open(log, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "probes.exporter", "--port", str(port), "-v"] + spec_args(),
+                            cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=err)
+    started = time.monotonic()
+    while time.monotonic() - started < 400:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {open(log).read()}")
+        if "serving http://" in open(log).read():
+            return proc
+        time.sleep(0.5)
+    raise RuntimeError("nfs-exporter not serving after 400 s")
+
+
+def prometheus_counts(issued: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]:
+    """PromQL per-op, per-mount counts once Prometheus has scraped past the workload (up to 60 s)."""
+    want = {(op, mount): issued[tag][op] for tag, mount in MOUNTS.items() for op in EXACT}
+    deadline = time.monotonic() + 60
+    while True:
+        rows = promql(QUERIES["counts"])
+        got = {(r["metric"]["op"], r["metric"]["mountpoint"]): int(float(r["value"][1])) for r in rows}
+        if all(got.get(key) == value for key, value in want.items()) or time.monotonic() > deadline:
+            return rows
+        time.sleep(SCRAPE_S)
+
+
+def main() -> Dict[str, Any]:
+    for tag, mount in MOUNTS.items():
+        prepare(mount, tag)
+    before = kernel_attachments()
+    log = "/tmp/exporter.err"
+    started = time.monotonic()
+    servers: List[subprocess.Popen] = []
+    out: Dict[str, Any] = {"phases": {}, "kernel": os.uname().release}
+    proc = None
+    try:
+        node_and_prometheus(servers)
+        proc = start(PORT, log)
+        out["ready_s"] = round(time.monotonic() - started, 1)
+        during = kernel_attachments()
+        text = scrape(PORT)
+        for tag, mount in MOUNTS.items():
+            time.sleep(GAP_S)
+            first = scrape(PORT)
+            issued = workload(mount, tag)
+            time.sleep(GAP_S)
+            text = scrape(PORT)
+            moved: Dict[str, Dict[str, float]] = {}
+            for series in ("probekit_nfs_ops_total", "probekit_nfs_op_latency_seconds_count",
+                           "probekit_nfs_bytes_total"):
+                a, b = samples(first, series), samples(text, series)
+                moved[series] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
+            out["phases"][tag] = {"issued": issued, "moved": moved}
+        out["promql"] = {"counts": prometheus_counts({tag: p["issued"] for tag, p in out["phases"].items()})}
+        out["promql"].update({name: promql(query) for name, query in QUERIES.items() if name != "counts"})
+        out["texts"] = {"probekit": scrape(PORT), "node": scrape(NODE_PORT)}
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+        for server in servers:
+            end(server)
+    out.update(rc=proc.returncode, stderr=open(log).read().splitlines(),
+               attached={"before": before, "during": during, "after": kernel_attachments()})
+    out["promtool"] = {name: check_metrics(text) for name, text in out["texts"].items()}
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))

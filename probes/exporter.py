@@ -1,0 +1,283 @@
+"""nfs-exporter: NFS operation latency, counts and bytes for Prometheus, from the probe's BPF maps.
+
+Why a custom collector over map snapshots: the kernel side already keeps cumulative
+per-operation log2 histograms (what nfsdist reads); a scrape reads them and turns them
+into Prometheus' cumulative buckets, so the cost per NFS operation is the same as
+nfsdist's and nothing is kept per event in user space. prometheus_client serves the
+text format; this module only says what the metrics are.
+
+Buckets: the exporter's histogram counts nanoseconds, and bcc's log2 slot k (>= 1) then
+holds the integer values [2^(k-1), 2^k - 1] ns (slot 1 also 0, bcc's bpf_log2l(0) == 1).
+A Prometheus bucket `le` counts values <= le, so slot k's bucket is le = (2^k - 1) ns:
+every value of slot k is <= it and every value of slot k+1 (>= 2^k) is above it. Copying
+2^k as the bound (ebpf_exporter's issues 488 and 515) puts 2^k itself one bucket late.
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import click
+
+from discover.errors import Terminated, UserError, run_cli
+from probes.generate import Tool
+from probes.mounts import MountTable
+from probes.runtime import Session
+from probes.spec import parse_ops
+
+#: the default port: outside 9100-9999, the range the Prometheus project's default port
+#: allocation list hands out, so it meets no allocated exporter on the same host
+DEFAULT_PORT = 19910
+DEFAULT_ADDRESS = "127.0.0.1"
+#: slots exported as buckets: le = 2^k - 1 ns for k in this range, 1.023 us .. 68.7 s
+#: (slots below the first are counted in the first bucket, above the last in +Inf only)
+BUCKET_SLOTS = range(10, 37)
+BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+#: labels of every per-operation series: the op, then the mount as node_exporter's
+#: mountstats collector names it (export, protocol, mountaddr), its mount point and NFS version
+MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
+
+
+def le_seconds(slot: int) -> float:
+    """Upper bound of log2 slot `slot` of a nanosecond histogram, in seconds (inclusive)."""
+    return ((1 << slot) - 1) / 1e9
+
+
+def cumulative_buckets(slots: Dict[int, int]) -> List[Tuple[str, int]]:
+    """Prometheus (le, cumulative count) pairs, +Inf last, from sparse log2 slot counts."""
+    from prometheus_client.utils import floatToGoString
+
+    running = sum(count for slot, count in slots.items() if slot < BUCKET_SLOTS[0])
+    out = []
+    for slot in BUCKET_SLOTS:
+        running += slots.get(slot, 0)
+        out.append((floatToGoString(le_seconds(slot)), running))
+    out.append(("+Inf", sum(slots.values())))
+    return out
+
+
+def point_label(entry: str, exit_: str) -> str:
+    return entry if entry == exit_ else f"{entry} -> {exit_}"
+
+
+def bpf_stats_enabled() -> bool:
+    try:
+        return BPF_STATS.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("probekit")
+    except Exception:  # not installed as a distribution (run from a source tree)
+        return "unknown"
+
+
+class NfsCollector:
+    """prometheus_client collector: every scrape reads one snapshot of the probe's maps.
+
+    `lock` is held while the maps are read, so that the main thread never detaches the
+    probe in the middle of a scrape (it takes the lock and stops the server first)."""
+
+    def __init__(self, session: Session, lock: threading.Lock, release: str, bcc_version: str,
+                 mounts: Optional[MountTable] = None) -> None:
+        self.session = session
+        self.lock = lock
+        self.release = release
+        self.bcc_version = bcc_version
+        self.mounts = mounts or MountTable()
+
+    def snapshot(self) -> Optional[Dict[str, Any]]:
+        with self.lock:
+            if self.session.bpf is None:
+                return None
+            stats_on = bpf_stats_enabled()
+            self.mounts.refresh()
+            return {"dist": self.session.dist(clear=False), "in_flight": self.session.in_flight(),
+                    "anomalies": self.session.anomalies(), "inflight_lost": self.session.counter("inflight_lost"),
+                    "bpf_stats": stats_on, "programs": self.session.program_stats() if stats_on else {}}
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        snap = self.snapshot()
+        if snap is None:
+            return
+        ops = self.session.probe.ops
+        labels = ["op"] + MOUNT_LABELS
+        latency = HistogramMetricFamily("probekit_nfs_op_latency_seconds",
+                                        "Latency of completed NFS operations (log2 buckets: le = 2^k - 1 ns).",
+                                        labels=labels)
+        count = CounterMetricFamily("probekit_nfs_ops", "Completed NFS operations.", labels=labels)
+        nbytes = CounterMetricFamily("probekit_nfs_bytes", "Bytes read or written by completed NFS operations.",
+                                     labels=labels)
+        for key, entry in sorted(self.per_mount(snap["dist"]).items()):
+            latency.add_metric(list(key), cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)
+            count.add_metric(list(key), entry["count"])
+            nbytes.add_metric(list(key), entry["bytes"])
+        yield from (latency, count, nbytes)
+        flying = GaugeMetricFamily("probekit_nfs_ops_in_flight",
+                                   "NFS operations started and not ended (each thread's outermost, and RPCs).",
+                                   labels=["op"])
+        per_op = {op: 0 for op in ops}
+        for op in (f.op for f in snap["in_flight"]):
+            per_op[op] = per_op.get(op, 0) + 1
+        for op, value in per_op.items():
+            flying.add_metric([op], value)
+        yield flying
+        info = GaugeMetricFamily("probekit_probe_info", "The attach point each traced operation uses (value 1).",
+                                 labels=["op", "kind", "point"])
+        for point in self.session.probe.points:
+            info.add_metric([point.op, point.kind, point_label(point.entry, point.exit)], 1)
+        yield info
+        yield CounterMetricFamily("probekit_nfs_anomalies", "Latencies dropped as impossible (end before start, "
+                                  "or above an hour).", value=snap["anomalies"])
+        yield CounterMetricFamily("probekit_nfs_inflight_lost", "Operations not tracked in flight: another "
+                                  "thread held their slot.", value=snap["inflight_lost"])
+        build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
+                                  labels=["version", "bcc_version", "kernel"])
+        build.add_metric([package_version(), self.bcc_version, self.release], 1)
+        yield build
+        yield GaugeMetricFamily("probekit_bpf_stats_enabled", "1 when kernel.bpf_stats_enabled is on (BPF "
+                                "program run time and count are then exported).", value=int(snap["bpf_stats"]))
+        if snap["programs"]:
+            run_time = CounterMetricFamily("probekit_bpf_program_run_seconds", "Time spent in each BPF program.",
+                                           labels=["program"])
+            runs = CounterMetricFamily("probekit_bpf_program_runs", "Runs of each BPF program.", labels=["program"])
+            for name, (ns, cnt) in sorted(snap["programs"].items()):
+                run_time.add_metric([name], ns / 1e9)
+                runs.add_metric([name], cnt)
+            yield from (run_time, runs)
+
+
+    def per_mount(self, dist: Dict[str, Dict[str, Any]]) -> Dict[Tuple[str, ...], Dict[str, Any]]:
+        """(op, mount labels...) -> slots, count, bytes, lat_ns. Devs that are no NFS mount (an
+        RPC has none; a mount gone since) share the series with empty mount labels."""
+        out: Dict[Tuple[str, ...], Dict[str, Any]] = {}
+        for op, entry in dist.items():
+            for dev, per_dev in entry.get("mounts", {0: entry}).items():
+                mount = self.mounts.known.get(dev)
+                key = (op,) + ((mount.export, mount.protocol, mount.mountaddr, mount.mountpoint, mount.nfs_version)
+                               if mount else ("",) * len(MOUNT_LABELS))
+                into = out.setdefault(key, {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0})
+                for slot, value in per_dev["slots"].items():
+                    into["slots"][slot] = into["slots"].get(slot, 0) + value
+                for field in ("count", "bytes", "lat_ns"):
+                    into[field] += per_dev[field]
+        return out
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on stderr (the journal would fill with them)."""
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def listen(address: str, port: int, registry: Any) -> Any:
+    """Bind the metrics server (not yet serving): a taken port fails before anything is attached."""
+    from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+
+    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+
+    class Server(ThreadingWSGIServer):  # type: ignore[misc,valid-type]
+        address_family = family
+
+    try:
+        return make_server(address, port, make_wsgi_app(registry), Server, handler_class=_QuietHandler)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {address} port {port}: {exc.strerror or exc}") from None
+
+
+def _address(_ctx: Any, _param: Any, value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)") from None
+    return value
+
+
+EXAMPLES = f"""
+\b
+Examples:
+  nfs-exporter                          # serve http://127.0.0.1:{DEFAULT_PORT}/metrics
+  nfs-exporter --port 19911             # another port, still loopback only
+  nfs-exporter --address 0.0.0.0        # every IPv4 interface (firewall it)
+  nfs-exporter --address :: --port {DEFAULT_PORT} # every IPv6 (and, by the system's default, IPv4) interface
+  nfs-exporter --ops all -v             # every operation and RPC; say the attach points
+  curl -s 127.0.0.1:{DEFAULT_PORT}/metrics | grep probekit_nfs_ops_total
+\b
+Prometheus scrape job:
+  - job_name: nfs
+    static_configs: [{{targets: ['127.0.0.1:{DEFAULT_PORT}']}}]
+\b
+Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
+probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_probe_info{{op,kind,point}},
+probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_build_info, and with
+sysctl kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
+SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
+"""
+
+
+@click.command("nfs-exporter", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, callback=_address,
+              help="Address to listen on; 0.0.0.0 or :: for every interface.")
+@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
+              help="TCP port to listen on.")
+@click.option("--ops", "ops_text", help="Operations to trace, as nfsdist's --ops (names, letters or all).")
+@click.option("-v", "--verbose", is_flag=True, help="Say which attach point each operation uses.")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Probe spec (default: the NFS spec).")
+def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+    """Export NFS operation latency histograms, counts, bytes and operations in flight
+    for Prometheus, from in-kernel histograms (nfsdist's), until SIGTERM or Ctrl-C."""
+    from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+
+    try:
+        ops: Sequence[str] = parse_ops(ops_text)
+    except UserError as exc:
+        raise click.BadParameter(str(exc).replace("--ops: ", "", 1), param_hint="--ops") from None
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    server = listen(address, port, registry)
+    lock = threading.Lock()
+    try:
+        session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True,
+                                                  lat_sum=True), ops, spec_path, verbose)
+        with session:
+            import bcc  # type: ignore[import-not-found]  # Session imported it: only its version is wanted here
+
+            registry.register(NfsCollector(session, lock, Path("/proc/sys/kernel/osrelease").read_text().strip(),
+                                           getattr(bcc, "__version__", "unknown")))
+            serving = False
+            try:
+                threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+                serving = True
+                where = f"[{address}]" if ":" in address else address
+                session.warn(f"serving http://{where}:{port}/metrics")
+                while session.wait(3600):
+                    pass
+            finally:
+                if serving:
+                    server.shutdown()
+                lock.acquire()  # a scrape still reading the maps ends first; detaching happens holding it
+    finally:
+        if lock.locked():
+            lock.release()
+        server.server_close()
+    if session.stop_signal is not None:
+        raise Terminated(session.stop_signal)
+
+
+def main() -> None:
+    run_cli("nfs-exporter", nfs_exporter)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Which NFS mount a superblock dev is: mount point, export, transport, server, NFS version.
+
+Why here and not in the probe: the kernel side keeps only the superblock's s_dev per
+operation (a tracepoint field, or two pointer reads); everything a person or a join needs
+comes from /proc/self/mountinfo (dev -> mount point) and /proc/self/mountstats (mount
+point -> export, options, transport), read again when a dev is new, so mounts made after
+the start are named too. Label names and values follow node_exporter's mountstats
+collector (`export`: the mount's device, `protocol`: the transport, `mountaddr`: the
+mount option), so a PromQL join `on (export, mountaddr, protocol)` meets its series.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, NamedTuple, Optional
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+MOUNTSTATS = Path("/proc/self/mountstats")
+#: the kernel's dev_t inside (MINORBITS): what sb->s_dev and the tracepoints' dev hold
+MINOR_BITS = 20
+#: NFS client file systems (nfsd's control file system is not one)
+NFS_TYPES = frozenset({"nfs", "nfs4"})
+
+
+class Mount(NamedTuple):
+    dev: int
+    mountpoint: str
+    fstype: str
+    export: str
+    protocol: str
+    mountaddr: str
+    nfs_version: str
+
+
+def kernel_dev(major: int, minor: int) -> int:
+    return (major << MINOR_BITS) | minor
+
+
+def _unescape(field: str) -> str:
+    """mountinfo and mountstats escape space, tab, newline and backslash as \\ooo."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> Dict[int, Dict[str, str]]:
+    """dev -> {mountpoint, fstype, source, options} of every mount (the last one of a dev wins:
+    a bind mount or a remount shows the same superblock again)."""
+    out: Dict[int, Dict[str, str]] = {}
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 3 or ":" not in fields[2]:
+            continue
+        major, _, minor = fields[2].partition(":")
+        if not (major.isdigit() and minor.isdigit()):
+            continue
+        out[kernel_dev(int(major), int(minor))] = {"mountpoint": _unescape(fields[4]), "fstype": tail[0],
+                                                   "source": _unescape(tail[1]), "options": tail[2]}
+    return out
+
+
+def parse_mountstats(text: str) -> Dict[str, Dict[str, str]]:
+    """mount point -> {export, fstype, opts..., protocol} for each NFS mount in mountstats."""
+    out: Dict[str, Dict[str, str]] = {}
+    current: Optional[Dict[str, str]] = None
+    for line in text.splitlines():
+        words = line.split()
+        if line.startswith("device ") and len(words) >= 8 and words[2:4] == ["mounted", "on"]:
+            current = None
+            if words[7] in NFS_TYPES:
+                current = {"export": _unescape(words[1]), "fstype": words[7], "protocol": ""}
+                out[_unescape(words[4])] = current
+        elif current is not None and words[:1] == ["opts:"] and len(words) > 1:
+            for option in words[1].split(","):
+                key, _, value = option.partition("=")
+                current.setdefault("opt_" + key, value)
+        elif current is not None and words[:1] == ["xprt:"] and len(words) > 1:
+            current["protocol"] = words[1]
+    return out
+
+
+class MountTable:
+    """dev -> Mount, re-read from /proc when a dev is not known yet (a mount made later)."""
+
+    def __init__(self, mountinfo: Path = MOUNTINFO, mountstats: Path = MOUNTSTATS) -> None:
+        self.paths = (mountinfo, mountstats)
+        self.known: Dict[int, Optional[Mount]] = {}
+
+    def refresh(self) -> None:
+        try:
+            info = parse_mountinfo(self.paths[0].read_text())
+            stats = parse_mountstats(self.paths[1].read_text())
+        except OSError:
+            return
+        self.known = {}
+        for dev, mount in info.items():
+            nfs = stats.get(mount["mountpoint"])
+            if nfs is None or mount["fstype"] not in NFS_TYPES:
+                continue
+            self.known[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
+                                    nfs.get("opt_mountaddr", ""), nfs.get("opt_vers", ""))
+
+    def get(self, dev: int) -> Optional[Mount]:
+        """The NFS mount of a superblock dev, or None (dev 0, a mount gone, not NFS)."""
+        if dev and dev not in self.known:
+            self.refresh()
+            self.known.setdefault(dev, None)
+        return self.known.get(dev)

@@ -1,0 +1,215 @@
+"""nfs-exporter: bucket seams on real latencies, the text a scrape gets, and bad options.
+
+The latencies are the ones Debian's nfsslower-bpfcc printed in the 6.1 lab guest
+(tests/fixtures/6.1.0-50-amd64/bcc-tools), plus every bucket edge itself: the kernel puts
+a value in bcc's log2 slot (bpf_log2l), the exporter turns slots into buckets, and each
+bucket must then count exactly the values <= its `le` (Prometheus' definition).
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from probes import exporter
+from probes.exporter import BUCKET_SLOTS, NfsCollector, cumulative_buckets, le_seconds, listen
+
+REPO = Path(__file__).resolve().parents[1]
+BCC_NFSSLOWER = REPO / "tests/fixtures/6.1.0-50-amd64/bcc-tools/nfsslower-bpfcc.txt"
+
+
+def bcc_log2l(value: int) -> int:
+    """bcc's bpf_log2l as its helpers define it: floor(log2(v)) + 1, and 1 for 0 (bcc issue 1649's table)."""
+    return max(value.bit_length(), 1)
+
+
+def real_latencies_ns() -> List[int]:
+    """LAT(ms) column of the captured nfsslower-bpfcc run, in ns."""
+    out = []
+    for line in BCC_NFSSLOWER.read_text().splitlines()[2:]:
+        fields = line.split()
+        if len(fields) >= 7:
+            out.append(round(float(fields[6]) * 1e6))
+    return out
+
+
+def edge_values() -> List[int]:
+    """Each bucket's bound and its neighbours: 2^k - 2, 2^k - 1 (in the bucket), 2^k (the next)."""
+    return [0, 1, 2, 3] + [v for k in BUCKET_SLOTS for v in ((1 << k) - 2, (1 << k) - 1, 1 << k)]
+
+
+def slots_of(values: List[int]) -> Dict[int, int]:
+    slots: Dict[int, int] = {}
+    for value in values:
+        slots[bcc_log2l(value)] = slots.get(bcc_log2l(value), 0) + 1
+    return slots
+
+
+@pytest.mark.parametrize("values", [real_latencies_ns(), edge_values(), real_latencies_ns() + edge_values() +
+                                    [(1 << 40) + 5]], ids=["bcc-6.1", "edges", "both"])
+def test_each_bucket_counts_the_values_up_to_its_le(values: List[int]) -> None:
+    assert len(values) > 100 or values == edge_values()
+    buckets = cumulative_buckets(slots_of(values))
+    assert buckets[-1] == ("+Inf", len(values))
+    for le, count in buckets[:-1]:
+        le_ns = round(float(le) * 1e9)
+        assert count == sum(1 for v in values if v <= le_ns), le
+    assert [c for _, c in buckets] == sorted(c for _, c in buckets)  # cumulative
+
+
+def test_a_bound_is_in_its_bucket_and_one_more_ns_is_not() -> None:
+    for k in BUCKET_SLOTS:
+        bound = (1 << k) - 1
+        assert round(le_seconds(k) * 1e9) == bound
+        at = dict(cumulative_buckets(slots_of([bound])))
+        above = dict(cumulative_buckets(slots_of([bound + 1])))
+        le = [le for le, _ in cumulative_buckets({})][k - BUCKET_SLOTS[0]]
+        assert at[le] == 1 and above[le] == 0, le
+
+
+class _Recorded:
+    """What Session's readers return, from the recorded latencies (the collector under test is real)."""
+
+    bpf = object()  # attached (the collector reads nothing once Session.bpf is None)
+
+    def __init__(self, per_op: Dict[str, List[int]], points: List[Any]) -> None:
+        self.per_op = per_op
+        self.probe = SimpleNamespace(ops=list(per_op), points=points)
+
+    def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+        assert not clear, "a scrape must not move nfsdist's baseline"
+        return {op: {"slots": slots_of(v), "count": len(v), "bytes": 4096 * len(v), "lat_ns": sum(v)}
+                for op, v in self.per_op.items()}
+
+    def in_flight(self) -> List[Any]:
+        return []
+
+    def anomalies(self) -> int:
+        return 0
+
+    def counter(self, _name: str) -> int:
+        return 0
+
+    def program_stats(self) -> Dict[str, Tuple[int, int]]:
+        return {}
+
+
+def _scrape_text() -> Tuple[str, Dict[str, List[int]]]:
+    from prometheus_client import CollectorRegistry
+
+    from probes.generate import Point
+    rows: Dict[str, List[int]] = {"read": [], "write": [], "getattr": []}
+    for line in BCC_NFSSLOWER.read_text().splitlines()[2:]:
+        fields = line.split()
+        if len(fields) >= 7 and fields[3] in "RWG":
+            rows[{"R": "read", "W": "write", "G": "getattr"}[fields[3]]].append(round(float(fields[6]) * 1e6))
+    points = [Point(0, "read", "kprobe", "task", "nfs_file_read", "nfs_file_read", (), {}),
+              Point(1, "getattr", "tracepoint", "task", "nfs:nfs_getattr_enter", "nfs:nfs_getattr_exit", (), {})]
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(_Recorded(rows, points), threading.Lock(), "6.1.0-50-amd64", "0.26.0"))
+    server = listen("127.0.0.1", 0, registry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return text, rows
+
+
+def test_scrape_serves_the_histograms_counts_and_health() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text, rows = _scrape_text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    hist = families["probekit_nfs_op_latency_seconds"]
+    assert hist.type == "histogram"
+    for op, values in rows.items():
+        samples = {s.name: s for s in hist.samples if s.labels["op"] == op and s.name.endswith(("_count", "_sum"))}
+        assert samples["probekit_nfs_op_latency_seconds_count"].value == len(values)
+        assert samples["probekit_nfs_op_latency_seconds_sum"].value == pytest.approx(sum(values) / 1e9)
+    ops_total = {s.labels["op"]: s.value for s in families["probekit_nfs_ops"].samples}
+    assert ops_total == {op: len(v) for op, v in rows.items()}
+    assert "probekit_nfs_ops_total{" in text and "probekit_nfs_bytes_total{" in text
+    info = {(s.labels["op"], s.labels["kind"], s.labels["point"]) for s in families["probekit_probe_info"].samples}
+    assert info == {("read", "kprobe", "nfs_file_read"),
+                    ("getattr", "tracepoint", "nfs:nfs_getattr_enter -> nfs:nfs_getattr_exit")}
+    assert "pid=" not in text
+    assert 'probekit_build_info{bcc_version="0.26.0",kernel="6.1.0-50-amd64"' in text
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian: prometheus) is not installed here; "
+                    "the lab check runs it on a real scrape")
+def test_promtool_accepts_the_text(tmp_path: Path) -> None:
+    text, _ = _scrape_text()
+    res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("args,hint", [(["--port", "0"], "--port"), (["--port", "x"], "--port"),
+                                       (["--address", "localhost:1"], "--address"), (["--ops", "reed"], "--ops"),
+                                       (["extra"], "unexpected extra argument")])
+def test_bad_options_are_one_line_exit_2(args: List[str], hint: str) -> None:
+    res = subprocess.run([sys.executable, "-m", "probes.exporter", *args], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("nfs-exporter: error: ") and hint in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_taken_port_fails_before_anything_is_attached() -> None:
+    from prometheus_client import CollectorRegistry
+    taken = listen("127.0.0.1", 0, CollectorRegistry())
+    try:
+        port = str(taken.server_address[1])
+        res = subprocess.run([sys.executable, "-m", "probes.exporter", "--port", port], capture_output=True,
+                             text=True, cwd=REPO, timeout=60)
+    finally:
+        taken.server_close()
+    assert res.returncode == 1 and res.stderr == f"nfs-exporter: error: cannot listen on 127.0.0.1 port {port}: " \
+                                                 f"Address already in use\n"
+
+
+def test_help_has_examples_and_the_default_port() -> None:
+    res = subprocess.run([sys.executable, "-m", "probes.exporter", "--help"], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert res.returncode == 0
+    assert f"127.0.0.1:{exporter.DEFAULT_PORT}/metrics" in res.stdout and "--address 0.0.0.0" in res.stdout
+
+
+def test_series_per_mount_carry_node_exporters_labels() -> None:
+    """Two superblocks of the 6.1 guest's real mount tables: one series each, labelled as
+    node_exporter's mountstats collector labels them; an RPC (dev 0) gets empty mount labels."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from probes.mounts import MountTable, kernel_dev
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    values = real_latencies_ns()
+    v3, v42 = values[:40], values[40:100]
+
+    def entry(vals: List[int]) -> Dict[str, Any]:
+        return {"slots": slots_of(vals), "count": len(vals), "bytes": 0, "lat_ns": sum(vals)}
+
+    class PerMount(_Recorded):
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            mounts = {kernel_dev(0, 44): entry(v3), kernel_dev(0, 47): entry(v42), 0: entry([])}
+            return {"read": dict(entry(v3 + v42), mounts=mounts)}
+
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(PerMount({"read": []}, []), threading.Lock(), "6.1.0-50-amd64", "0.26.0",
+                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
+    text = generate_latest(registry).decode()
+    assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",'
+            'nfs_version="3",op="read",protocol="tcp"} 40.0') in text
+    assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="",mountpoint="/mnt/nfs42",'
+            'nfs_version="4.2",op="read",protocol="tcp"} 60.0') in text
+    assert 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""} 0.0' \
+        in text
