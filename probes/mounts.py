@@ -5,8 +5,10 @@ operation (a tracepoint field, or two pointer reads); everything a person or a j
 comes from /proc/self/mountinfo (dev -> mount point) and /proc/self/mountstats (mount
 point -> export, options, transport), read again when a dev is new, so mounts made after
 the start are named too. Label names and values follow node_exporter's mountstats
-collector (`export`: the mount's device, `protocol`: the transport, `mountaddr`: the
-mount option), so a PromQL join `on (export, mountaddr, protocol)` meets its series.
+collector (`export`: the mount's device, `protocol`: the transport of mountstats' `xprt:`
+line, `mountaddr`: the server address, mountinfo's `addr=` super option, not mountstats'
+`mountaddr=` mount-protocol option, which NFSv4 has not), so a PromQL join
+`on (export, mountaddr, protocol)` meets its series.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def _unescape(field: str) -> str:
 
 
 def parse_mountinfo(text: str) -> Dict[int, Dict[str, str]]:
-    """dev -> {mountpoint, fstype, source, options} of every mount (the last one of a dev wins:
+    """dev -> {mountpoint, fstype, source, addr (the addr= super option)} of every mount (the last one of a dev wins:
     a bind mount or a remount shows the same superblock again)."""
     out: Dict[int, Dict[str, str]] = {}
     for line in text.splitlines():
@@ -60,8 +62,9 @@ def parse_mountinfo(text: str) -> Dict[int, Dict[str, str]]:
         major, _, minor = fields[2].partition(":")
         if not (major.isdigit() and minor.isdigit()):
             continue
+        addr = next((opt[len("addr="):] for opt in tail[2].split(",") if opt.startswith("addr=")), "")
         out[kernel_dev(int(major), int(minor))] = {"mountpoint": _unescape(fields[4]), "fstype": tail[0],
-                                                   "source": _unescape(tail[1]), "options": tail[2]}
+                                                   "source": _unescape(tail[1]), "addr": addr}
     return out
 
 
@@ -104,7 +107,7 @@ class MountTable:
             if nfs is None or mount["fstype"] not in NFS_TYPES:
                 continue
             self.known[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
-                                    nfs.get("opt_mountaddr", ""), nfs.get("opt_vers", ""))
+                                    mount["addr"], nfs.get("opt_vers", ""))
 
     def get(self, dev: int) -> Optional[Mount]:
         """The NFS mount of a superblock dev, or None (dev 0, a mount gone, not NFS)."""

@@ -209,7 +209,7 @@ def test_series_per_mount_carry_node_exporters_labels() -> None:
     text = generate_latest(registry).decode()
     assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",'
             'nfs_version="3",op="read",protocol="tcp"} 40.0') in text
-    assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="",mountpoint="/mnt/nfs42",'
+    assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",'
             'nfs_version="4.2",op="read",protocol="tcp"} 60.0') in text
     assert 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""} 0.0' \
         in text

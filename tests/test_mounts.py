@@ -21,7 +21,7 @@ def test_both_lab_mounts_are_named_by_their_superblock_dev() -> None:
     assert (v3.mountpoint, v3.fstype, v3.export, v3.protocol, v3.mountaddr, v3.nfs_version) == \
         ("/mnt/nfs3", "nfs", "127.0.0.1:/srv/nfs", "tcp", "127.0.0.1", "3")
     assert (v42.mountpoint, v42.fstype, v42.export, v42.protocol, v42.mountaddr, v42.nfs_version) == \
-        ("/mnt/nfs42", "nfs4", "127.0.0.1:/srv/nfs", "tcp", "", "4.2")
+        ("/mnt/nfs42", "nfs4", "127.0.0.1:/srv/nfs", "tcp", "127.0.0.1", "4.2")
     assert sorted(m.mountpoint for m in mounts.known.values() if m) == ["/mnt/nfs3", "/mnt/nfs42"]
 
 
