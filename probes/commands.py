@@ -336,7 +336,7 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
             stopping = not session.wait(interval)
             now = time.monotonic_ns()
             rows = _top_rows(session.top(), max(time.monotonic() - started, 1e-3),
-                             _in_flight_by_pid(stalls(session.in_flight(), now, 0)))
+                             _in_flight_by_pid(stalls(session.in_flight(), now, 0, describe=False)))
             if as_json:
                 print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
                                   "processes": rows}), flush=True)

@@ -37,7 +37,7 @@ class InFlight(NamedTuple):
     """One operation started and not yet ended, as the probe holds it."""
 
     tid: int
-    pid: int
+    pid: int            # 0 for a thread slot: read from /proc by stalls(), for old entries only
     op: str
     start_ns: int       # bpf_ktime_get_ns(), i.e. CLOCK_MONOTONIC
     comm: str           # "" when the probe did not keep it (thread slots): read from /proc
@@ -138,13 +138,14 @@ def rpc_server(client_id: int, debugfs: Path = Path("/sys/kernel/debug")) -> Opt
     return match.group(1).decode("ascii", "replace") if match else None
 
 
-def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int) -> List[Stall]:
+def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int, describe: bool = True) -> List[Stall]:
     """Entries in flight for at least min_age_ns, a thread's RPC folded into its operation.
 
     An RPC whose issuing thread is itself stuck in an operation is that operation's `rpc`;
     any other RPC (started by a kworker or rpciod for writeback, read-ahead, a lease) is
     reported on its own, as op "rpc". Threads that have gone are dropped: their slot is
-    stale (a missed return), not a stall.
+    stale (a missed return), not a stall. /proc is read only for entries old enough;
+    `describe=False` (counts and ages only, as nfstop shows) skips the file and server.
     """
     rpcs: Dict[int, InFlight] = {}
     for e in entries:
@@ -154,20 +155,23 @@ def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int) -> List[St
     out: List[Stall] = []
     for e in sorted(entries, key=lambda item: item.start_ns):
         age = now_ns - e.start_ns
-        if e.op == "rpc" or age < min_age_ns or not thread_alive(e.pid, e.tid):
+        if e.op == "rpc" or age < min_age_ns:
+            continue
+        pid = e.pid or thread_tgid(e.tid)
+        if not pid or not thread_alive(pid, e.tid):
             continue
         rpc = rpcs.get(e.tid)
         if rpc is not None:
             folded.add(rpc)
-        out.append(Stall(e.tid, e.pid, e.comm or thread_comm(e.pid, e.tid), e.op, e.start_ns, age,
-                         file_of(e.pid, e.tid), rpc.name if rpc else None,
-                         rpc_server(rpc.client_id) if rpc and rpc.client_id is not None else None))
+        out.append(Stall(e.tid, pid, e.comm or thread_comm(pid, e.tid), e.op, e.start_ns, age,
+                         file_of(pid, e.tid) if describe else "?", rpc.name if rpc else None,
+                         rpc_server(rpc.client_id) if describe and rpc and rpc.client_id is not None else None))
     for e in sorted(entries, key=lambda item: item.start_ns):
         age = now_ns - e.start_ns
         if e.op == "rpc" and e not in folded and age >= min_age_ns:
             out.append(Stall(e.tid, e.pid, e.comm or thread_comm(e.pid, e.tid), "rpc", e.start_ns, age,
                              e.name or "?", e.name or None,
-                             rpc_server(e.client_id) if e.client_id is not None else None))
+                             rpc_server(e.client_id) if describe and e.client_id is not None else None))
     return sorted(out, key=lambda s: s.start_ns)
 
 

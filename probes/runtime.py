@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event, generate
-from probes.inflight import InFlight, thread_tgid
+from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
 from probes.spec import load_spec
@@ -310,8 +310,7 @@ class Session:
             values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
         for value in values:
             if value.ts:
-                tid = int(value.tid)
-                out.append(InFlight(tid, thread_tgid(tid), self.op_name(int(value.op)), int(value.ts), "", ""))
+                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", ""))
         if any(p.match == "keys" for p in self.probe.points):
             for key, value in self.bpf["async_starts"].items():
                 point = self.probe.points[int(key.point)]

@@ -99,6 +99,10 @@ def test_a_threads_rpc_is_folded_into_its_operation_and_kworker_rpcs_stand_alone
         assert [(s.op, s.rpc, s.file) for s in found] == [("create", "CREATE", "stuck-file.fifo"),
                                                           ("rpc", "WRITE", "WRITE")]
         assert found[0].pid == proc.pid and found[0].comm.startswith("python") and found[0].age_ns == 31 * 10**9
+        # a thread slot carries no process: it is read from /proc for the old entries only
+        slot = [InFlight(proc.pid, 0, "create", now - 31 * 10**9, "", "")]
+        assert [(s.pid, s.file) for s in stalls(slot, now, 10**9)] == [(proc.pid, "stuck-file.fifo")]
+        assert [(s.pid, s.file) for s in stalls(slot, now, 10**9, describe=False)] == [(proc.pid, "?")]
     # a slot whose thread has exited is stale (a missed return), not a stall
     assert stalls([InFlight(proc.pid, proc.pid, "read", now - 60 * 10**9, "", "")], now, 0) == []
 
