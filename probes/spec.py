@@ -29,7 +29,7 @@ DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
 
 
 def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
-    """`read,W,all` (names, letters, or `all`) -> op names in OPS order; None/"" -> DEFAULT_OPS.
+    """`read,W,all` (names, letters, or `all`) -> op names in OPS order; None -> DEFAULT_OPS.
 
     One vocabulary for every command that takes operations (the tools, propose, compat)."""
     if text is None:
