@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import atexit
 import difflib
+import errno
 import fnmatch
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -656,20 +658,39 @@ def unmake_instance(path: Path) -> None:
     os.rmdir(path)
 
 
+#: How long rmdir of an instance is retried while the kernel says EBUSY: any process
+#: holding one of its files open (a monitor polling current_tracer, a shell's cat) makes
+#: rmdir fail until it closes it, which such readers do within milliseconds.
+RMDIR_BUSY_SECONDS = 3.0
+
+
 def remove_instance(path: Path, warn: Callable[[str], None]) -> None:
-    """Stop the instance's tracer, then rmdir it (the kernel frees its buffer and files)."""
-    for name, value in (("tracing_on", "0"), ("current_tracer", "nop")):
-        try:
-            _write_file(path / name, value)
-        except OSError:
-            pass
+    """Stop the instance's tracer, then rmdir it (the kernel frees its buffer and files).
+
+    current_tracer is written only when it is not nop already: on 6.1 any tracer write,
+    even nop into an instance, marks the ring buffers expanded, and the global buffer of a
+    kernel that never traced then stays at its boot-time 7 KB instead of growing to its
+    real size (seen on a 6.1 guest: "7 (expanded: 1408)" became "7")."""
     try:
-        unmake_instance(path)
-    except FileNotFoundError:
+        _write_file(path / "tracing_on", "0")
+        if (path / "current_tracer").read_text().strip() != "nop":
+            _write_file(path / "current_tracer", "nop")
+    except OSError:
         pass
-    except OSError as exc:
-        warn(f"probekit: could not remove tracefs instance {path}: {exc.strerror or exc}; "
-             f"remove it with: rmdir {path}")
+    deadline = time.monotonic() + RMDIR_BUSY_SECONDS
+    while True:
+        try:
+            unmake_instance(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            warn(f"probekit: could not remove tracefs instance {path}: {exc.strerror or exc}; "
+                 f"remove it with: rmdir {path}")
+            return
 
 
 @contextmanager

@@ -198,7 +198,11 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 function = "nfs_file_open"
         cmd = (f"mkdir -p {self.guest_run}/callgraph && cd /tmp && python3 -m discover callgraph {function} "
                f"--workload {shlex.quote(self.workload(step, mount))} --format json -o {out}")
+        buffer_before = self.sh(f"cat {BUFFER_SIZE_KB}").strip()
         self.sh(cmd, timeout=900)
+        buffer_after = self.sh(f"cat {BUFFER_SIZE_KB}").strip()
+        assert ring_buffer_kept(buffer_before, buffer_after), \
+            f"the global ring buffer was {buffer_before!r} before discover and {buffer_after!r} after"
         text = self.sh(f"cat {out}")
         graph = json.loads(text)
         roots = graph.get("graph", {}).get("roots", [])
@@ -302,6 +306,19 @@ def put_spec_json(lab: Lab, local_dir: Path) -> None:
     local_dir.mkdir(parents=True, exist_ok=True)
     spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
     lab.put(spec_json, GUEST_SPEC_JSON)
+
+
+BUFFER_SIZE_KB = "/sys/kernel/tracing/buffer_size_kb"
+
+
+def ring_buffer_kept(before: str, after: str) -> bool:
+    """The global ring buffer's size after a capture is what it was, or, for a kernel that had
+    not traced yet ('7 (expanded: 1408)'), at least the size it expands to on first use
+    (the kernel rounds up to whole pages): never the boot-time minimum."""
+    unexpanded = re.fullmatch(r"\d+ \(expanded: (\d+)\)", before)
+    if unexpanded and after.isdigit():
+        return int(after) >= int(unexpanded.group(1))
+    return before == after
 
 
 def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,

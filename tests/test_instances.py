@@ -7,6 +7,7 @@ The lab proof (a real kernel, trace-cmd recording beside) is tests/lab/test_coex
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -14,11 +15,12 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
 import fake_tracefs
+import discover.tracefs as tracefs_module
 from discover.capture import CaptureOptions, live_capture
 from discover.errors import UserError
 from discover.tracefs import FTRACE_LOCK, INSTANCE_PREFIX
@@ -194,3 +196,80 @@ def test_instances_refused_keeps_the_global_path(fake: Dict[str, Path], monkeypa
         assert (fake["tracefs"] / "current_tracer").read_text() == "function_graph"
         assert fake["root"].joinpath(FTRACE_LOCK.lstrip("/")).exists()
         assert len(list(lines)) == SAMPLE_LINES
+
+
+def busy_rmdir(times: int):
+    """rmdir as the kernel answers it while another process holds one of the instance's
+    files open (EBUSY, seen on a 6.1 guest with `exec 3< instances/x/current_tracer`),
+    for the first `times` attempts; then the reader has closed it."""
+    calls = []
+
+    def unmake(path: Path) -> None:
+        calls.append(path)
+        if len(calls) <= times:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(path))
+        shutil.rmtree(path)
+    return unmake, calls
+
+
+def test_an_instance_busy_for_a_moment_is_still_removed(
+        fake: Dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The 6.1 path: our probe instance is made and removed at once, while a monitor (the lab's
+    kill check polling current_tracer) may hold a file of it open: the rmdir is retried."""
+    monkeypatch.setattr("discover.tracefs.make_instance",
+                        lambda path: fake_tracefs.populate_instance(path, INSTANCE_61))
+    unmake, calls = busy_rmdir(3)
+    monkeypatch.setattr("discover.tracefs.unmake_instance", unmake)
+    before = fake_tracefs.snapshot(fake["tracefs"])
+    workload = f"cat {fake['sample']} > {fake['tracefs'] / 'trace_pipe'}"
+    with live_capture(CaptureOptions(functions=["nfs_file_read"], workload=workload)) as lines:
+        assert len(list(lines)) == SAMPLE_LINES
+    assert len(calls) == 4 and not fake["own"].exists()
+    assert "could not remove" not in capsys.readouterr().err
+    fake_tracefs.assert_restored(before, fake["tracefs"])
+
+
+def test_an_instance_that_stays_busy_is_named_in_one_line(
+        fake: Dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr("discover.tracefs.RMDIR_BUSY_SECONDS", 0.3)
+    unmake, calls = busy_rmdir(10 ** 6)
+    monkeypatch.setattr("discover.tracefs.unmake_instance", unmake)
+    with live_capture(CaptureOptions(functions=["nfs_file_read"], workload=feed(fake))) as lines:
+        list(lines)
+    err = capsys.readouterr().err.strip().splitlines()
+    busy = [line for line in err if "could not remove" in line]
+    assert busy == [f"probekit: could not remove tracefs instance {fake['own']}: Device or resource busy; "
+                    f"remove it with: rmdir {fake['own']}"]
+    assert 2 <= len(calls) <= 20
+
+
+def test_the_6_1_probe_instance_gets_no_tracer_write(
+        fake: Dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 6.1 a tracer write into any instance, even nop, marks the ring buffers expanded and
+    leaves a never-used global buffer at its boot-time 7 KB: the instance we only made to ask
+    whether it runs function_graph must be removed without one."""
+    monkeypatch.setattr("discover.tracefs.make_instance",
+                        lambda path: fake_tracefs.populate_instance(path, INSTANCE_61))
+    written: List[Path] = []
+    real_write = tracefs_module._write_file
+
+    def recorded(path: Path, value: str) -> None:
+        written.append(Path(path))
+        real_write(path, value)
+    monkeypatch.setattr("discover.tracefs._write_file", recorded)
+    workload = f"cat {fake['sample']} > {fake['tracefs'] / 'trace_pipe'}"
+    with live_capture(CaptureOptions(functions=["nfs_file_read"], workload=workload)) as lines:
+        list(lines)
+    assert fake["own"] / "current_tracer" not in written
+    assert fake["tracefs"] / "current_tracer" in written
+
+
+@pytest.mark.parametrize("before,after,kept", [
+    ("7 (expanded: 1408)", "1410", True),   # a fresh 6.1 guest, then one capture (whole pages)
+    ("7 (expanded: 1408)", "7", False),     # the same guest before the fix above: stuck at 7 KB
+    ("1410", "1410", True),
+    ("8195", "1410", False),
+])
+def test_the_lab_checks_the_ring_buffer_size_kept(before: str, after: str, kept: bool) -> None:
+    from labs.integration import ring_buffer_kept
+    assert ring_buffer_kept(before, after) is kept
