@@ -100,8 +100,13 @@ def lab_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+#: this session's per-kernel times, for the terminal summary (CI shows where its minutes went)
+SESSION_TIMES: Dict[str, Dict[str, float]] = {}
+
+
 def _record_times(root: Path, kernel: str, times: Dict[str, float]) -> None:
     """times.json: per kernel, seconds per part (merged with earlier kernels of the run)."""
+    SESSION_TIMES[kernel] = times
     path = root / "times.json"
     try:
         every = json.loads(path.read_text())
@@ -159,3 +164,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = sorted((item for item in items if _kernel_of(item) in wanted | {-1}), key=_kernel_of)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per kernel booted: minutes in all, then seconds per part."""
+    if not SESSION_TIMES:
+        return
+    terminalreporter.section("lab time per kernel")
+    for kernel, times in SESSION_TIMES.items():
+        parts = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in times.items() if part != "total")
+        terminalreporter.write_line(f"{kernel:>5}: {times.get('total', 0) / 60:.1f} min ({parts})")
