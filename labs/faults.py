@@ -1,7 +1,7 @@
 """Fault checks on a QEMU pair: the tools on the client while the server stops, restarts or loses packets.
 
-The client runs labs/guest/faults_guest.py (one nfsslower and one nfsdist around five
-phases of a mixed workload); the host plays the faults the guest cannot play itself: it
+The client runs labs/guest/faults_guest.py (one nfsslower, nfsdist and nfstop each around
+five phases of a mixed workload); the host plays the faults the guest cannot play itself: it
 stops the server's QEMU with SIGSTOP for PAUSE_S seconds and resumes it with SIGCONT, and
 restarts nfs-server in the server guest. They talk through the results share, which is
 the same directory in the guests and on the host. The verify_* functions turn the guest's
@@ -32,6 +32,8 @@ NFS3_PROCEDURES = {"NULL", "GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READ", "WR
                    "MKDIR", "RMDIR", "SYMLINK", "READLINK", "MKNOD"}
 
 Progress = Callable[[str], None]
+#: the commands the guest runs through every phase, all started with nfsv4 unloaded
+TOOLS = ("nfsslower", "nfsdist", "nfstop")
 
 
 def pause_server(lab: Any, seconds: float = PAUSE_S) -> Dict[str, Any]:
@@ -249,8 +251,9 @@ def verify_v4late(result: Dict[str, Any]) -> str:
     data = _data(result)
     assert not data["nfsv4_loaded_at_start"], f"nfsv4 could not be unloaded: {data['unload']}"
     verdicts = {}
-    for name in ("nfsslower", "nfsdist"):
+    for name in TOOLS:
         stderr = data[name]["stderr"]
+        assert data[name]["rc"] == 0, f"{name} exited {data[name]['rc']}: {stderr[-300:]}"
         assert "nfs4_file_open" in stderr and "not loaded" in stderr, f"{name} did not say nfs4_file_open is missing"
         verdicts[name] = v4_late_verdict(stderr)
     counted = data["seen"].get("v4late", {}).get("ops", {}).get("open", {}).get("count", 0)
@@ -261,7 +264,34 @@ def verify_v4late(result: Dict[str, Any]) -> str:
         assert verdicts["nfsdist"] == "restart", \
             f"nfsdist neither attached to nfsv4 nor said to restart (NFSv4 opens counted {counted} of {issued})"
         detail = exact_counts(data, "v4late", skip=data["v4_module_ops"])
-    return f"nfsslower: {verdicts['nfsslower']}, nfsdist: {verdicts['nfsdist']}; exact: {detail}"
+    return ", ".join(f"{name}: {verdicts[name]}" for name in TOOLS) + f"; exact: {detail}"
+
+
+def _in_window(ts: str, phase: Dict[str, Any]) -> bool:
+    """An interval printed at wall second `ts` covers about ts-1..ts: inside the phase?"""
+    moment = time.mktime(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
+    return phase["start"] - 1 <= moment <= phase["end"] + 1.5
+
+
+def verify_nfstop_process(result: Dict[str, Any]) -> str:
+    """nfstop names the workload's process with every read and write it issued over all five
+    phases, and while the server is stopped shows it with an operation in flight for seconds."""
+    data = _data(result)
+    rows = [json.loads(line) for line in data["nfstop"]["lines"] if line.startswith("{")]
+    mine = [(row["ts"], p) for row in rows for p in row["processes"] if p["pid"] == data["workload_pid"]]
+    assert mine, f"pid {data['workload_pid']} never appeared in nfstop"
+    assert {p["comm"] for _, p in mine} == {"python3"}, {p["comm"] for _, p in mine}
+    counted = []
+    for op in ("read", "write"):
+        issued = sum(phase["issued"].get(op, 0) for phase in data["phases"].values())
+        seen = sum(p["ops"].get(op, {}).get("count", 0) for _, p in mine)
+        assert seen == issued, f"nfstop counted {seen} {op}s of pid {data['workload_pid']}, the workload issued {issued}"
+        counted.append(f"{op} {seen}")
+    stuck = [p for ts, p in mine if _in_window(ts, data["phases"]["pause"]) and p["in_flight"]]
+    oldest = max((p["oldest_ms"] for p in stuck), default=0.0)
+    assert oldest >= PAUSE_S * 1000 / 3, \
+        f"while the server was stopped nfstop showed pid {data['workload_pid']} in flight for at most {oldest} ms"
+    return f"{', '.join(counted)} over {len(mine)} intervals; in flight during the pause: oldest {oldest / 1000:.1f} s"
 
 
 def verify_silent_guest(result: Dict[str, Any]) -> str:
@@ -284,4 +314,5 @@ FAULT_CHECKS = [
     ("fault: netem loss on the link", verify_loss),
     ("fault: nfs-server restarted", verify_restart),
     ("fault: nfsv4 loaded after start", verify_v4late),
+    ("fault: nfstop shows the process", verify_nfstop_process),
 ]

@@ -15,7 +15,7 @@ from typing import Any, Dict
 import pytest
 
 from labs.faults import (FAULT_CHECKS, exact_counts, stall_records, verify_loss, verify_pause_completes,
-                         verify_pause_stalls, verify_silent_guest, verify_v4late)
+                         verify_nfstop_process, verify_pause_stalls, verify_silent_guest, verify_v4late)
 
 RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "faults" / "faults.json.gz"
 
@@ -102,3 +102,33 @@ def test_v4late_needs_an_attach_or_a_restart_note(run: Dict[str, Any]) -> None:
 
 def test_skipped_ops_are_not_checked(run: Dict[str, Any]) -> None:
     assert "open" not in exact_counts(run["data"], "v4late", skip=("open",))
+
+
+def _nfstop_rows(run: Dict[str, Any]) -> list:
+    return [json.loads(line) for line in run["data"]["nfstop"]["lines"] if line.startswith("{")]
+
+
+def test_nfstop_losing_a_write_fails(run: Dict[str, Any]) -> None:
+    rows = _nfstop_rows(run)
+    mine = next(p for row in rows for p in row["processes"]
+                if p["pid"] == run["data"]["workload_pid"] and p["ops"].get("write", {}).get("count"))
+    mine["ops"]["write"]["count"] -= 1
+    run["data"]["nfstop"]["lines"] = [json.dumps(row) for row in rows]
+    with pytest.raises(AssertionError, match="nfstop counted 43 writes"):
+        verify_nfstop_process(run)
+
+
+def test_nfstop_not_showing_the_stuck_operation_fails(run: Dict[str, Any]) -> None:
+    rows = _nfstop_rows(run)
+    for row in rows:
+        for p in row["processes"]:
+            p["in_flight"], p["oldest_ms"] = 0, None
+    run["data"]["nfstop"]["lines"] = [json.dumps(row) for row in rows]
+    with pytest.raises(AssertionError, match="in flight for at most 0.0 ms"):
+        verify_nfstop_process(run)
+
+
+def test_a_command_that_failed_without_nfsv4_fails(run: Dict[str, Any]) -> None:
+    run["data"]["nfstop"]["rc"] = 1
+    with pytest.raises(AssertionError, match="nfstop exited 1"):
+        verify_v4late(run)

@@ -2,8 +2,9 @@
 
 Runs in the client guest of a QEMU pair (labs/faults.py drives it from the host) and prints
 one JSON document. nfsslower (`--ops all`, a threshold below the pause, a short stall
-interval) and nfsdist (`--ops all`, 1 s intervals) start once, with nfsv4 unloaded and the
-NFSv4.2 mount gone, and watch five phases of the same mixed workload (creates, lookups,
+interval), nfsdist (`--ops all`, 1 s intervals) and nfstop (1 s intervals) start once, with
+nfsv4 unloaded and the NFSv4.2 mount gone (the v3-only client of the single-guest probe
+checks), and watch five phases of the same mixed workload (creates, lookups,
 opens, reads, writes, fsyncs, stats):
 
   plain    on NFSv3, nothing wrong (the baseline latencies)
@@ -179,14 +180,16 @@ def run() -> Dict[str, Any]:
     phases: Dict[str, Any] = {}
     with pg.nfsv4_unloaded() as unload:
         out.update(nfsv4_loaded_at_start=os.path.exists("/sys/module/nfsv4"), unload=unload)
-        slower_log, dist_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out"
+        slower_log, dist_log, top_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out", "/tmp/faults-nfstop.out"
         slower = pg.tool(["nfsslower", "--json", "-v", "--ops", "all", "--stall-interval", str(STALL_INTERVAL_S),
                           str(THRESHOLD_MS)] + pg.spec_args(), slower_log)
         dist = pg.tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + pg.spec_args(), dist_log)
+        top = pg.tool(["nfstop", "--json", "-v", "--ops", "all", "-i", "1"] + pg.spec_args(), top_log)
         tail = Tail(slower_log)
         tail.start()
         try:
-            out["ready_s"] = [pg.wait_ready(slower, slower_log), pg.wait_ready(dist, dist_log)]
+            out["ready_s"] = [pg.wait_ready(slower, slower_log), pg.wait_ready(dist, dist_log),
+                              pg.wait_ready(top, top_log)]
             for name, mount, host_action in plan:
                 if name == "loss":
                     netem_loss(device, LOSS_PERCENT)
@@ -203,6 +206,7 @@ def run() -> Dict[str, Any]:
         finally:
             out["nfsslower"] = pg.stop(slower, slower_log)
             out["nfsdist"] = pg.stop(dist, dist_log)
+            out["nfstop"] = pg.stop(top, top_log)
             tail.stopping.set()
             tail.join(10)
     out["phases"] = phases

@@ -1,8 +1,8 @@
 """Lab tests: the tools on the client of a QEMU pair while the server fails (labs/faults.py).
 
 On the pair kernels of tests/lab/conftest.py (6.12 and 7.3), in the same boot as their
-probe checks: one nfsslower (--ops all, threshold 2 s, stall interval 5 s) and one nfsdist
-watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
+probe checks: one nfsslower (--ops all, threshold 2 s, stall interval 5 s), one nfsdist and
+one nfstop watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
 phases: plain, 20% netem loss on the link, the server's QEMU stopped for 30 s, nfs-server
 restarted, and nfsv4 loaded after the tools started; while the server is stopped, a
 command sent to it must fail within a minute, naming the kernel and the console log (the
@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict
 
 import pytest
 
-from labs.faults import (run_faults, verify_loss, verify_pause_completes, verify_pause_stalls, verify_restart,
-                         verify_silent_guest, verify_v4late)
+from labs.faults import (run_faults, verify_loss, verify_nfstop_process, verify_pause_completes,
+                         verify_pause_stalls, verify_restart, verify_silent_guest, verify_v4late)
 
 pytestmark = [pytest.mark.lab,
               pytest.mark.parametrize("kernel_lab", ["6.12", "7.3"], indirect=True, ids=lambda k: f"k{k}")]
@@ -58,7 +58,13 @@ def test_server_restart_operations_complete(kernel_lab: Any, faults: Dict[str, A
 
 
 def test_nfsv4_loaded_after_the_tools_started(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    """Also the pair's v3-only client: every command started without nfsv4 and exited 0."""
     _verdict(kernel_lab, faults, verify_v4late)
+
+
+def test_nfstop_shows_the_workload_process_and_its_stuck_operation(kernel_lab: Any,
+                                                                    faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_nfstop_process)
 
 
 def test_a_stopped_guest_is_reported_within_a_minute(kernel_lab: Any, faults: Dict[str, Any]) -> None:

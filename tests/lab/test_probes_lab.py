@@ -8,7 +8,8 @@ both as JSON; labs/probe_checks.py compares them (the same verdicts `labs test -
 pair --lab-results` gives). Two guest runs per kernel keep tool starts to five: `main`
 (nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
 metadata phase per mount, and NFSv3 with netem delay) and `v3only` (all three tools with
-nfsv4 unloaded, nfstop watching the workload's process).
+nfsv4 unloaded, nfstop watching the workload's process). A pair runs `main` only: its
+fault run starts all three tools on a v3-only client and checks the same there.
 
 The guest also reports, per operation, the spec candidate the tools picked and whether it
 recorded the operation: that is the kernel's --lab-results (docs/compat.md), written to the
@@ -35,12 +36,18 @@ pytestmark = pytest.mark.lab
 GUEST_SCRIPT = "labs/guest/probes_guest.py"
 
 
+#: the single-guest kernels of tests/lab/conftest.py: the v3only run is theirs; a pair's
+#: fault run checks its v3-only client (tests/lab/test_faults_lab.py)
+SINGLE_KERNELS = ["5.10", "6.1", "7.2"]
+single_guest = pytest.mark.parametrize("kernel_lab", SINGLE_KERNELS, indirect=True, ids=lambda k: f"k{k}")
+
+
 def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
-    """Run every guest check once (order matters: v3only unloads nfsv4 last)."""
+    """Run every guest check of this topology once."""
     lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
     out: Dict[str, Dict[str, Any]] = {}
-    for check in ("main", "v3only"):
+    for check in pc.guest_runs(lab.topology):
         with kernel_lab.timed(f"probes {check}"):
             res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT} {check}", timeout=1200)
         assert res.exit_code == 0, f"{check}: exit {res.exit_code}: {res.stderr[-2000:]}"
@@ -101,10 +108,12 @@ def test_nfsdist_histogram_moves_with_delay(results: Results) -> None:
     pc.verify_nfsdist_histogram_moves_with_delay(results)
 
 
+@single_guest
 def test_nfstop_shows_the_workload_process(results: Results) -> None:
     pc.verify_nfstop_shows_the_workload_process(results)
 
 
+@single_guest
 def test_every_command_runs_without_nfsv4(results: Results) -> None:
     pc.verify_every_command_runs_without_nfsv4(results)
 
