@@ -200,9 +200,9 @@ class KernelLayout:
         OFF_SB_DEV (super_block.s_dev). Only per-mount histograms read them."""
         out: Dict[str, int] = {}
         ids = _struct_ids(self.vmlinux, ("file", "inode", "dentry", "super_block"))
-        for macro, struct, path in (("OFF_FILE_INODE", "file", ["f_inode"]), ("OFF_INODE_SB", "inode", ["i_sb"]),
-                                    ("OFF_DENTRY_SB", "dentry", ["d_sb"]), ("OFF_SB_DEV", "super_block", ["s_dev"])):
-            found = self.member_path(self.vmlinux, ids[struct], path) if struct in ids else None
+        for macro, owner, path in (("OFF_FILE_INODE", "file", ["f_inode"]), ("OFF_INODE_SB", "inode", ["i_sb"]),
+                                   ("OFF_DENTRY_SB", "dentry", ["d_sb"]), ("OFF_SB_DEV", "super_block", ["s_dev"])):
+            found = self.member_path(self.vmlinux, ids[owner], path) if owner in ids else None
             if found is not None:
                 out[macro] = found[0]
         return out

@@ -11,7 +11,6 @@ import copy
 import gzip
 import json
 import re
-import struct
 from pathlib import Path
 from typing import Any, Dict
 
