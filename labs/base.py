@@ -21,6 +21,8 @@ class Lab(abc.ABC):
 
     #: backend name as the CLI spells it ("qemu", "vagrant")
     backend: str = ""
+    #: the host can stop and resume a node's VM (the pair's fault checks need it)
+    can_pause_nodes: bool = False
 
     @abc.abstractmethod
     def up(self) -> None:

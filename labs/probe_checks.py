@@ -199,12 +199,13 @@ PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("probes: same candidates in both tools", verify_both_tools_pick_the_same_candidates, ()),
 ]
 
-#: the checks of the `v3only` guest run. A pair skips that run (one bcc compile round less):
-#: its fault run starts all three tools on a v3-only client, and labs/faults.py's
+#: the checks of the `v3only` guest run. A QEMU pair skips that run (one bcc compile round
+#: less): its fault run starts all three tools on a v3-only client, and labs/faults.py's
 #: verify_v4late and verify_nfstop_process check the same there.
 V3ONLY_CHECKS = (verify_nfstop_shows_the_workload_process, verify_every_command_runs_without_nfsv4)
 
 
-def guest_runs(topology: str) -> Tuple[str, ...]:
-    """The probes_guest.py runs a lab of this topology makes (v3only unloads nfsv4: last)."""
-    return ("main",) if topology == "pair" else ("main", "v3only")
+def guest_runs(with_faults: bool) -> Tuple[str, ...]:
+    """The probes_guest.py runs a lab makes: without v3only where the fault run checks the
+    v3-only client (v3only unloads nfsv4: last)."""
+    return ("main",) if with_faults else ("main", "v3only")

@@ -93,6 +93,7 @@ class QemuLab(Lab):
     """An NFS lab of one or two QEMU guests on one Debian kernel."""
 
     backend = "qemu"
+    can_pause_nodes = True  # SIGSTOP/SIGCONT to a guest's own QEMU process (signal_node)
 
     def __init__(self, kernel: str = "6.1", topology: str = "single", name: str = "default",
                  ssh: bool = True, memory_mib: int = 1536, vcpus: Optional[int] = None,

@@ -1,6 +1,7 @@
 """The Vagrant lab, for real: vagrant-libvirt boots the NFS server and client pair from
 the box built out of our Debian 6.1 image, NFSv3 and v4.2 cross the socket link, the
-live libvirt configuration obeys the network rule, and `down` leaves nothing behind.
+discovery and probe checks pass on its client, the live libvirt configuration obeys the
+network rule, and `down` leaves nothing behind.
 
 One pair for the whole module (a `vagrant up` under TCG takes minutes). The tests
 run in file order; the last one takes the lab down and checks for leftovers.
@@ -126,14 +127,22 @@ def test_project_tree_runs_in_the_guest(pair: Dict[str, object]) -> None:
 
 
 def test_backend_neutral_integration_checks_pass(pair: Dict[str, object], tmp_path: Path) -> None:
-    """labs/integration.py on this lab: workload, discover callgraph, tracefs restore, artefacts."""
+    """labs/integration.py on this lab: workload, discover callgraph, tracefs restore, the probe
+    checks on the client (netem on its link to the server; `main` and `v3only`, as no fault run
+    follows: libvirt owns these QEMU processes), artefacts."""
     from labs.integration import run_integration
+    from labs.probe_checks import PROBE_CHECKS
     started = time.monotonic()
-    report = run_integration(pair["lab"], tmp_path, keep_up=True)
+    report = run_integration(pair["lab"], tmp_path, keep_up=True, probes=True)
     print(f"vagrant pair integration: {time.monotonic() - started:.0f} s\n{report.text()}")
     assert report.passed, report.text()
     assert report.kernel_release == pair["lab"].state["kernel_release"]
     assert list(tmp_path.glob("*/callgraph/nfs_file_read.json"))
+    ran = {check.name for check in report.checks}
+    assert {name for name, _, _ in PROBE_CHECKS} <= ran, sorted(ran)
+    assert "probe runs: main and v3only on the client" in ran
+    assert not any(name.startswith("fault") for name in ran)
+    assert all(run["ok"] for ops in report.lab_results.values() for run in ops.values())
 
 
 def test_live_configuration_obeys_the_network_rule(pair: Dict[str, object]) -> None:
