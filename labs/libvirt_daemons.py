@@ -22,6 +22,9 @@ RUN_DIR = Path("/run")
 NETWORKS_DIR = Path("/etc/libvirt/qemu/networks")
 #: Written when probekit started the daemons itself, so `down` may stop them again.
 MARKER = Path("/run/probekit/libvirt-started-by-probekit")
+KVM_DEVICE = Path("/dev/kvm")
+#: /dev/kvm's owner and mode before probekit gave it udev's (restored with the daemons)
+KVM_MODE_MARKER = Path("/run/probekit/kvm-mode-before-probekit")
 
 
 class Daemon(NamedTuple):
@@ -96,6 +99,41 @@ def _start(daemon: Daemon, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def kvm_device_as_udev_sets_it() -> None:
+    """root:kvm 0660 on a /dev/kvm that no udev set up (root:root 0600 on this host).
+
+    libvirt probes QEMU's capabilities as root, with KVM, then checks the cache against
+    whether its QEMU user (libvirt-qemu, group kvm) may open /dev/kvm: on 0600 it may not,
+    so every call found the cache outdated and probed again, and each `virsh define` took
+    55 s (vagrant up defines a domain twice). Debian's udev rule gives kvm 0660; the
+    guests stay TCG (the Vagrantfile asks for domain type qemu)."""
+    try:
+        import grp
+        st, kvm_gid = KVM_DEVICE.stat(), grp.getgrnam("kvm").gr_gid
+    except (OSError, KeyError):
+        return
+    if (st.st_uid, st.st_gid, st.st_mode & 0o777) != (0, 0, 0o600):
+        return
+    KVM_MODE_MARKER.parent.mkdir(parents=True, exist_ok=True)
+    KVM_MODE_MARKER.write_text(f"{st.st_uid} {st.st_gid} {st.st_mode & 0o777:o}\n")
+    os.chown(KVM_DEVICE, 0, kvm_gid)
+    os.chmod(KVM_DEVICE, 0o660)
+
+
+def restore_kvm_device() -> None:
+    """Give /dev/kvm back the owner and mode kvm_device_as_udev_sets_it found."""
+    try:
+        uid, gid, mode = KVM_MODE_MARKER.read_text().split()
+    except (OSError, ValueError):
+        return
+    try:
+        os.chown(KVM_DEVICE, int(uid), int(gid))
+        os.chmod(KVM_DEVICE, int(mode, 8))
+    except OSError:
+        pass
+    KVM_MODE_MARKER.unlink(missing_ok=True)
+
+
 def ensure_daemons() -> List[str]:
     """Make virtlogd and libvirtd answer; return the names of those started here."""
     if os.geteuid() != 0:
@@ -110,6 +148,7 @@ def ensure_daemons() -> List[str]:
                 print(f"labs: disabling autostart of libvirt network {link.stem} "
                       "(bridge/NAT networks break the network rule)")
                 link.unlink()
+            kvm_device_as_udev_sets_it()
         _start(daemon)
         started.append(daemon.name)
     if started:
@@ -136,4 +175,5 @@ def stop_daemons_started_by_us(timeout: float = 20.0) -> List[str]:
                 time.sleep(0.2)
             stopped.append(daemon.name)
     MARKER.unlink()
+    restore_kvm_device()
     return stopped

@@ -43,3 +43,35 @@ def test_socket_answers_only_when_something_listens(tmp_path: Path) -> None:
     finally:
         server.close()
     assert path.exists() and not socket_answers(path)  # a stale socket file left by a dead daemon
+
+
+def test_kvm_device_gets_udevs_mode_and_it_is_given_back(tmp_path: Path, monkeypatch) -> None:
+    """root:root 0600, as this host's /dev/kvm is without udev: libvirt-qemu (group kvm) could
+    not open it, libvirt found its capability cache outdated on every call, define took 55 s."""
+    import grp
+    import os
+    from labs import libvirt_daemons as ld
+    device, marker = tmp_path / "kvm", tmp_path / "run" / "kvm-mode"
+    device.write_text("")
+    os.chown(device, 0, 0)
+    os.chmod(device, 0o600)
+    monkeypatch.setattr(ld, "KVM_DEVICE", device)
+    monkeypatch.setattr(ld, "KVM_MODE_MARKER", marker)
+    ld.kvm_device_as_udev_sets_it()
+    st = device.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, grp.getgrnam("kvm").gr_gid, 0o660)
+    ld.restore_kvm_device()
+    st = device.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o600) and not marker.exists()
+
+
+def test_a_kvm_device_someone_set_up_is_left_alone(tmp_path: Path, monkeypatch) -> None:
+    import os
+    from labs import libvirt_daemons as ld
+    device, marker = tmp_path / "kvm", tmp_path / "run" / "kvm-mode"
+    device.write_text("")
+    os.chmod(device, 0o666)
+    monkeypatch.setattr(ld, "KVM_DEVICE", device)
+    monkeypatch.setattr(ld, "KVM_MODE_MARKER", marker)
+    ld.kvm_device_as_udev_sets_it()
+    assert device.stat().st_mode & 0o777 == 0o666 and not marker.exists()

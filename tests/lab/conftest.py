@@ -8,6 +8,10 @@ a client guest on a socket link, the others one guest that is both: the probe ch
 on the client either way (netem goes on the client's interface to the server), the fault
 checks need a server to stop and so run on the pair kernels only.
 
+On a machine without cached images, the images of the kernels the session will boot are
+built in the background from its start, one at a time in boot order, while the Vagrant pair
+and the unit tests run (labs/images.py's flock makes a boot wait for a build under way).
+
 A guest that panics, oopses or stops answering fails its kernel's tests with one line
 (kernel, console log) and the next kernel boots as usual. PROBEKIT_LAB_KERNELS=6.12,7.3
 narrows the run; PROBEKIT_LAB_ARTIFACTS keeps the artefacts (else a pytest temp dir).
@@ -16,6 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -174,3 +181,55 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for kernel, times in SESSION_TIMES.items():
         parts = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in times.items() if part != "total")
         terminalreporter.write_line(f"{kernel:>5}: {times.get('total', 0) / 60:.1f} min ({parts})")
+
+
+class Prebuild(threading.Thread):
+    """`python -m labs.images K` for each kernel in turn (a cached image returns at once)."""
+
+    def __init__(self, kernels: List[str], log: Path) -> None:
+        super().__init__(daemon=True)
+        self.kernels, self.log = kernels, log
+        self.stopping = threading.Event()
+        self.proc: Optional[subprocess.Popen] = None
+
+    def run(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as out:
+            for kernel in self.kernels:
+                if self.stopping.is_set():
+                    return
+                out.write(f"== {time.strftime('%H:%M:%S')} image for {kernel}\n")
+                out.flush()
+                self.proc = subprocess.Popen([sys.executable, "-m", "labs.images", kernel],
+                                             stdout=subprocess.DEVNULL, stderr=out)
+                self.proc.wait()
+
+    def stop(self) -> None:
+        """Session over: a build still running is ended (its .partial is cleared on the next build)."""
+        self.stopping.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
+        self.join(60)
+
+
+_PREBUILD: List[Prebuild] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the images this session's lab tests boot, in the order they boot."""
+    if os.geteuid() != 0 or session.config.option.collectonly:
+        return
+    wanted = {_kernel_of(item) for item in session.items} - {-1}
+    kernels = [KERNELS[i] for i in sorted(wanted)]
+    if any(item.path.name == "test_vagrant_pair.py" for item in session.items):
+        kernels = ["6.1"] + [k for k in kernels if k != "6.1"]  # the box is made from 6.1's image
+    if kernels:
+        from discover.errors import cache_root
+        _PREBUILD.append(Prebuild(kernels, cache_root() / "images" / "prebuild.log"))
+        _PREBUILD[0].start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for build in _PREBUILD:
+        build.stop()
