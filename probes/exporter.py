@@ -25,7 +25,7 @@ import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.generate import Tool
-from probes.mounts import MountTable
+from probes.mounts import GONE_GRACE_S, MountTable
 from probes.runtime import Session
 from probes.spec import parse_ops
 
@@ -99,6 +99,8 @@ class NfsCollector:
                 return None
             stats_on = bpf_stats_enabled()
             self.mounts.refresh()
+            for dev in self.mounts.take_expired():
+                self.session.forget_dev(dev)
             return {"dist": self.session.dist(clear=False), "in_flight": self.session.in_flight(),
                     "anomalies": self.session.anomalies(), "inflight_lost": self.session.counter("inflight_lost"),
                     "bpf_stats": stats_on, "programs": self.session.program_stats() if stats_on else {}}
@@ -233,7 +235,10 @@ SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 @click.option("--ops", "ops_text", help="Operations to trace, as nfsdist's --ops (names, letters or all).")
 @click.option("-v", "--verbose", is_flag=True, help="Say which attach point each operation uses.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Probe spec (default: the NFS spec).")
-def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+@click.option("--gone-mount-grace", "grace", type=click.FloatRange(min=0), default=GONE_GRACE_S, show_default=True,
+              help="Seconds an unmounted mount keeps its series before its counts are dropped.")
+def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
+                 grace: float) -> None:
     """Export NFS operation latency histograms, counts, bytes and operations in flight
     for Prometheus, from in-kernel histograms (nfsdist's), until SIGTERM or Ctrl-C."""
     from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -254,7 +259,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
             import bcc  # type: ignore[import-not-found]  # Session imported it: only its version is wanted here
 
             registry.register(NfsCollector(session, lock, Path("/proc/sys/kernel/osrelease").read_text().strip(),
-                                           getattr(bcc, "__version__", "unknown")))
+                                           getattr(bcc, "__version__", "unknown"), MountTable(grace=grace)))
             serving = False
             try:
                 threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

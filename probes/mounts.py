@@ -12,8 +12,9 @@ line, `mountaddr`: the server address, mountinfo's `addr=` super option, not mou
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Dict, NamedTuple, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 MOUNTSTATS = Path("/proc/self/mountstats")
@@ -88,12 +89,26 @@ def parse_mountstats(text: str) -> Dict[str, Dict[str, str]]:
     return out
 
 
-class MountTable:
-    """dev -> Mount, re-read from /proc when a dev is not known yet (a mount made later)."""
+#: how long a mount that went away keeps its labels (its last operations still get scraped
+#: under them), before its counts are dropped: several scrape intervals of a usual Prometheus
+GONE_GRACE_S = 300.0
 
-    def __init__(self, mountinfo: Path = MOUNTINFO, mountstats: Path = MOUNTSTATS) -> None:
+
+class MountTable:
+    """dev -> Mount, re-read from /proc when a dev is not known yet (a mount made later).
+
+    A mount that went away stays known for `grace` seconds, then its dev is handed out once
+    by take_expired() so that its counts can be dropped: they must neither fall into the
+    unlabelled series nor be counted for a later mount the kernel gives the same dev (it
+    reuses anonymous devs). A dev that names another mount than before is expired at once."""
+
+    def __init__(self, mountinfo: Path = MOUNTINFO, mountstats: Path = MOUNTSTATS,
+                 grace: float = GONE_GRACE_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.paths = (mountinfo, mountstats)
+        self.grace, self.clock = grace, clock
         self.known: Dict[int, Optional[Mount]] = {}
+        self.gone: Dict[int, Tuple[Mount, float]] = {}
+        self._expired: List[int] = []
 
     def refresh(self) -> None:
         try:
@@ -101,13 +116,36 @@ class MountTable:
             stats = parse_mountstats(self.paths[1].read_text())
         except OSError:
             return
-        self.known = {}
+        now = self.clock()
+        current: Dict[int, Optional[Mount]] = {}
         for dev, mount in info.items():
             nfs = stats.get(mount["mountpoint"])
             if nfs is None or mount["fstype"] not in NFS_TYPES:
                 continue
-            self.known[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
-                                    mount["addr"], nfs.get("opt_vers", ""))
+            current[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
+                                 mount["addr"], nfs.get("opt_vers", ""))
+        for dev, before in list(self.known.items()) + [(d, m) for d, (m, _) in self.gone.items()]:
+            if before is None:
+                continue
+            if dev not in current:
+                self.gone.setdefault(dev, (before, now))
+            elif current[dev] != before and dev not in self._expired:
+                self._expired.append(dev)  # the dev of a new mount: the old one's counts go
+                self.gone.pop(dev, None)
+            else:
+                self.gone.pop(dev, None)
+        for dev, (_, since) in list(self.gone.items()):
+            if now - since >= self.grace:
+                del self.gone[dev]
+                self._expired.append(dev)
+        self.known = dict(current)
+        for dev, (mount, _) in self.gone.items():
+            self.known[dev] = mount
+
+    def take_expired(self) -> List[int]:
+        """Devs whose counts belong to no mount any more (gone past the grace, or reused)."""
+        expired, self._expired = self._expired, []
+        return expired
 
     def get(self, dev: int) -> Optional[Mount]:
         """The NFS mount of a superblock dev, or None (dev 0, a mount gone, not NFS)."""

@@ -326,6 +326,16 @@ class Session:
             self._inflight_lost_seen = lost
         return out
 
+    def forget_dev(self, dev: int) -> None:
+        """Drop one superblock's per-mount counts (Tool.per_mount): its mount is gone, or the
+        kernel gave its dev to another mount."""
+        for table in ("dist", "op_totals"):
+            stale = [key for key in self.bpf[table].keys() if int(getattr(key, "dev", -1)) == dev]
+            for key in stale:  # after the walk: deleting while walking a BPF hash restarts it
+                del self.bpf[table][key]
+        self._dist_base = {k: v for k, v in self._dist_base.items() if k[1] != dev}
+        self._totals_base = {k: v for k, v in self._totals_base.items() if k[1] != dev}
+
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
         """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total,
         'lat_ns': sum of latencies (with Tool.lat_sum, else 0)}, and with Tool.per_mount 'mounts': {dev: the same, for

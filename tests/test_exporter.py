@@ -213,3 +213,63 @@ def test_series_per_mount_carry_node_exporters_labels() -> None:
             'nfs_version="4.2",op="read",protocol="tcp"} 60.0') in text
     assert 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""} 0.0' \
         in text
+
+
+def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path: Path) -> None:
+    """umount of /mnt/nfs42 (the real tables without its lines): its series stays, labelled,
+    for the grace period; then the probe's maps drop its dev (Session.forget_dev) and neither
+    it nor the unlabelled series carries its 60 reads."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from probes.mounts import MountTable, kernel_dev
+    from test_mounts import Clock, unmounted
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    values = real_latencies_ns()
+
+    class PerMount(_Recorded):
+        def __init__(self) -> None:
+            super().__init__({"read": []}, [])
+            self.mounts = {kernel_dev(0, 44): values[:40], kernel_dev(0, 47): values[40:100], 0: []}
+
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            per = {dev: {"slots": slots_of(v), "count": len(v), "bytes": 0, "lat_ns": sum(v)}
+                   for dev, v in self.mounts.items()}
+            every = [x for v in self.mounts.values() for x in v]
+            return {"read": {"slots": slots_of(every), "count": len(every), "bytes": 0, "lat_ns": sum(every),
+                             "mounts": per}}
+
+        def forget_dev(self, dev: int) -> None:
+            del self.mounts[dev]
+
+    clock = Clock()
+    mounts = MountTable(fixtures / "mountinfo", fixtures / "mountstats", grace=300, clock=clock)
+    session = PerMount()
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(session, threading.Lock(), "6.1.0-50-amd64", "0.26.0", mounts))
+    v42 = ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",'
+           'nfs_version="4.2",op="read",protocol="tcp"} 60.0')
+    unlabelled = 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""}'
+    assert v42 in generate_latest(registry).decode()
+    mounts.paths = unmounted(tmp_path, "/mnt/nfs42").paths
+    clock.now += 60
+    text = generate_latest(registry).decode()
+    assert v42 in text and f"{unlabelled} 0.0" in text
+    clock.now += 300
+    text = generate_latest(registry).decode()
+    assert 'mountpoint="/mnt/nfs42"' not in text and f"{unlabelled} 0.0" in text
+    assert kernel_dev(0, 47) not in session.mounts and 'mountpoint="/mnt/nfs3"' in text
+
+
+def test_forget_dev_deletes_one_devs_keys_of_both_maps() -> None:
+    from collections import namedtuple
+
+    from probes.runtime import Session
+    dist_key, total_key = namedtuple("dist_key", "op slot dev"), namedtuple("total_key", "op dev")
+    dist = {dist_key(0, 10, 44): 3, dist_key(0, 10, 47): 5, dist_key(1, 12, 47): 1, dist_key(1, 9, 0): 2}
+    totals = {total_key(0, 44): 1, total_key(0, 47): 2}
+    fake = SimpleNamespace(bpf={"dist": dist, "op_totals": totals}, _dist_base={(0, 47, 10): 5, (0, 44, 10): 1},
+                           _totals_base={(0, 47): (1, 1), (0, 44): (2, 2)})
+    Session.forget_dev(fake, 47)
+    assert sorted((k.op, k.dev) for k in dist) == [(0, 44), (1, 0)]
+    assert [(k.op, k.dev) for k in totals] == [(0, 44)]
+    assert fake._dist_base == {(0, 44, 10): 1} and fake._totals_base == {(0, 44): (2, 2)}

@@ -65,3 +65,61 @@ def test_nfsdist_per_mount_sections_name_each_mount() -> None:
     assert sections == [("read, mount = /mnt/nfs3", [0] * 8 + [3]), ("read, mount = /mnt/nfs42", [0] * 9 + [1]),
                         ("rpc, mount = (no mount: RPC or other)", [0] * 7 + [2])]
     assert _dist_sections(data, None) == [("read", [0] * 8 + [3, 1]), ("rpc", [0] * 7 + [2])]
+
+
+def unmounted(tmp: Path, mountpoint: str) -> MountTable:
+    """The same real tables with one mount's lines taken out, as its umount leaves them."""
+    info = [line for line in (FIXTURES / "mountinfo").read_text().splitlines(keepends=True)
+            if f" {mountpoint} " not in line]
+    stats, skipping = [], False
+    for line in (FIXTURES / "mountstats").read_text().splitlines(keepends=True):
+        if line.startswith("device "):
+            skipping = f" mounted on {mountpoint} " in line
+        if not skipping:
+            stats.append(line)
+    (tmp / "mountinfo").write_text("".join(info))
+    (tmp / "mountstats").write_text("".join(stats))
+    return MountTable(tmp / "mountinfo", tmp / "mountstats")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_gone_mount_keeps_its_labels_for_the_grace_then_expires_once(tmp_path: Path) -> None:
+    clock = Clock()
+    mounts = MountTable(FIXTURES / "mountinfo", FIXTURES / "mountstats", grace=300, clock=clock)
+    mounts.refresh()
+    v42 = mounts.get(kernel_dev(0, 47))
+    after = unmounted(tmp_path, "/mnt/nfs42")
+    mounts.paths = after.paths  # the umount
+    clock.now += 10
+    mounts.refresh()
+    assert mounts.get(kernel_dev(0, 47)) == v42 and mounts.take_expired() == []
+    clock.now += 299  # 299 s after it was seen gone
+    mounts.refresh()
+    assert mounts.get(kernel_dev(0, 47)) == v42 and mounts.take_expired() == []
+    clock.now += 1
+    mounts.refresh()
+    assert mounts.take_expired() == [kernel_dev(0, 47)] and mounts.take_expired() == []
+    assert kernel_dev(0, 47) not in mounts.known and mounts.get(kernel_dev(0, 44)) is not None
+    mounts.refresh()
+    assert mounts.take_expired() == []
+
+
+def test_a_dev_given_to_another_mount_expires_at_once(tmp_path: Path) -> None:
+    """The kernel reuses anonymous devs: 0:47 now names a mount of another export."""
+    mounts = MountTable(FIXTURES / "mountinfo", FIXTURES / "mountstats")
+    mounts.refresh()
+    for name in ("mountinfo", "mountstats"):
+        text = (FIXTURES / name).read_text().replace("127.0.0.1:/srv/nfs mounted on /mnt/nfs42",
+                                                     "127.0.0.1:/srv/other mounted on /mnt/nfs42")
+        (tmp_path / name).write_text(text.replace("- nfs4 127.0.0.1:/srv/nfs ", "- nfs4 127.0.0.1:/srv/other "))
+    mounts.paths = (tmp_path / "mountinfo", tmp_path / "mountstats")
+    mounts.refresh()
+    assert mounts.take_expired() == [kernel_dev(0, 47)]
+    assert mounts.get(kernel_dev(0, 47)).export == "127.0.0.1:/srv/other"

@@ -32,6 +32,8 @@ from probes_guest import GAP_S, MOUNTS, PROJECT, kernel_attachments, prepare, sp
 
 PORT, NODE_PORT, PROM_PORT = 19910, 9100, 9090
 SCRAPE_S = 2
+#: the exporter's --gone-mount-grace here (default 300 s): the check waits it out
+GRACE_S = 10
 PROM_DIR = "/tmp/probekit-prometheus"
 PROM_CONFIG = f"""global: {{scrape_interval: {SCRAPE_S}s, evaluation_interval: {SCRAPE_S}s}}
 scrape_configs:
@@ -129,7 +131,8 @@ def samples(text: str, name: str) -> Dict[str, float]:
 def start(port: int, log: str) -> subprocess.Popen:
     """The exporter, ready once it says it serves (compiling takes minutes under TCG)."""
     err = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "probes.exporter", "--port", str(port), "-v"] + spec_args(),
+    proc = subprocess.Popen([sys.executable, "-m", "probes.exporter", "--port", str(port), "-v",
+                             "--gone-mount-grace", str(GRACE_S)] + spec_args(),
                             cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=err)
     started = time.monotonic()
     while time.monotonic() - started < 400:
@@ -151,6 +154,26 @@ def prometheus_counts(issued: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]
         if all(got.get(key) == value for key, value in want.items()) or time.monotonic() > deadline:
             return rows
         time.sleep(SCRAPE_S)
+
+
+def gone_mount(mount: str) -> Dict[str, Any]:
+    """umount a mount the exporter has series of: which mount points the scrapes label right
+    after, and after the grace; then mount it again (the boot's later checks use it)."""
+    source = next(line.split()[0] for line in open("/proc/mounts") if line.split()[1] == mount)
+
+    def seen() -> Dict[str, Any]:
+        ops = samples(scrape(PORT), "probekit_nfs_ops_total")
+        return {"mountpoints": sorted({key.split(" ", 1)[1] for key in ops}),
+                "unlabelled": sum(v for key, v in ops.items() if key.split(" ", 1)[1] == "")}
+    out: Dict[str, Any] = {"before": seen()}
+    subprocess.run(["umount", mount], check=True)
+    try:
+        out["just_after"] = seen()
+        time.sleep(GRACE_S + 2 * SCRAPE_S)
+        out["after_grace"] = seen()
+    finally:
+        subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", source, mount], check=True)
+    return out
 
 
 def main() -> Dict[str, Any]:
@@ -183,6 +206,7 @@ def main() -> Dict[str, Any]:
         out["promql"] = {"counts": prometheus_counts({tag: p["issued"] for tag, p in out["phases"].items()})}
         out["promql"].update({name: promql(query) for name, query in QUERIES.items() if name != "counts"})
         out["texts"] = {"probekit": scrape(PORT), "node": scrape(NODE_PORT)}
+        out["gone"] = gone_mount(MOUNTS["nfs42"])
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)

@@ -108,3 +108,14 @@ def test_no_pid_label_and_probe_info_names_every_op(results: Dict[str, Any]) -> 
     info_ops = {line.split('op="', 1)[1].split('"', 1)[0] for line in text.splitlines()
                 if line.startswith("probekit_probe_info{")}
     assert set(EXACT) | {"commit"} <= info_ops
+
+
+def test_an_unmounted_mount_keeps_its_series_for_the_grace_then_leaves(results: Dict[str, Any]) -> None:
+    """umount /mnt/nfs42 under the running exporter (--gone-mount-grace 10): still labelled
+    right after, gone after the grace, and its counts did not move to the unlabelled series."""
+    gone = results["gone"]
+    assert {"/mnt/nfs3", "/mnt/nfs42"} <= set(gone["before"]["mountpoints"]), gone
+    assert "/mnt/nfs42" in gone["just_after"]["mountpoints"], gone
+    assert "/mnt/nfs42" not in gone["after_grace"]["mountpoints"], gone
+    assert "/mnt/nfs3" in gone["after_grace"]["mountpoints"], gone
+    assert gone["after_grace"]["unlabelled"] == gone["before"]["unlabelled"], gone
