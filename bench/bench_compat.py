@@ -36,7 +36,7 @@ from probes.compat import (build_report, load_kernels, render, spec_events, spec
                            spec_modules)
 from probes.fetch import fetch_kernel  # noqa: E402
 from probes.kernelpkg import Lookup, profile_from_package  # noqa: E402
-from probes.spec import load_spec  # noqa: E402
+from discover.spec import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "probes" / "specs" / "nfs.toml"

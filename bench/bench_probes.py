@@ -124,7 +124,7 @@ def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
     from probes.generate import points_of
     from probes.runtime import DEFAULT_SPEC
     from probes.select import KernelFacts, select
-    from probes.spec import DEFAULT_OPS, load_spec
+    from discover.spec import DEFAULT_OPS, load_spec
     names: Dict[str, str] = {}
     chosen = select(load_spec(Path(spec) if spec else DEFAULT_SPEC), KernelFacts.live(), list(DEFAULT_OPS)).chosen
     for point in points_of(chosen, None):

@@ -24,7 +24,7 @@ from discover.errors import UserError
 from discover.events import EventPair, find_pairs
 from discover.profile import KernelProfile
 from discover.schema import node_link_parts
-from probes.spec import OPS, SCHEMA, VERSION, add_pointer_roles
+from discover.spec import OPS, SCHEMA, VERSION, add_pointer_roles
 
 
 class OpKnowledge(NamedTuple):

@@ -303,7 +303,7 @@ def put_spec_json(lab: Lab, local_dir: Path) -> None:
     """The default NFS spec as JSON at GUEST_SPEC_JSON, for guests whose Python has no TOML
     module (Debian 11); a copy stays in local_dir."""
     from probes.runtime import DEFAULT_SPEC
-    from probes.spec import load_spec
+    from discover.spec import load_spec
     spec_json = local_dir / "nfs-spec.json"
     local_dir.mkdir(parents=True, exist_ok=True)
     spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))

@@ -18,7 +18,7 @@ import json
 from typing import Any, Callable, Dict, List, Tuple
 
 from labs.guest.probes_guest import META_EXACT, META_SOME
-from probes.spec import OPS
+from discover.spec import OPS
 
 Results = Dict[str, Dict[str, Any]]
 

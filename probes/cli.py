@@ -99,7 +99,7 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
     """
     from probes.compat import (build_report, load_kernels, render, short_label, spec_events, spec_functions,
                                spec_modules)
-    from probes.spec import load_spec
+    from discover.spec import load_spec
     for value in kernels:
         if not value.strip():
             raise UserError("--kernel: empty value (a version such as 6.12, a .deb or directory, a profile, or live)")

@@ -21,7 +21,7 @@ from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls
 from probes.mounts import MountTable
 from probes.runtime import Session
-from probes.spec import DEFAULT_OPS, OPS, parse_ops
+from discover.spec import DEFAULT_OPS, OPS, parse_ops
 
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
             + ", ".join(f"{name} ({letter})" for name, letter in OPS.items())

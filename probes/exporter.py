@@ -27,7 +27,7 @@ from discover.errors import Terminated, UserError, run_cli
 from probes.generate import Tool
 from probes.mounts import GONE_GRACE_S, MountTable
 from probes.runtime import Session
-from probes.spec import parse_ops
+from discover.spec import parse_ops
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
 #: allocation list hands out, so it meets no allocated exporter on the same host

@@ -15,7 +15,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from discover.btf import (KIND_CONST, KIND_FUNC_PROTO, KIND_PTR, KIND_RESTRICT, KIND_STRUCT,
                           KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, KIND_VOLATILE, Btf, BtfError)
-from probes.spec import add_pointer_roles
+from discover.spec import add_pointer_roles
 
 _SKIP = (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG)
 
@@ -165,7 +165,7 @@ class KernelLayout:
     def infer_args(self, function: str) -> Dict[str, str]:
         """Roles from parameter types when the spec names none (it was proposed without BTF).
 
-        Pointer parameters give roles by their struct (probes.spec.ROLES_BY_POINTEE);
+        Pointer parameters give roles by their struct (discover.spec.ROLES_BY_POINTEE);
         the first match per role wins.
         """
         params = self.params(function)

@@ -21,7 +21,7 @@ from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_even
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
-from probes.spec import load_spec
+from discover.spec import load_spec
 
 DEFAULT_SPEC = Path(__file__).resolve().parent / "specs" / "nfs.toml"
 BTF_DIR = Path("/sys/kernel/btf")

@@ -114,7 +114,7 @@ def test_callgraphs(inputs: Dict[str, Path], tmp_path_factory: pytest.TempPathFa
 
 
 def test_specs(inputs: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
-    from probes.spec import load_spec
+    from discover.spec import load_spec
     spec = load_spec(bi.SPEC)
     work = tmp_path_factory.mktemp("specs")
 

@@ -17,7 +17,7 @@ from probes.compat import (ABSENT, CHANGED, INLINED, OK, Kernel, build_report, d
                            load_kernel, render, spec_attach_points, spec_events, spec_functions,
                            spec_modules)
 from probes.fetch import fetch_kernel
-from probes.spec import load_spec, validate_spec
+from discover.spec import load_spec, validate_spec
 
 REPO = Path(__file__).resolve().parents[1]
 NFS_SPEC = REPO / "probes" / "specs" / "nfs.toml"

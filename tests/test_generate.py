@@ -24,7 +24,7 @@ from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Tool, decode_event, event
                              generate)
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, select
-from probes.spec import OPS, load_spec, parse_ops
+from discover.spec import OPS, load_spec, parse_ops
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "probes" / "specs" / "nfs.toml"

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from discover.profile import load_profile
 from discover.propose import Proposer, build_spec
-from probes.spec import DEFAULT_OPS, OPS, dumps_spec, load_spec
+from discover.spec import DEFAULT_OPS, OPS, dumps_spec, load_spec
 
 LAB = Path(__file__).resolve().parent / "fixtures" / "6.1.0-50-amd64"
 PROFILE = LAB / "profile.json.gz"

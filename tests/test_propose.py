@@ -14,7 +14,7 @@ from discover.errors import UserError
 from discover.profile import KernelProfile, dump_profile
 from discover.propose import Proposer, build_spec
 from discover.snapshot import build_profile
-from probes.spec import dumps_spec, load_spec, parse_ops
+from discover.spec import dumps_spec, load_spec, parse_ops
 
 from test_snapshot import fixture_tracefs
 

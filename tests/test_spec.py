@@ -8,7 +8,7 @@ from typing import Any, Dict
 import pytest
 
 from discover.errors import UserError
-from probes.spec import dumps_spec, load_spec, validate_spec
+from discover.spec import dumps_spec, load_spec, validate_spec
 
 GOOD: Dict[str, Any] = {
     "schema": "probekit-probe-spec", "version": 1, "filesystem": "nfs", "kernel": "6.1.0-57-amd64",

@@ -13,7 +13,7 @@ from discover.errors import write_file
 from discover.profile import KernelProfile, load_profile
 from discover.propose import CallGraphs, Candidate, Proposer, build_spec
 from discover.snapshot import build_profile, find_live_tracefs, host_paths
-from probes.spec import OPS, dumps_spec, parse_ops
+from discover.spec import OPS, dumps_spec, parse_ops
 
 EXAMPLES = """
 \b

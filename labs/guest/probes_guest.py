@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, PROJECT)
-from probes.spec import OPS  # noqa: E402  (the project share is not on sys.path by itself)
+from discover.spec import OPS  # noqa: E402  (the project share is not on sys.path by itself)
 
 MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
 #: where the host puts the spec as JSON, for guests without a TOML module (Debian 11's Python 3.9)

@@ -146,7 +146,7 @@ def test_static_report_agrees_with_the_lab(lab: Lab, results: Dict[str, Dict[str
     """probes compat (the same code as the command) for this kernel, with this run's lab results."""
     from probes.compat import build_report, disagreements, render, spec_attach_points, spec_functions
     from probes.runtime import DEFAULT_SPEC
-    from probes.spec import load_spec
+    from discover.spec import load_spec
     main = data(results, "main")
     lab_results = main["lab_results"]
     release = main["kernel"]["release"]
