@@ -157,6 +157,8 @@ def test_promtool_accepts_the_text(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args,hint", [(["--port", "0"], "--port"), (["--port", "x"], "--port"),
                                        (["--address", "localhost:1"], "--address"), (["--ops", "reed"], "--ops"),
+                                       (["--gone-mount-grace", "-1"], "--gone-mount-grace"),
+                                       (["--gone-mount-grace", "soon"], "--gone-mount-grace"),
                                        (["extra"], "unexpected extra argument")])
 def test_bad_options_are_one_line_exit_2(args: List[str], hint: str) -> None:
     res = subprocess.run([sys.executable, "-m", "probes.exporter", *args], capture_output=True, text=True,
