@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from labs.base import SERVER, CommandResult
 from labs.console import GuestFailure
+from labs.guest.probes_guest import interval_in
 from labs.probe_checks import mean_bucket, phase_hist
 
 FAULTS_GUEST = "labs/guest/faults_guest.py"
@@ -267,12 +268,6 @@ def verify_v4late(result: Dict[str, Any]) -> str:
     return ", ".join(f"{name}: {verdicts[name]}" for name in TOOLS) + f"; exact: {detail}"
 
 
-def _in_window(ts: str, phase: Dict[str, Any]) -> bool:
-    """An interval printed at wall second `ts` covers about ts-1..ts: inside the phase?"""
-    moment = time.mktime(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
-    return phase["start"] - 1 <= moment <= phase["end"] + 1.5
-
-
 def verify_nfstop_process(result: Dict[str, Any]) -> str:
     """nfstop names the workload's process with every read and write it issued over all five
     phases, and while the server is stopped shows it with an operation in flight for seconds."""
@@ -287,7 +282,7 @@ def verify_nfstop_process(result: Dict[str, Any]) -> str:
         seen = sum(p["ops"].get(op, {}).get("count", 0) for _, p in mine)
         assert seen == issued, f"nfstop counted {seen} {op}s of pid {data['workload_pid']}, the workload issued {issued}"
         counted.append(f"{op} {seen}")
-    stuck = [p for ts, p in mine if _in_window(ts, data["phases"]["pause"]) and p["in_flight"]]
+    stuck = [p for ts, p in mine if interval_in(ts, data["phases"]["pause"]) and p["in_flight"]]
     oldest = max((p["oldest_ms"] for p in stuck), default=0.0)
     assert oldest >= PAUSE_S * 1000 / 3, \
         f"while the server was stopped nfstop showed pid {data['workload_pid']} in flight for at most {oldest} ms"

@@ -364,7 +364,8 @@ def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_
                                                            row["read_mb_s"], row["write_mb_s"])
                 for op in session.probe.ops:
                     entry = row["ops"].get(op)
-                    p99 = "-" if not entry or entry["p99_ms"] is None else f"{entry['p99_ms']:.2f}"
+                    if entry:
+                        p99 = "-" if entry["p99_ms"] is None else f"{entry['p99_ms']:.2f}"
                     line += " %15s" % (f"{entry['avg_ms']:.2f}/{p99}" if entry else "-")
                 oldest = row["oldest_ms"]
                 line += " %5d %10s" % (row["in_flight"], f"{oldest / 1000:.1f}" if oldest is not None else "-")

@@ -157,9 +157,7 @@ def label(intervals: List[Dict[str, Any]], phases: Dict[str, Any]) -> None:
     """An nfsdist interval printed at wall second T covers about T-1..T: it belongs to the phase
     running then, and to "gap" between phases (mounts, module loads, late COMMITs)."""
     for interval in intervals:
-        moment = time.mktime(time.strptime(interval["ts"], "%Y-%m-%d %H:%M:%S"))
-        interval["phase"] = next((name for name, p in phases.items()
-                                  if p["start"] - 1 <= moment <= p["end"] + 1.5), "gap")
+        interval["phase"] = next((name for name, p in phases.items() if pg.interval_in(interval["ts"], p)), "gap")
 
 
 def run() -> Dict[str, Any]:

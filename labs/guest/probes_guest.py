@@ -219,6 +219,13 @@ def kernel_facts() -> Dict[str, Any]:
             "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "spec": spec_args()[1:] or ["default"]}
 
 
+def interval_in(ts: str, phase: Dict[str, Any]) -> bool:
+    """A tool's interval printed at wall second `ts` covers about ts-1..ts: did it fall inside
+    the phase (wall-clock "start" and "end"), with a second and a half of slack after?"""
+    moment = time.mktime(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
+    return phase["start"] - 1 <= moment <= phase["end"] + 1.5
+
+
 def phase_of(moment: float, starts: List[Tuple[str, float]]) -> str:
     """The last phase that had started by `moment` ("before" when none)."""
     found = "before"

@@ -202,6 +202,8 @@ class Prebuild(threading.Thread):
                 out.flush()
                 self.proc = subprocess.Popen([sys.executable, "-m", "labs.images", kernel],
                                              stdout=subprocess.DEVNULL, stderr=out)
+                if self.stopping.is_set():  # stop() came while it was being started
+                    self.proc.terminate()
                 self.proc.wait()
 
     def stop(self) -> None:
@@ -209,8 +211,10 @@ class Prebuild(threading.Thread):
         self.stopping.set()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(60)
         self.join(60)
+        if self.proc is not None and self.proc.poll() is None:  # a build that ignored SIGTERM
+            self.proc.kill()
+            self.proc.wait()
 
 
 _PREBUILD: List[Prebuild] = []
