@@ -40,6 +40,9 @@ from labs.qemu import QemuLab
 KERNELS: Tuple[str, ...] = ("5.10", "6.1", "6.12", "7.2", "7.3")
 #: booted as a server/client pair (the fault checks' kernels); the others as one guest
 PAIR_KERNELS = frozenset({"6.12", "7.3"})
+#: booted with 2 vCPUs: their checks run no function_graph (a 2-vCPU 7.2 guest once panicked
+#: under it) and start up to three tools at once, whose bcc compiles then run side by side
+TWO_VCPU_KERNELS = frozenset({"5.10", "7.2"})
 
 
 def lab_kernels() -> List[str]:
@@ -129,6 +132,7 @@ def kernel_lab(request: pytest.FixtureRequest, lab_artifacts: Path) -> Iterator[
     kernel: str = request.param
     topology = "pair" if kernel in PAIR_KERNELS else "single"
     lab = QemuLab(kernel=kernel, topology=topology, name=f"pytest-{kernel}", ssh=False,
+                  vcpus=2 if kernel in TWO_VCPU_KERNELS else None,
                   progress=lambda message: print(message, flush=True))
     lab.down()  # a lab left over by an interrupted earlier run
     started = time.monotonic()
