@@ -10,11 +10,13 @@
  *
  * Generated constants used here:
  *   NPOINTS, NOPS, TARGET_TGID (0 = every process), MIN_LAT_NS, MAX_LAT_NS,
- *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS,
+ *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS, CGROUP_FILTER,
+ *   MOUNT_DEV (0 = every mount), DEV_AT_ENTRY,
  *   USE_RINGBUF (RINGBUF_PAGES), USE_TASK_STORAGE, HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY),
  *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME), WANT_INFLIGHT (INFLIGHT_SLOTS),
- *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (MAX_MOUNTS;
- *   HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB; OFF_SB_DEV).
+ *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (maps keyed by
+ *   mount: MAX_MOUNTS; HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB;
+ *   OFF_SB_DEV).
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
  * operations nesting on a thread (one traced function inside another) are each
@@ -30,9 +32,8 @@ struct start_val {
     u64 offset;
     u64 bytes;    /* bytes known at entry (tracepoint field), else 0 */
     u64 fileid;
-#if WANT_DEV
-    u64 dev;      /* the superblock's s_dev (the mount), for per-mount histograms */
-#endif
+    u64 dev;      /* the superblock's s_dev (the mount): at entry where DEV_AT_ENTRY or a
+                   * tracepoint field has it, else found for printed events only */
 };
 
 #if USE_TASK_STORAGE
@@ -60,6 +61,7 @@ struct async_val {
     struct start_val s;
     u32 pid;
     u32 tid;      /* the thread that started it: a stuck thread's RPC is found by it */
+    u64 cgroup;   /* the starting task's cgroup v2 id: the end runs in another task */
     char comm[COMM_LEN];
     char name[NAME_LEN];  /* from the start event (an RPC's procedure), or empty */
 };
@@ -81,12 +83,15 @@ struct inflight_slot {
     u32 tid;      /* its process: /proc/TID/status, read only for a stuck thread */
     u16 op;
     u16 point;
+#if WANT_DEV
+    u64 dev;      /* its mount, for nfstop --by mount */
+#endif
 };
 BPF_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
 /* [0] operations not shown in flight because another thread held their slot */
 BPF_ARRAY(inflight_lost, u64, 1);
 
-static __always_inline void inflight_start(u64 id, u32 point, u32 op, u64 ts)
+static __always_inline void inflight_start(u64 id, u32 point, u32 op, u64 ts, u64 dev)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = inflight.lookup(&idx);
@@ -106,6 +111,9 @@ static __always_inline void inflight_start(u64 id, u32 point, u32 op, u64 ts)
     slot->tid = (u32)id;
     slot->op = op;
     slot->point = point;
+#if WANT_DEV
+    slot->dev = dev;
+#endif
     slot->ts = ts;
 }
 
@@ -162,17 +170,20 @@ BPF_ARRAY(op_totals, struct op_total, NOPS);
 struct top_key {
     u32 tgid;
     u32 op;
+    u32 dev;      /* the mount with WANT_DEV (nfstop --by mount), else 0 */
+    u32 pad;
 };
 struct top_hist_key {
     u32 tgid;
     u32 op;
     u32 slot;
-    u32 pad;
+    u32 dev;
 };
 struct top_val {
     u64 count;
     u64 lat_ns;
     u64 bytes;
+    u64 cgroup;           /* cgroup v2 id of its first operation (nfstop --by cgroup) */
     char comm[COMM_LEN];  /* the process may be gone when user space reads the map */
 };
 BPF_HASH(top_stats, struct top_key, struct top_val, 10240);
@@ -186,15 +197,32 @@ static __always_inline u64 read_ptr(u64 addr)
     return val;
 }
 
-static __always_inline int want_task(u64 pid_tgid)
+#if CGROUP_FILTER
+/* [0]: the cgroup v2 directory given by --cgroup (user space stores its fd) */
+BPF_CGROUP_ARRAY(cgroup_filter, 1);
+#endif
+
+/* filters, at the start of an operation only: an operation let in is timed to its end */
+static __always_inline int want_task(u64 pid_tgid, struct start_val *v)
 {
-    return TARGET_TGID == 0 || (u32)(pid_tgid >> 32) == TARGET_TGID;
+    if (TARGET_TGID != 0 && (u32)(pid_tgid >> 32) != TARGET_TGID)
+        return 0;
+#if MOUNT_DEV
+    if ((u32)v->dev != MOUNT_DEV)
+        return 0;
+#endif
+#if CGROUP_FILTER
+    /* 1 when the current task is in the cgroup's subtree */
+    if (cgroup_filter.check_current_task(0) != 1)
+        return 0;
+#endif
+    return 1;
 }
 
 static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
 {
     u64 id = bpf_get_current_pid_tgid();
-    if (!want_task(id))
+    if (!want_task(id, v))
         return;
 #if USE_TASK_STORAGE
     struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
@@ -211,13 +239,12 @@ static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
     starts.update(&k, v);
 #endif
 #if WANT_INFLIGHT
-    inflight_start(id, point, op, v->ts);
+    inflight_start(id, point, op, v->ts, v->dev);
 #endif
 }
 
-#if WANT_DEV
 /* s_dev of the superblock a struct file * or struct dentry * belongs to (0 if unknown):
- * two or three reads, done at entry and only for per-mount histograms */
+ * two or three reads, at entry for DEV_AT_ENTRY, else only for printed events */
 static __always_inline u64 dev_of(u64 ptr, int ptr_kind)
 {
     u64 sb = 0;
@@ -234,7 +261,6 @@ static __always_inline u64 dev_of(u64 ptr, int ptr_kind)
         bpf_probe_read_kernel(&dev, sizeof(dev), (void *)(sb + OFF_SB_DEV));
     return dev;
 }
-#endif
 
 static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
 {
@@ -253,8 +279,8 @@ static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
 
 #if WANT_EVENTS
 /* zeroed first: the record goes to user space whole, padding and unused name bytes included */
-static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 now,
-                                       u64 delta, struct start_val *s, int ptr_kind, const char *name)
+static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 cgroup,
+                                       u64 now, u64 delta, struct start_val *s, int ptr_kind, const char *name)
 {
     __builtin_memset(e, 0, sizeof(*e));
     e->end_ns = now;
@@ -262,6 +288,8 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
     e->bytes = s->bytes;
     e->offset = s->offset;
     e->fileid = s->fileid;
+    e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);
+    e->cgroup = cgroup;
     e->pid = pid;
     e->op = op;
     if (comm)
@@ -277,8 +305,9 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
 
 /* one finished operation: a sane delta feeds the histograms and, above the
  * threshold, one event (`name`: the file or RPC name where an event field has it, read
- * only for printed events) */
-static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 now,
+ * only for printed events). `comm` and `cgroup` are the starting task's when the end
+ * runs in another task (async), else comm is 0 and the current task's are taken. */
+static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 cgroup, u64 now,
                                    u64 delta, struct start_val *s, int ptr_kind, const char *name)
 {
 #if WANT_DIST
@@ -320,13 +349,20 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
         __builtin_memset(&zero, 0, sizeof(zero));
         tk.tgid = pid;
         tk.op = op;
+#if WANT_DEV
+        tk.dev = (u32)s->dev;
+        hk.dev = (u32)s->dev;
+#endif
         tv = top_stats.lookup_or_try_init(&tk, &zero);
         if (tv) {
             if (tv->count == 0) {
-                if (comm)
+                if (comm) {
                     __builtin_memcpy(tv->comm, comm, COMM_LEN);
-                else
+                    tv->cgroup = cgroup;
+                } else {
                     bpf_get_current_comm(&tv->comm, sizeof(tv->comm));
+                    tv->cgroup = bpf_get_current_cgroup_id();
+                }
             }
             __sync_fetch_and_add(&tv->count, 1);
             __sync_fetch_and_add(&tv->lat_ns, delta);
@@ -349,11 +385,13 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
                 __sync_fetch_and_add(lost, 1);
             return;
         }
-        fill_event(e, op, pid, comm, now, delta, s, ptr_kind, name);
+        fill_event(e, op, pid, comm, comm ? cgroup : bpf_get_current_cgroup_id(), now, delta, s, ptr_kind,
+                   name);
         events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 #else
         struct event e;
-        fill_event(&e, op, pid, comm, now, delta, s, ptr_kind, name);
+        fill_event(&e, op, pid, comm, comm ? cgroup : bpf_get_current_cgroup_id(), now, delta, s, ptr_kind,
+                   name);
         events.perf_submit(ctx, &e, sizeof(e));
 #endif
     }
@@ -410,7 +448,7 @@ static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_
         return;
     if (bytes_at_end >= 0)
         s.bytes = bytes_at_end;
-    record(ctx, op, (u32)(id >> 32), 0, now, now - s.ts, &s, ptr_kind, name);
+    record(ctx, op, (u32)(id >> 32), 0, 0, now, now - s.ts, &s, ptr_kind, name);
 }
 
 #if HAVE_ASYNC
@@ -418,13 +456,14 @@ static __always_inline void async_start(struct async_key *k, struct start_val *s
 {
     u64 id = bpf_get_current_pid_tgid();
     struct async_val v;
-    if (!want_task(id))
+    if (!want_task(id, s))
         return;
     __builtin_memset(&v, 0, sizeof(v));
     v.s = *s;
     v.s.ts = bpf_ktime_get_ns();
     v.pid = (u32)(id >> 32);
     v.tid = (u32)id;
+    v.cgroup = bpf_get_current_cgroup_id();
     bpf_get_current_comm(&v.comm, sizeof(v.comm));
     if (name)
         bpf_probe_read_kernel_str(v.name, NAME_LEN, name);
@@ -445,7 +484,7 @@ static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s6
         return;
     if (bytes_at_end >= 0)
         v.s.bytes = bytes_at_end;
-    record(ctx, op, v.pid, v.comm, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
+    record(ctx, op, v.pid, v.comm, v.cgroup, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
 }
 #endif
 

@@ -11,15 +11,16 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
 from discover.errors import UserError, run_cli
+from probes.cgroups import CgroupNames, filter_dir, task_cgroup
 from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls
-from probes.mounts import MountTable
+from probes.mounts import MountTable, nfs_mount_dev
 from probes.runtime import Session
 from discover.spec import DEFAULT_OPS, OPS, parse_ops
 
@@ -34,10 +35,25 @@ COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, no
 def common(func: Any) -> Any:
     func = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
                         help="Probe spec (default: probes/specs/nfs.toml).")(func)
+    func = click.option("--mount-point", "mount_point", metavar="PATH",
+                        help="Only operations on the NFS mount holding PATH (filtered in the kernel; "
+                             "RPCs, which have no file, are left out).")(func)
+    func = click.option("--cgroup", "cgroup", metavar="PATH",
+                        help="Only tasks in this cgroup v2 subtree (a directory under /sys/fs/cgroup, or "
+                             "its path as /proc/PID/cgroup writes it; filtered in the kernel).")(func)
     func = click.option("-v", "--verbose", is_flag=True,
                         help="Say which attach point each operation uses, and why others were skipped.")(func)
     func = click.option("--ops", "ops_text", help=OPS_HELP)(func)
     return func
+
+
+class Filters:
+    """--cgroup and --mount-point, checked before anything is compiled or attached."""
+
+    def __init__(self, cgroup: Optional[str], mount_point: Optional[str]) -> None:
+        self.mounts = MountTable()
+        self.cgroup_dir = filter_dir(cgroup) if cgroup else None
+        self.mount_dev = nfs_mount_dev(mount_point, self.mounts) if mount_point else 0
 
 
 def _name(event: Dict[str, Any]) -> str:
@@ -53,10 +69,15 @@ CSV_HEADER = "ENDTIME_us,TASK,PID,TYPE,BYTES,OFFSET_b,LATENCY_us,FILE"
 
 
 def slower_row(clock: str, comm: str, pid: int, letter: str, nbytes: int, offset: int, lat_ns: int,
-               name: str) -> str:
-    """One nfsslower line in bcc's layout (offset in KiB, latency in ms with 2 decimals)."""
+               name: str, mount: Optional[str] = None) -> str:
+    """One nfsslower line in bcc's layout (offset in KiB, latency in ms with 2 decimals); with
+    -M the mount point comes before the file name."""
     return "%-8s %-14.14s %-6s %1s %-7s %-8d %7.2f %s" % (clock, comm, pid, letter, nbytes, offset // 1024,
-                                                         lat_ns / 1e6, name)
+                                                         lat_ns / 1e6, _with_mount(name, mount))
+
+
+def _with_mount(name: str, mount: Optional[str]) -> str:
+    return name if mount is None else "%-12s %s" % (mount, name)
 
 
 def _stall_file(stall: Stall) -> str:
@@ -67,11 +88,17 @@ def _stall_file(stall: Stall) -> str:
     return f"{stall.file} (in flight{rpc})"
 
 
-def stall_row(clock: str, stall: Stall, letter: str) -> str:
+def _csv_file(name: str, mount: Optional[str]) -> str:
+    """CSV's last field(s): FILE, or MOUNT,FILE with -M (the file name stays last: it may hold commas)."""
+    return name if mount is None else f"{mount},{name}"
+
+
+def stall_row(clock: str, stall: Stall, letter: str, mount: Optional[str] = None) -> str:
     """A stall in bcc's layout: `>` before the time in flight so far, `-` for size and offset
     (not known until the operation ends), `(in flight...)` after the file name."""
     return "%-8s %-14.14s %-6s %1s %-7s %-8s %7s %s" % (clock, stall.comm, stall.pid, letter, "-", "-",
-                                                        ">%.2f" % (stall.age_ns / 1e6), _stall_file(stall))
+                                                        ">%.2f" % (stall.age_ns / 1e6),
+                                                        _with_mount(_stall_file(stall), mount))
 
 
 SLOWER_EXAMPLES = f"""
@@ -87,6 +114,9 @@ Examples:
   nfsslower -p 185         # trace PID 185 only
   nfsslower --ops R,W -v   # reads and writes; show the attach points chosen
   nfsslower --ops all 1000 # every operation and RPC slower than 1 s, stuck ones included
+  nfsslower -M 1           # ... 1 ms, with a MOUNT column (the mount point)
+  nfsslower --mount-point /mnt/nfs 1     # one mount only
+  nfsslower --cgroup /sys/fs/cgroup/system.slice/backup.service 1  # one unit (and its children)
 \b
 Operations still in flight past MIN_MS are printed while they last (a server that stops
 answering shows at once, not only when it comes back): LAT(ms) reads `>ms so far`,
@@ -94,6 +124,8 @@ BYTES/OFF_KB `-`, and the file name is followed by `(in flight; RPC proc to serv
 LATENCY_us `>us`; JSON: "in_flight": true, "in_flight_ms" (completed lines: "in_flight":
 false, "lat_us"). Each is printed when it crosses MIN_MS (at least 1 s) and again every
 --stall-interval seconds; its completion line follows when it ends.
+\b
+JSON lines always carry "mount" (mount point, null for RPCs) and "cgroup" (cgroup v2 path).
 """
 
 
@@ -104,19 +136,32 @@ false, "lat_us"). Each is printed when it crosses MIN_MS (at least 1 s) and agai
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 @click.option("--stall-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Seconds between repeats of a stuck operation's line; 0: no in-flight lines.")
+@click.option("-M", "--mount", "show_mount", is_flag=True, help="A MOUNT column (mount point) before FILENAME.")
 @common
 def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stall_interval: float,
-              ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+              show_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
+              verbose: bool, spec_path: Optional[str]) -> None:
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck."""
     if as_csv and as_json:
         raise UserError("choose one of -j/--csv and --json")
     ops = parse_ops(ops_text)
-    tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0)
-    session = Session("nfsslower", tool, ops, spec_path, verbose)
+    where = Filters(cgroup, mount_point)
+    tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0,
+                mount_dev=where.mount_dev)
+    session = Session("nfsslower", tool, ops, spec_path, verbose, where.cgroup_dir)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
+    cgroups = CgroupNames()
+
+    def mount_of(dev: int) -> Optional[str]:
+        mount = where.mounts.get(dev)
+        return mount.mountpoint if mount is not None else None
+
+    def column(dev: int) -> Optional[str]:
+        """The MOUNT column's text with -M, else None (no column)."""
+        return (mount_of(dev) or "-") if show_mount else None
 
     def show_stalls() -> None:
         now = time.monotonic_ns()
@@ -126,12 +171,13 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
                 print(json.dumps({"in_flight": True, "in_flight_ms": round(stall.age_ns / 1e6, 3),
                                   "start_us": stall.start_ns // 1000, "comm": stall.comm, "pid": stall.pid,
                                   "tid": stall.tid, "op": stall.op, "type": letter, "file": stall.file,
-                                  "rpc": stall.rpc, "server": stall.server}), flush=True)
+                                  "rpc": stall.rpc, "server": stall.server, "mount": mount_of(stall.dev),
+                                  "cgroup": task_cgroup(stall.pid)}), flush=True)
             elif as_csv:
-                print("%d,%s,%d,%s,-,-,>%d,%s" % (now // 1000, stall.comm, stall.pid, letter,
-                                                   stall.age_ns // 1000, _stall_file(stall)), flush=True)
+                print("%d,%s,%d,%s,-,-,>%d,%s" % (now // 1000, stall.comm, stall.pid, letter, stall.age_ns // 1000,
+                                                   _csv_file(_stall_file(stall), column(stall.dev))), flush=True)
             else:
-                print(stall_row(time.strftime("%H:%M:%S"), stall, letter), flush=True)
+                print(stall_row(time.strftime("%H:%M:%S"), stall, letter, column(stall.dev)), flush=True)
 
     def show(event: Dict[str, Any]) -> None:
         letter = session.letter(event["op"])
@@ -141,25 +187,27 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
                               "pid": event["pid"], "op": op, "type": letter, "bytes": event["bytes"],
                               "offset": event["offset"], "lat_us": event["lat_ns"] // 1000,
                               "file": _name(event), "fileid": event["fileid"],
-                              "rpc": event["name"] if op == "rpc" else None}), flush=True)
+                              "rpc": event["name"] if op == "rpc" else None, "mount": mount_of(event["dev"]),
+                              "cgroup": cgroups.name(event["cgroup"])}), flush=True)
         elif as_csv:
             print("%d,%s,%d,%s,%d,%d,%d,%s" % (event["end_ns"] // 1000, event["comm"], event["pid"], letter,
                                                event["bytes"], event["offset"], event["lat_ns"] // 1000,
-                                               _name(event)), flush=True)
+                                               _csv_file(_name(event), column(event["dev"]))), flush=True)
         else:
             print(slower_row(time.strftime("%H:%M:%S"), event["comm"], event["pid"], letter, event["bytes"],
-                             event["offset"], event["lat_ns"], _name(event)), flush=True)
+                             event["offset"], event["lat_ns"], _name(event), column(event["dev"])), flush=True)
 
     with session:
         session.on_events(show)
         if tool.inflight:
             session.on_tick(show_stalls)
         if as_csv:
-            print(CSV_HEADER, flush=True)
+            print(CSV_HEADER if not show_mount else CSV_HEADER.replace(",FILE", ",MOUNT,FILE"), flush=True)
         elif not as_json:
             print("Tracing NFS operations... Ctrl-C to quit" if min_ms == 0 else
                   f"Tracing NFS operations that are slower than {min_ms} ms... Ctrl-C to quit")
-            print(SLOWER_HEADER, flush=True)
+            print(SLOWER_HEADER if not show_mount else SLOWER_HEADER.replace("FILENAME", "%-12s FILENAME" % "MOUNT"),
+                  flush=True)
         else:
             print(json.dumps({"tracing": session.probe.ops, "min_ms": min_ms}), flush=True)
         session.poll_until_stopped()
@@ -174,6 +222,7 @@ Examples:
   nfsdist -p 181       # trace PID 181 only
   nfsdist --json 5 1   # one 5 s summary as JSON (counts, bytes, buckets per op)
   nfsdist --per-mount 10 1  # one histogram per operation per NFS mount
+  nfsdist --cgroup /system.slice/nfs-backup.service 5   # one unit's operations
   nfsdist --ops open,getattr -v
 """
 
@@ -236,16 +285,20 @@ def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[
               help="One histogram per operation per mount (the file's superblock; RPCs have none).")
 @common
 def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
-            per_mount: bool, ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+            per_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
+            verbose: bool, spec_path: Optional[str]) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
     unit = "msecs" if millis else "usecs"
-    tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount)
-    mounts = MountTable() if per_mount else None
-    session = Session("nfsdist", tool, parse_ops(ops_text), spec_path, verbose)
+    ops = parse_ops(ops_text)
+    where = Filters(cgroup, mount_point)
+    tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount,
+                mount_dev=where.mount_dev)
+    mounts = where.mounts if per_mount else None
+    session = Session("nfsdist", tool, ops, spec_path, verbose, where.cgroup_dir)
     with session:
         if not as_json:
             print("Tracing NFS operation latency... Hit Ctrl-C to end.", flush=True)
@@ -272,21 +325,22 @@ Examples:
   nfstop               # per-process NFS ops/s, MB/s, avg and p99 latency, every 1 s
   nfstop -i 5          # refresh every 5 seconds
   nfstop -p 1234       # one process
+  nfstop --by cgroup   # one row per cgroup (systemd unit, container): a build's hundreds of
+                       # short processes in one row
+  nfstop --by mount    # one row per NFS mount
   nfstop --json -i 2   # one JSON object per interval
 \b
 INFL is how many of the process's threads are inside an NFS operation now, OLDEST(s)
 how long the oldest of them has been there: a process stuck on a server that does not
-answer shows here although it completes nothing.
+answer shows here although it completes nothing. CGROUP is the cgroup v2 path of the
+process's first operation (its last 40 characters); with --by, PIDS counts the processes
+of a row.
 """
 
-
-def _in_flight_by_pid(found: List[Stall]) -> Dict[int, Tuple[int, float, str]]:
-    """pid -> (threads in an operation now, age of the oldest in ms, comm)."""
-    out: Dict[int, Tuple[int, float, str]] = {}
-    for stall in found:
-        count, oldest, comm = out.get(stall.pid, (0, 0.0, stall.comm))
-        out[stall.pid] = (count + 1, max(oldest, stall.age_ns / 1e6), comm)
-    return out
+#: what one nfstop row stands for (--by)
+TOP_BY = ("pid", "comm", "cgroup", "mount")
+#: width of the CGROUP column and of a --by cgroup|mount key (paths keep their end: the unit)
+TOP_PATH_WIDTH = 40
 
 
 def _interval_p99_ms(entry: Dict[str, Any]) -> Optional[float]:
@@ -300,76 +354,131 @@ def _interval_p99_ms(entry: Dict[str, Any]) -> Optional[float]:
     return round(percentile(entry["slots"], 99) / 1000.0, 3)
 
 
-def _top_rows(data: Dict[int, Dict[str, Dict[str, Any]]], seconds: float,
-              in_flight: Dict[int, Tuple[int, float, str]]) -> List[Dict[str, Any]]:
-    rows = []
-    data = dict(data)
-    for tgid in set(in_flight) - set(data):  # stuck: nothing completed in this interval
-        data[tgid] = {}
-    for tgid, per_op in data.items():
-        comm = next((e["comm"] for e in per_op.values() if e.get("comm")), in_flight.get(tgid, (0, 0, "?"))[2])
-        ops = {}
+def _top_rows(data: Dict[Tuple[int, int], Dict[str, Dict[str, Any]]], seconds: float, stuck: List[Stall],
+              by: str = "pid", cgroup_name: Callable[[int], str] = str,
+              mount_of: Callable[[int], str] = str,
+              stall_cgroup: Callable[[int], Optional[str]] = task_cgroup) -> List[Dict[str, Any]]:
+    """One interval's rows: per process (`by` pid), or summed per comm, cgroup or mount.
+
+    `data` is Session.top()'s (tgid, dev) -> op -> entry; `stuck` the operations in flight now
+    (nfstop's INFL and OLDEST). Histograms are summed slot by slot, so a group's p99 is as
+    exact as a process's."""
+    groups: Dict[Any, Dict[str, Any]] = {}
+
+    def group(key: Any, pid: int, comm: str, cgroup: str) -> Dict[str, Any]:
+        found = groups.setdefault(key, {"pids": set(), "comm": comm, "cgroup": cgroup, "ops": {},
+                                        "in_flight": 0, "oldest_ms": None})
+        found["pids"].add(pid)
+        return found
+
+    for (tgid, dev), per_op in data.items():
+        comm = next((e["comm"] for e in per_op.values() if e.get("comm")), "?")
+        cgroup = cgroup_name(next((e["cgroup"] for e in per_op.values() if e.get("cgroup")), 0))
+        key = {"pid": tgid, "comm": comm, "cgroup": cgroup, "mount": mount_of(dev)}[by]
+        acc = group(key, tgid, comm, cgroup)["ops"]
         for op, entry in per_op.items():
-            ops[op] = {"count": entry["count"], "bytes": entry["bytes"],
-                       "avg_ms": round(entry["lat_ns"] / entry["count"] / 1e6, 3) if entry["count"] else 0.0,
-                       "p99_ms": _interval_p99_ms(entry)}
-        total = sum(e["count"] for e in per_op.values())
-        rows.append({"pid": tgid, "comm": comm, "ops_per_s": round(total / seconds, 1),
-                     "read_mb_s": round(per_op.get("read", {}).get("bytes", 0) / seconds / 1e6, 3),
-                     "write_mb_s": round(per_op.get("write", {}).get("bytes", 0) / seconds / 1e6, 3),
-                     "ops": ops, "in_flight": in_flight.get(tgid, (0,))[0],
-                     "oldest_ms": round(in_flight[tgid][1], 3) if tgid in in_flight else None})
+            total = acc.setdefault(op, {"count": 0, "lat_ns": 0, "bytes": 0, "slots": {}})
+            for field in ("count", "lat_ns", "bytes"):
+                total[field] += entry[field]
+            for slot, count in entry["slots"].items():
+                total["slots"][slot] = total["slots"].get(slot, 0) + count
+    for stall in stuck:  # stuck: possibly nothing completed in this interval
+        cgroup = stall_cgroup(stall.pid) or "?"
+        key = {"pid": stall.pid, "comm": stall.comm, "cgroup": cgroup, "mount": mount_of(stall.dev)}[by]
+        found = group(key, stall.pid, stall.comm, cgroup)
+        found["in_flight"] += 1
+        found["oldest_ms"] = round(max(found["oldest_ms"] or 0.0, stall.age_ns / 1e6), 3)
+    rows = []
+    for key, found in groups.items():
+        per_op = found["ops"]
+        ops = {op: {"count": e["count"], "bytes": e["bytes"],
+                    "avg_ms": round(e["lat_ns"] / e["count"] / 1e6, 3) if e["count"] else 0.0,
+                    "p99_ms": _interval_p99_ms(e)} for op, e in per_op.items()}
+        row: Dict[str, Any] = ({"pid": key, "comm": found["comm"], "cgroup": found["cgroup"]} if by == "pid"
+                               else {by: key, "pids": len(found["pids"])})
+        row.update({"ops_per_s": round(sum(e["count"] for e in per_op.values()) / seconds, 1),
+                    "read_mb_s": round(per_op.get("read", {}).get("bytes", 0) / seconds / 1e6, 3),
+                    "write_mb_s": round(per_op.get("write", {}).get("bytes", 0) / seconds / 1e6, 3),
+                    "ops": ops, "in_flight": found["in_flight"], "oldest_ms": found["oldest_ms"]})
+        rows.append(row)
     rows.sort(key=lambda row: (row["ops_per_s"], row["oldest_ms"] or 0), reverse=True)
     return rows
+
+
+def _tail(text: str, width: int) -> str:
+    return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
+def top_text(rows: List[Dict[str, Any]], ops: List[str], letters: Dict[str, str], by: str) -> List[str]:
+    """nfstop's table: identity columns, rates, avg/p99 per op, in flight (and CGROUP per process)."""
+    if by == "pid":
+        header = "%-7s %-16s" % ("PID", "COMM")
+    else:
+        width = 16 if by == "comm" else TOP_PATH_WIDTH
+        header = "%-*s %5s" % (width, by.upper(), "PIDS")
+    header += " %8s %9s %9s" % ("OPS/s", "RD_MB/s", "WR_MB/s")
+    header += "".join(" %15s" % f"{letters[op]} avg/p99 ms" for op in ops)
+    header += " %5s %10s" % ("INFL", "OLDEST(s)") + (" CGROUP" if by == "pid" else "")
+    lines = [header]
+    for row in rows:
+        if by == "pid":
+            line = "%-7d %-16.16s" % (row["pid"], row["comm"])
+        else:
+            width = 16 if by == "comm" else TOP_PATH_WIDTH
+            line = "%-*s %5d" % (width, _tail(str(row[by]), width), row["pids"])
+        line += " %8.1f %9.3f %9.3f" % (row["ops_per_s"], row["read_mb_s"], row["write_mb_s"])
+        for op in ops:
+            entry = row["ops"].get(op)
+            if entry:
+                p99 = "-" if entry["p99_ms"] is None else f"{entry['p99_ms']:.2f}"
+            line += " %15s" % (f"{entry['avg_ms']:.2f}/{p99}" if entry else "-")
+        oldest = row["oldest_ms"]
+        line += " %5d %10s" % (row["in_flight"], f"{oldest / 1000:.1f}" if oldest is not None else "-")
+        if by == "pid":
+            line += " " + _tail(row["cgroup"], TOP_PATH_WIDTH)
+        lines.append(line)
+    return lines
 
 
 @click.command("nfstop", epilog=TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-i", "--interval", type=click.IntRange(min=1), default=1, show_default=True,
               help="Seconds between refreshes.")
 @click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
+@click.option("--by", type=click.Choice(TOP_BY), default="pid", show_default=True,
+              help="One row per process, or per comm, cgroup or mount (summed, histograms too).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
 @click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes.")
 @common
-def nfstop(interval: int, pid: Optional[int], as_json: bool, noclear: bool, ops_text: Optional[str],
-           verbose: bool, spec_path: Optional[str]) -> None:
+def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool, cgroup: Optional[str],
+           mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
-    session = Session("nfstop", Tool(top=True, tgid=pid or 0, inflight=True), parse_ops(ops_text), spec_path,
-                      verbose)
+    ops = parse_ops(ops_text)
+    where = Filters(cgroup, mount_point)
+    tool = Tool(top=True, tgid=pid or 0, inflight=True, per_mount=by == "mount", mount_dev=where.mount_dev)
+    session = Session("nfstop", tool, ops, spec_path, verbose, where.cgroup_dir)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     clear = not as_json and not noclear and sys.stdout.isatty()
+    cgroups = CgroupNames()
     with session:
         if not as_json:
-            print(f"Tracing NFS operations per process, every {interval} s... Ctrl-C to end.", flush=True)
+            print(f"Tracing NFS operations per {by}, every {interval} s... Ctrl-C to end.", flush=True)
         stopping = False
         while not stopping:
             started = time.monotonic()
             stopping = not session.wait(interval)
             now = time.monotonic_ns()
             rows = _top_rows(session.top(), max(time.monotonic() - started, 1e-3),
-                             _in_flight_by_pid(stalls(session.in_flight(), now, 0, describe=False)))
+                             stalls(session.in_flight(), now, 0, describe=False), by, cgroups.name,
+                             lambda dev: mount_name(where.mounts, dev))
             if as_json:
-                print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
-                                  "processes": rows}), flush=True)
+                print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval, "by": by,
+                                  "processes" if by == "pid" else "rows": rows}), flush=True)
                 continue
             if clear:
                 print("\033[H\033[2J", end="")
-            header = "%-7s %-16s %8s %9s %9s" % ("PID", "COMM", "OPS/s", "RD_MB/s", "WR_MB/s")
-            header += "".join(" %15s" % f"{letters[op]} avg/p99 ms" for op in session.probe.ops)
-            header += " %5s %10s" % ("INFL", "OLDEST(s)")
             print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
-            print(header)
-            for row in rows:
-                line = "%-7d %-16.16s %8.1f %9.3f %9.3f" % (row["pid"], row["comm"], row["ops_per_s"],
-                                                           row["read_mb_s"], row["write_mb_s"])
-                for op in session.probe.ops:
-                    entry = row["ops"].get(op)
-                    if entry:
-                        p99 = "-" if entry["p99_ms"] is None else f"{entry['p99_ms']:.2f}"
-                    line += " %15s" % (f"{entry['avg_ms']:.2f}/{p99}" if entry else "-")
-                oldest = row["oldest_ms"]
-                line += " %5d %10s" % (row["in_flight"], f"{oldest / 1000:.1f}" if oldest is not None else "-")
-                print(line)
+            print("\n".join(top_text(rows, session.probe.ops, letters, by)))
             sys.stdout.flush()
 
 

@@ -34,7 +34,7 @@ MAX_MOUNTS = 64
 #: u64 first, then u32, then byte arrays, so the C struct has no implicit padding.
 EVENT_FIELDS: Tuple[Tuple[str, str, int], ...] = (
     ("end_ns", "u64", 0), ("lat_ns", "u64", 0), ("bytes", "u64", 0), ("offset", "u64", 0),
-    ("fileid", "u64", 0), ("pid", "u32", 0), ("op", "u32", 0),
+    ("fileid", "u64", 0), ("dev", "u64", 0), ("cgroup", "u64", 0), ("pid", "u32", 0), ("op", "u32", 0),
     ("comm", "char", COMM_LEN), ("name", "char", NAME_LEN),
 )
 _PY_CODES = {"u64": "Q", "u32": "I", "char": "s"}
@@ -84,6 +84,16 @@ class Tool(NamedTuple):
     per_mount: bool = False
     #: the sum of latencies per op (one more atomic add per event): a Prometheus histogram's _sum
     lat_sum: bool = False
+    #: only operations on this superblock dev (kernel encoding; 0 = every mount): --mount-point
+    mount_dev: int = 0
+    #: only tasks in the cgroup v2 subtree whose directory fd user space puts in cgroup_filter[0]
+    cgroup_filter: bool = False
+
+    @property
+    def dev_at_entry(self) -> bool:
+        """Each operation's mount is found when it starts (for keys or the mount filter), not
+        only for printed events: two or three more pointer reads per kprobe start."""
+        return self.per_mount or self.mount_dev != 0
 
 
 class Point(NamedTuple):
@@ -108,6 +118,7 @@ class Probe(NamedTuple):
     names: bool                  # file names available (BTF offsets found)
     ringbuf: bool                # events go through a BPF ring buffer (else the perf buffer)
     task_storage: bool           # start times in task local storage (else a hash map by thread)
+    mountless: List[str]         # ops with an attach point that cannot tell its mount (no file, dentry or dev)
 
 
 def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout]) -> List[Point]:
@@ -134,7 +145,7 @@ def _param_expr(src: ArgSource) -> str:
 
 
 def _kprobe_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout],
-                     per_mount: bool = False) -> Tuple[str, str]:
+                     dev_at_entry: bool = False) -> Tuple[str, str]:
     """(C text, pointer kind) for a kprobe/kretprobe pair timed on the same thread."""
     body = ["    struct start_val v;", "    __builtin_memset(&v, 0, sizeof(v));"]
     ptr_kind = "none"
@@ -149,7 +160,7 @@ def _kprobe_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout]
             body.append(f"    v.{field} = {_param_expr(src)};")
             if field == "ptr":
                 ptr_kind = role
-    if per_mount and ptr_kind != "none":
+    if dev_at_entry and ptr_kind != "none":
         body.append(f"    v.dev = dev_of(v.ptr, PTR_{ptr_kind.upper()});")
     bytes_end = "ret > 0 ? ret : 0" if point.args.get("bytes") == "retval" else "-1"
     text = (f"int p{point.id}_entry(struct pt_regs *ctx)\n{{\n" + "\n".join(body) +
@@ -170,10 +181,9 @@ def _tp_string(point: Point, at_exit: bool) -> str:
     return f"(const char *)args + (args->data_loc_{field} & 0xFFFF)"
 
 
-def _tp_start(point: Point, op_macro: str, per_mount: bool = False) -> List[str]:
+def _tp_start(point: Point, op_macro: str) -> List[str]:
     lines = ["    {", "        struct start_val v;", "        __builtin_memset(&v, 0, sizeof(v));"]
-    roles = (("fileid", "fileid"), ("offset", "offset"), ("bytes", "bytes")) + ((("dev", "dev"),) if per_mount else ())
-    for role, field in roles:
+    for role, field in (("fileid", "fileid"), ("offset", "offset"), ("bytes", "bytes"), ("dev", "dev")):
         expr = point.args.get(role)
         if expr and not expr.startswith("exit.") and expr != "retval":
             lines.append(f"        v.{field} = args->{expr};")
@@ -216,7 +226,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     letters = [c.letter for c in chosen]
     points = points_of(chosen, layout)
     offsets = layout.name_offsets() if layout is not None else {}
-    dev_offsets = layout.dev_offsets() if layout is not None and tool.per_mount else {}
+    dev_offsets = layout.dev_offsets() if layout is not None else {}
     nkeys = max([len(p.keys) for p in points if p.match == "keys"] or [1])
     defines: List[Tuple[str, int]] = [("NPOINTS", len(points)), ("NOPS", max(len(ops), 1))]
     defines += [(f"OP_{op.upper()}", i) for i, op in enumerate(ops)]
@@ -229,7 +239,9 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 ("WANT_INFLIGHT", int(tool.inflight)), ("INFLIGHT_SLOTS", INFLIGHT_SLOTS),
                 ("HAVE_FILE_NAME", int("OFF_FILE_PATH_DENTRY" in offsets)),
                 ("HAVE_DENTRY_NAME", int("OFF_DENTRY_NAME" in offsets)),
-                ("WANT_LAT_SUM", int(tool.lat_sum)), ("WANT_DEV", int(tool.per_mount)), ("MAX_MOUNTS", MAX_MOUNTS if tool.per_mount else 1),
+                ("WANT_LAT_SUM", int(tool.lat_sum)), ("WANT_DEV", int(tool.per_mount)),
+                ("MAX_MOUNTS", MAX_MOUNTS if tool.per_mount else 1), ("MOUNT_DEV", tool.mount_dev),
+                ("CGROUP_FILTER", int(tool.cgroup_filter)),
                 ("HAVE_FILE_SB", int({"OFF_FILE_INODE", "OFF_INODE_SB", "OFF_SB_DEV"} <= set(dev_offsets))),
                 ("HAVE_DENTRY_SB", int({"OFF_DENTRY_SB", "OFF_SB_DEV"} <= set(dev_offsets)))]
     defines += [(f"PTR_{name.upper()}", value) for name, value in PTR_KINDS.items()]
@@ -242,17 +254,23 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     handlers: List[str] = []
     kprobes: List[Tuple[str, str, str]] = []
     tp_bodies: Dict[str, List[str]] = {}
+    mountless: List[str] = []
     for point in points:
         op_macro = f"OP_{point.op.upper()}"
         if point.kind == "kprobe":
-            text, _ = _kprobe_handlers(point, op_macro, layout, tool.per_mount)
+            text, ptr_kind = _kprobe_handlers(point, op_macro, layout, tool.dev_at_entry)
+            if ptr_kind == "none" or not dev_offsets:
+                mountless.append(point.op)
             handlers.append(text)
             kprobes += [(point.entry, "entry", f"p{point.id}_entry"), (point.exit, "exit", f"p{point.id}_exit")]
         else:
-            tp_bodies.setdefault(point.entry, []).extend(_tp_start(point, op_macro, tool.per_mount))
+            if "dev" not in point.args:
+                mountless.append(point.op)
+            tp_bodies.setdefault(point.entry, []).extend(_tp_start(point, op_macro))
             tp_bodies.setdefault(point.exit, []).extend(_tp_end(point, op_macro))
     for event, body in tp_bodies.items():
         system, _, name = event.partition(":")
         handlers.append(f"TRACEPOINT_PROBE({system}, {name})\n{{\n" + "\n".join(body) + "\n    return 0;\n}\n")
     c_text = "\n".join(head) + "\n\n" + template.read_text() + "\n" + "\n".join(handlers)
-    return Probe(c_text, ops, letters, points, kprobes, bool(offsets), ringbuf and tool.events, task_storage)
+    return Probe(c_text, ops, letters, points, kprobes, bool(offsets), ringbuf and tool.events, task_storage,
+                 sorted(set(mountless)))

@@ -43,6 +43,7 @@ class InFlight(NamedTuple):
     comm: str           # "" when the probe did not keep it (thread slots): read from /proc
     name: str           # what the start event named (an RPC's procedure), or ""
     client_id: Optional[int] = None  # an RPC's sunrpc client, for its server address
+    dev: int = 0        # the mount's superblock dev, where the probe keeps it (Tool.per_mount)
 
 
 class Stall(NamedTuple):
@@ -57,6 +58,7 @@ class Stall(NamedTuple):
     file: str
     rpc: Optional[str]
     server: Optional[str]
+    dev: int = 0
 
 
 def _read(path: str, limit: int = 65536) -> Optional[bytes]:
@@ -165,7 +167,8 @@ def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int, describe: 
             folded.add(rpc)
         out.append(Stall(e.tid, pid, e.comm or thread_comm(pid, e.tid), e.op, e.start_ns, age,
                          file_of(pid, e.tid) if describe else "?", rpc.name if rpc else None,
-                         rpc_server(rpc.client_id) if describe and rpc and rpc.client_id is not None else None))
+                         rpc_server(rpc.client_id) if describe and rpc and rpc.client_id is not None else None,
+                         e.dev))
     for e in sorted(entries, key=lambda item: item.start_ns):
         age = now_ns - e.start_ns
         if e.op == "rpc" and e not in folded and age >= min_age_ns:

@@ -12,9 +12,12 @@ line, `mountaddr`: the server address, mountinfo's `addr=` super option, not mou
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from discover.errors import UserError
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 MOUNTSTATS = Path("/proc/self/mountstats")
@@ -153,3 +156,17 @@ class MountTable:
             self.refresh()
             self.known.setdefault(dev, None)
         return self.known.get(dev)
+
+
+def nfs_mount_dev(path: str, table: Optional["MountTable"] = None) -> int:
+    """--mount-point: the kernel dev of the NFS mount holding `path`; one-line UserError when
+    there is none (checked before anything is compiled or attached)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UserError(f"--mount-point {path}: {exc.strerror}") from None
+    dev = kernel_dev(os.major(st.st_dev), os.minor(st.st_dev))
+    mount = (table or MountTable()).get(dev)
+    if mount is None:
+        raise UserError(f"--mount-point {path}: not on an NFS mount")
+    return dev

@@ -9,6 +9,7 @@ its tests) work on hosts without bcc or kprobes.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import signal
 import sys
@@ -109,8 +110,11 @@ class Session:
     """One attached probe. Use as a context manager: leaving it always detaches."""
 
     def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec_path: Optional[str],
-                 verbose: bool) -> None:
+                 verbose: bool, cgroup_dir: Optional[str] = None) -> None:
         self.prog = prog
+        #: --cgroup's directory (probes.cgroups.filter_dir): its fd goes into cgroup_filter[0]
+        self.cgroup_dir = cgroup_dir
+        tool = tool._replace(cgroup_filter=cgroup_dir is not None)
         self.verbose = verbose
         self.tool = tool
         spec = load_spec(Path(spec_path) if spec_path else DEFAULT_SPEC)
@@ -142,6 +146,10 @@ class Session:
         self._generate = lambda use_task_storage: generate(self.selection.chosen, tool, layout, enums=sorted(enums),
                                                            ringbuf=ringbuf, task_storage=use_task_storage)
         self.probe: Probe = self._generate(task_storage)
+        if tool.dev_at_entry and self.probe.mountless:
+            what = "are left out by --mount-point" if tool.mount_dev else "count under no mount"
+            self.warn(f"warning: {', '.join(self.probe.mountless)}: the mount is not known on {facts.release} "
+                      f"(no file, dentry or dev at the attach point; module BTF missing?): they {what}")
         self.bpf: Any = None
         self._lost_seen = 0
         self._inflight_lost_seen = 0
@@ -182,6 +190,12 @@ class Session:
                         raise UserError(f"cannot load the generated probe: {why}") from None
                     self.warn(f"warning: task local storage rejected ({why}): start times go to a hash map")
                     self.probe = self._generate(False)
+            if self.cgroup_dir is not None:  # until it is set, the filter lets nothing in
+                fd = os.open(self.cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    self.bpf["cgroup_filter"][0] = fd  # bcc's CgroupArray takes an fd (or a path)
+                finally:
+                    os.close(fd)
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
             for function, end, handler in self.probe.kprobes:
@@ -310,7 +324,8 @@ class Session:
             values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
         for value in values:
             if value.ts:
-                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", ""))
+                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", "",
+                                    dev=int(getattr(value, "dev", 0))))
         if any(p.match == "keys" for p in self.probe.points):
             for key, value in self.bpf["async_starts"].items():
                 point = self.probe.points[int(key.point)]
@@ -380,14 +395,15 @@ class Session:
             self._dist_base, self._totals_base = slots, totals
         return out
 
-    def top(self) -> Dict[int, Dict[str, Dict[str, Any]]]:
-        """Per tgid, per op since the previous call: count, lat_ns, bytes, comm, slots (usec log2).
+    def top(self) -> Dict[Tuple[int, int], Dict[str, Dict[str, Any]]]:
+        """Per (tgid, dev), per op since the previous call: count, lat_ns, bytes, comm, cgroup
+        (its v2 id), slots (usec log2). dev is the mount with Tool.per_mount, else 0.
 
         As in dist(), the maps stay cumulative and an interval is a difference. Only entries
         of processes that have exited are deleted (no task updates them any more; an async
         commit ending later recreates its entry), so the maps do not fill up.
         """
-        out: Dict[int, Dict[str, Dict[str, Any]]] = {}
+        out: Dict[Tuple[int, int], Dict[str, Dict[str, Any]]] = {}
         stats, hist = self.bpf["top_stats"], self.bpf["top_hist"]
         now: Dict[tuple, tuple] = {}
         gone: List[Tuple[Any, Any]] = []
@@ -403,20 +419,20 @@ class Session:
                 gone.append((table, key))
 
         for key, value in stats.items():
-            where = (int(key.tgid), int(key.op))
+            where = (int(key.tgid), int(key.op), int(key.dev))
             totals = (int(value.count), int(value.lat_ns), int(value.bytes))
             count, lat_ns, nbytes = (a - b for a, b in zip(totals, self._top_base.get(where, (0, 0, 0))))
             if count > 0:
-                out.setdefault(where[0], {})[self.op_name(where[1])] = {
-                    "count": count, "lat_ns": lat_ns, "bytes": nbytes,
+                out.setdefault((where[0], where[2]), {})[self.op_name(where[1])] = {
+                    "count": count, "lat_ns": lat_ns, "bytes": nbytes, "cgroup": int(value.cgroup),
                     "comm": bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"), "slots": {}}
             keep(stats, key, where, totals)
         for key, value in hist.items():
-            where = (int(key.tgid), int(key.op), int(key.slot))
+            where = (int(key.tgid), int(key.op), int(key.dev), int(key.slot))
             delta = int(value.value) - self._top_base.get(where, (0,))[0]
-            entry = out.get(where[0], {}).get(self.op_name(where[1]))
+            entry = out.get((where[0], where[2]), {}).get(self.op_name(where[1]))
             if delta and entry is not None:
-                entry["slots"][where[2]] = delta
+                entry["slots"][where[3]] = delta
             keep(hist, key, where, (int(value.value),))
         for table, key in gone:  # after reading: deleting while iterating a BPF hash restarts it
             del table[key]

@@ -336,6 +336,7 @@ def option_cases() -> Iterator[bi.Case]:
         ["labs"], ["labs", "up", "--topology", "ring"], ["labs", "up", "--backend", "xen"], ["labs", "run"],
         ["labs", "run", "--timeout", "abc", "--", "true"], ["labs", "test", "--topology", "ring"],
         ["probes", "compat", s, "--kernel", p, "-o", "."], ["discover", "propose", "nfs", "--kernel-profile", "."],
+        ["nfstop", "--by", "uid"],
     ]
     for i, argv in enumerate(usage):
         yield bi.Case(f"usage/{i:02d}-{'-'.join(a.strip('-') for a in argv[:3])}", argv, code=2)
@@ -380,6 +381,10 @@ def option_cases() -> Iterator[bi.Case]:
         "slower-ops-commas": (["nfsslower", "--ops", ",,"], None),
         "dist-ops-unknown": (["nfsdist", "--ops", "R,Q"], "'Q'"),
         "top-ops-unknown": (["nfstop", "--ops", "reed"], None),
+        "slower-cgroup-missing": (["nfsslower", "--cgroup", "/no/such.scope"], "not a cgroup v2 directory"),
+        "dist-cgroup-a-file": (["nfsdist", "--cgroup", "/etc/hostname"], "not a cgroup v2 directory"),
+        "top-mount-point-not-nfs": (["nfstop", "--mount-point", "/"], "not on an NFS mount"),
+        "slower-mount-point-missing": (["nfsslower", "--mount-point", "/no/such/dir"], "--mount-point"),
         "slower-spec-missing": (["nfsslower", "--spec", "none.toml"], "none.toml"),
         "slower-live": (["nfsslower"], None),
         "dist-live": (["nfsdist", "1", "1"], None),

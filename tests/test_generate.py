@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from discover.errors import UserError
 from discover.profile import KernelProfile, parse_filter_functions
 from probes import commands, runtime
-from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Tool, decode_event, event_c_struct, event_format,
-                             generate)
+from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Point, Tool, _kprobe_handlers, decode_event,
+                             event_c_struct, event_format, generate)
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, select
 from discover.spec import OPS, load_spec, parse_ops
@@ -205,10 +205,11 @@ def test_nested_operations_are_keyed_per_attach_point(spec: Dict[str, Any], prof
 
 def test_event_decoding() -> None:
     values = {"end_ns": 5, "lat_ns": 12_345_678, "bytes": 4096, "offset": 1 << 20, "fileid": 40348,
-              "pid": 595, "op": 1, "comm": b"dd", "name": b"write.bin"}
+              "dev": (0 << 20) | 57, "cgroup": 3218, "pid": 595, "op": 1, "comm": b"dd", "name": b"write.bin"}
     raw = event_format().pack(*[values[name] for name, _, _ in EVENT_FIELDS])
     event = decode_event(raw)
     assert event["comm"] == "dd" and event["name"] == "write.bin" and event["lat_ns"] == 12_345_678
+    assert event["dev"] == 57 and event["cgroup"] == 3218
 
 
 def test_wrapped_delta_is_never_printed() -> None:
@@ -267,3 +268,26 @@ def test_layout_from_real_btf() -> None:
     assert filp.derefs == (0,) and filp.struct_name == "file" and pos.derefs[0] > 0
     assert layout.infer_args("generic_file_read_iter") == {"file": "iocb->ki_filp", "offset": "iocb->ki_pos"}
     assert layout.resolve("vfs_read", "nosuch") is None
+
+
+def test_filters_and_identity_in_the_generated_c(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    """--mount-point finds each operation's mount at its start (kprobes: through the file or
+    dentry, host BTF offsets; tracepoints: their dev field) and drops the others there;
+    --cgroup asks bpf_current_task_under_cgroup; without them no start pays for either, and a
+    printed event still carries its mount and cgroup."""
+    sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
+    layout = KernelLayout.live(VMLINUX_BTF.parent)
+    plain = generate(sel.chosen, Tool(events=True), layout).c_text
+    filtered = generate(sel.chosen, Tool(events=True, mount_dev=57, cgroup_filter=True), layout).c_text
+    assert "#define MOUNT_DEV 0\n" in plain and "#define CGROUP_FILTER 0\n" in plain
+    assert "#define MOUNT_DEV 57\n" in filtered and "#define CGROUP_FILTER 1\n" in filtered
+    # a kprobe on a vmlinux function (the host's BTF has no nfs module): vfs_read(struct file *file, ...)
+    point = Point(0, "read", "kprobe", "task", "vfs_read", "vfs_read", (), {"file": "file"})
+    at_start, kind = _kprobe_handlers(point, "OP_READ", layout, dev_at_entry=True)
+    assert kind == "file" and "v.dev = dev_of(v.ptr, PTR_FILE);" in at_start
+    assert "dev_of(" not in _kprobe_handlers(point, "OP_READ", layout, dev_at_entry=False)[0]
+    assert "v.dev = args->dev;" in plain  # a tracepoint field: one load either way
+    assert "e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);" in plain
+    assert "OFF_SB_DEV" in plain and "e->cgroup = cgroup;" in plain
+    assert Tool(top=True, per_mount=True).dev_at_entry and Tool(mount_dev=57).dev_at_entry
+    assert not Tool(events=True, cgroup_filter=True).dev_at_entry
