@@ -185,6 +185,66 @@ def verify_both_tools_pick_the_same_candidates(results: Results) -> None:
     assert picked["nfsslower"] == picked["nfsdist"] and list(picked["nfsdist"]) == list(OPS), picked
 
 
+IDENTITY_OPS = ("read", "write", "open", "getattr", "fsync")
+
+
+def _mine(identity: Dict[str, Any], name: str) -> Dict[str, Any]:
+    unit = identity["units"][name]
+    assert unit["rc"] == 0, f"workload in unit {name} exited {unit['rc']}"
+    return unit
+
+
+def verify_nfsslower_cgroup_filter_and_identity(results: Results) -> None:
+    """nfsslower --cgroup (slice a) -M --json 0: unit a's operations only, each one, every event
+    naming unit a's scope and its mount; unit b's, and kworkers' commits, filtered out in the kernel."""
+    identity = data(results, "identity")
+    run = identity["results"]["nfsslower"]
+    assert run["rc"] == 0, run["stderr"]
+    a, b = _mine(identity, "a"), _mine(identity, "b")
+    events = _events(run)
+    assert events, "nfsslower --cgroup printed nothing"
+    outside = [e for e in events if not e["cgroup"].startswith(identity["filter"] + "/")]
+    assert not outside, f"events outside {identity['filter']}: {outside[:3]}"
+    assert not [e for e in events if e["pid"] == b["pid"]]
+    for op in IDENTITY_OPS:
+        seen = sum(1 for e in events if e["pid"] == a["pid"] and e["op"] == op)
+        assert seen == a["issued"][op], f"unit a {op}: nfsslower printed {seen}, issued {a['issued'][op]}"
+    assert {e["cgroup"] for e in events if e["pid"] == a["pid"]} == {a["cgroup"]}
+    assert {e["mount"] for e in events if e["pid"] == a["pid"] and e["op"] in IDENTITY_OPS} == {a["mount"]}
+
+
+def verify_nfstop_by_cgroup_counts_each_unit(results: Results) -> None:
+    identity = data(results, "identity")
+    run = identity["results"]["nfstop"]
+    assert run["rc"] == 0, run["stderr"]
+    rows = [row for line in run["lines"] if line.startswith("{") for row in json.loads(line)["rows"]]
+    for name in ("a", "b"):
+        unit = _mine(identity, name)
+        mine = [row for row in rows if row["cgroup"] == unit["cgroup"]]
+        assert mine, f"unit {name} ({unit['cgroup']}) never appeared in nfstop --by cgroup"
+        for op in IDENTITY_OPS:
+            seen = sum(row["ops"].get(op, {}).get("count", 0) for row in mine)
+            assert seen == unit["issued"][op], f"unit {name} {op}: nfstop counted {seen}, issued {unit['issued'][op]}"
+        assert all(row["pids"] == 1 for row in mine)
+
+
+def verify_nfsdist_per_mount_counts_each_mount(results: Results) -> None:
+    identity = data(results, "identity")
+    run = identity["results"]["nfsdist"]
+    assert run["rc"] == 0, run["stderr"]
+    summary = [json.loads(line) for line in run["lines"] if '"ops"' in line][-1]
+    for name in ("a", "b"):
+        unit = _mine(identity, name)
+        for op in IDENTITY_OPS:
+            seen = summary["ops"][op].get("mounts", {}).get(unit["mount"], {}).get("count", 0)
+            assert seen == unit["issued"][op], f"{unit['mount']} {op}: nfsdist counted {seen}, issued {unit['issued'][op]}"
+
+
+#: the checks of the `identity` guest run (mount and cgroup of each operation)
+IDENTITY_CHECKS = (verify_nfsslower_cgroup_filter_and_identity, verify_nfstop_by_cgroup_counts_each_unit,
+                   verify_nfsdist_per_mount_counts_each_mount)
+
+
 #: (name, verify, mount or None) in the order `labs test` reports them
 PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("probes: nothing left attached after SIGTERM/SIGINT", verify_tools_stopped_by_sigterm_or_ctrl_c_leave_nothing_attached, ()),

@@ -6,7 +6,7 @@ next to what the workload issued. tests/lab/test_probes_lab.py asserts on it; `p
 alone gives this kernel's --lab-results for `probes compat` (docs/compat.md), for
 `labs test --lab-results FILE`.
 
-  python3 labs/guest/probes_guest.py main|v3only|picks
+  python3 labs/guest/probes_guest.py main|v3only|identity|picks
 """
 from __future__ import annotations
 
@@ -404,12 +404,80 @@ def check_v3only() -> Dict[str, Any]:
     return out
 
 
+#: the identity check's two units: systemd slices (a dash nests: probekit.slice/probekit-a.slice)
+#: and the mount each one's workload runs on
+IDENTITY_UNITS = {"a": ("probekit-a.slice", "nfs3"), "b": ("probekit-b.slice", "nfs42")}
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def in_scope(slice_name: str, unit: str, argv: List[str], stdout: Any = subprocess.DEVNULL) -> subprocess.Popen:
+    """argv in a new transient scope unit of a slice (systemd-run --scope execs it: the pid is argv's)."""
+    return subprocess.Popen(["systemd-run", "--scope", "--quiet", f"--slice={slice_name}", f"--unit={unit}"] + argv,
+                            stdout=stdout, universal_newlines=True)
+
+
+def slice_path(slice_name: str) -> str:
+    """A slice's cgroup path as /proc/PID/cgroup writes it (each dash is one level down)."""
+    parts = slice_name[:-len(".slice")].split("-")
+    return "/" + "/".join("-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def check_identity() -> Dict[str, Any]:
+    """Two systemd scope units, each running the workload on its own mount (a: NFSv3, b: NFSv4.2),
+    one after the other, under nfsslower --cgroup (slice a only, every operation), nfstop --by
+    cgroup and nfsdist --per-mount. A holder unit keeps each slice there before the tools start
+    (--cgroup needs the directory); the workloads run in scopes of their own below it."""
+    stamp = time.monotonic_ns()
+    holders = {name: in_scope(slice_name, f"probekit-hold-{name}-{stamp}", ["sleep", "3600"])
+               for name, (slice_name, _mount) in IDENTITY_UNITS.items()}
+    try:
+        for name, (slice_name, _mount) in IDENTITY_UNITS.items():
+            wait_for(lambda: os.path.isdir(CGROUP_ROOT + slice_path(slice_name)), f"slice {slice_name}")
+        for name, (_slice, mount) in IDENTITY_UNITS.items():
+            prepare(MOUNTS[mount], f"identity-{name}")
+        only_a = slice_path(IDENTITY_UNITS["a"][0])
+        runs = {"nfsslower": ["nfsslower", "--json", "-M", "--cgroup", only_a, "0"],
+                "nfstop": ["nfstop", "--json", "-i", "1", "--by", "cgroup"],
+                "nfsdist": ["nfsdist", "--json", "--per-mount"]}
+        procs = {name: tool(args + spec_args(), f"/tmp/identity-{name}.out") for name, args in runs.items()}
+        ready = {name: wait_ready(proc, f"/tmp/identity-{name}.out") for name, proc in procs.items()}
+        units: Dict[str, Any] = {}
+        for name, (slice_name, mount) in IDENTITY_UNITS.items():
+            unit = f"probekit-wl-{name}-{stamp}"
+            # the unit stays a little after its workload, as a service does: a cgroup removed
+            # before nfstop's next refresh could only be shown by its id (docs/probes.md)
+            child = in_scope(slice_name, unit, [sys.executable, os.path.abspath(__file__), "workload-on",
+                                                MOUNTS[mount], f"identity-{name}", "2.5"], stdout=subprocess.PIPE)
+            issued = json.loads(child.communicate()[0])
+            units[name] = {"pid": child.pid, "mount": MOUNTS[mount], "issued": issued, "rc": child.returncode,
+                           "cgroup": f"{slice_path(slice_name)}/{unit}.scope"}
+            time.sleep(GAP_S)
+        results = {name: stop(proc, f"/tmp/identity-{name}.out") for name, proc in procs.items()}
+    finally:
+        for holder in holders.values():
+            holder.terminate()
+            holder.wait()
+    return {"units": units, "ready_s": ready, "results": results, "filter": only_a, "kernel": kernel_facts()}
+
+
+def wait_for(ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not there after {timeout} s")
+        time.sleep(0.2)
+
+
 def main(argv: List[str]) -> int:
     what = argv[1] if len(argv) > 1 else ""
     if what == "workload-child":
         print(json.dumps(workload(MOUNTS["nfs3"], "v3only")))
         return 0
-    checks = {"main": check_main, "v3only": check_v3only, "picks": check_picks}
+    if what == "workload-on":  # MOUNT TAG LINGER_S
+        print(json.dumps(workload(argv[2], argv[3])), flush=True)
+        time.sleep(float(argv[4]))
+        return 0
+    checks = {"main": check_main, "v3only": check_v3only, "identity": check_identity, "picks": check_picks}
     if what not in checks:
         print(f"usage: {argv[0]} {'|'.join(checks)}", file=sys.stderr)
         return 2

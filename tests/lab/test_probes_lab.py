@@ -9,7 +9,9 @@ pair --lab-results` gives). Two guest runs per kernel keep tool starts to five: 
 (nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
 metadata phase per mount, and NFSv3 with netem delay) and `v3only` (all three tools with
 nfsv4 unloaded, nfstop watching the workload's process). A pair runs `main` only: its
-fault run starts all three tools on a v3-only client and checks the same there.
+fault run starts all three tools on a v3-only client and checks the same there. On 7.2 a
+third run, `identity`, checks the mount and cgroup of each operation (two systemd scope
+units on two mounts: nfsslower --cgroup -M, nfstop --by cgroup, nfsdist --per-mount).
 
 The guest also reports, per operation, the spec candidate the tools picked and whether it
 recorded the operation: that is the kernel's --lab-results (docs/compat.md), written to the
@@ -116,6 +118,31 @@ def test_nfstop_shows_the_workload_process(results: Results) -> None:
 @single_guest
 def test_every_command_runs_without_nfsv4(results: Results) -> None:
     pc.verify_every_command_runs_without_nfsv4(results)
+
+
+#: where the identity run (two systemd scope units on two mounts; labs/guest/probes_guest.py
+#: identity) goes: a kernel with module BTF (5.10 has none, so kprobe-timed operations there
+#: cannot tell their mount) and no fault run
+IDENTITY_KERNELS = ["7.2"]
+
+
+@pytest.fixture
+def identity(kernel_lab: Any) -> Results:
+    def run() -> Results:
+        share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
+        res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPT} identity", timeout=1200)
+        assert res.exit_code == 0, f"identity: exit {res.exit_code}: {res.stderr[-2000:]}"
+        out = {"identity": json.loads(res.stdout.strip().splitlines()[-1])}
+        kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
+        (kernel_lab.artifacts / "guest-identity.json").write_text(json.dumps(out, indent=1) + "\n")
+        return out
+    return kernel_lab.once("probes identity", run)
+
+
+@pytest.mark.parametrize("kernel_lab", IDENTITY_KERNELS, indirect=True, ids=lambda k: f"k{k}")
+@pytest.mark.parametrize("verify", pc.IDENTITY_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_identity_of_each_operation(identity: Results, verify: Any) -> None:
+    verify(identity)
 
 
 def test_both_tools_pick_the_same_candidates(results: Results) -> None:
