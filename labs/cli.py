@@ -204,7 +204,9 @@ def _clear_stale(name: str) -> bool:
               help="Also run the generated NFS probes; write per kernel and operation the candidate "
                    "used and whether it recorded the operation (input of `probes compat --lab-results`). "
                    "On a pair: the probe checks on the client and the fault checks (server stopped, "
-                   "packet loss, nfs-server restart, nfsv4 loaded late) too.")
+                   "packet loss, nfs-server restart, nfsv4 loaded late) too. And the exporter checks: "
+                   "nfs-exporter scraped by Debian's Prometheus beside node_exporter, the scraped texts "
+                   "kept as metrics/probekit.prom and metrics/node.prom in the run's artefact directory.")
 def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
          lab_results: Optional[Path]) -> None:
     """Integration run: boot a lab per kernel, mount NFS, run `discover` in it, write a report.
@@ -220,7 +222,8 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
     merged: Dict[str, Any] = {}
     for kernel in kernels:
         lab = make_lab(backend, kernel, topology, name=f"test-{backend}-{kernel}")
-        report = run_integration(lab, artifacts, progress=_progress, probes=lab_results is not None)
+        report = run_integration(lab, artifacts, progress=_progress, probes=lab_results is not None,
+                                 exporter=lab_results is not None)
         click.echo(report.text())
         failed += 0 if report.passed else 1
         if lab_results is not None:

@@ -270,6 +270,23 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 if not (with_faults and verify in V3ONLY_CHECKS):
                     self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
 
+    def exporter_checks(self) -> None:
+        """nfs-exporter with Debian's Prometheus and node_exporter (labs/exporter_checks.py): one
+        guest run, one check per verdict; the scraped texts land in metrics/ of the run directory."""
+        from labs.exporter_checks import EXPORTER_CHECKS, GUEST_SCRIPT, keep_results
+        found: Dict[str, Any] = {}
+
+        def exporter_run() -> str:
+            found.update(json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPT}", timeout=1200)
+                                    .strip().splitlines()[-1]))
+            keep_results(found, self.report.run_dir)
+            return f"scraped texts in {self.report.run_dir / 'metrics'}"
+
+        self.report.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.check("exporter run: Prometheus and node_exporter around the workload", exporter_run):
+            for name, verify, args in EXPORTER_CHECKS:
+                self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
+
     def fault_checks(self) -> None:
         """The pair's fault checks (labs/faults.py): one guest run, one check per fault."""
         from labs.faults import FAULT_CHECKS, run_faults
@@ -324,11 +341,13 @@ def ring_buffer_kept(before: str, after: str) -> bool:
 
 
 def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
-                    keep_up: bool = False, probes: bool = False, already_up: bool = False) -> Report:
+                    keep_up: bool = False, probes: bool = False, already_up: bool = False,
+                    exporter: bool = False) -> Report:
     """Bring the lab up, run every check, copy artefacts, write the report, take the lab down.
 
     `probes`: also run the generated NFS probes for the report's lab results (a bcc compile,
-    ~30-60 s under TCG). `already_up`: the lab was booted by the caller, who also takes it
+    ~30-60 s under TCG). `exporter`: also the exporter checks (Prometheus and node_exporter
+    in the guest, about a minute). `already_up`: the lab was booted by the caller, who also takes it
     down (tests/lab's shared per-kernel guest); the first check then only reports its timings.
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -357,6 +376,8 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
                     run.fault_checks()
             elif probes:
                 run.check("generated probes: candidate per operation", run.probe_picks)
+            if exporter:
+                run.exporter_checks()
             run.check("artefacts copied out", lambda: (run.collect(), "ok")[1])
     finally:
         if not keep_up:
