@@ -17,6 +17,7 @@ import click
 
 from discover.errors import UserError, run_cli
 from probes.cgroups import CgroupNames, filter_dir, task_cgroup
+from probes.filenames import FileNames
 from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls
@@ -54,12 +55,6 @@ class Filters:
         self.mounts = MountTable()
         self.cgroup_dir = filter_dir(cgroup) if cgroup else None
         self.mount_dev = nfs_mount_dev(mount_point, self.mounts) if mount_point else 0
-
-
-def _name(event: Dict[str, Any]) -> str:
-    if event["name"]:
-        return event["name"]
-    return f"[ino {event['fileid']}]" if event["fileid"] else "?"
 
 
 #: bcc nfsslower's column header and CSV header, unchanged
@@ -154,6 +149,7 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
     letters = dict(zip(session.probe.ops, session.probe.letters))
     reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
     cgroups = CgroupNames()
+    names = FileNames()
 
     def mount_of(dev: int) -> Optional[str]:
         mount = where.mounts.get(dev)
@@ -179,26 +175,35 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
             else:
                 print(stall_row(time.strftime("%H:%M:%S"), stall, letter, column(stall.dev)), flush=True)
 
+    def show_all(events: List[Dict[str, Any]]) -> None:
+        for event in events:  # names first, from every line of this read (see FileNames)
+            if event["name"] and session.op_name(event["op"]) != "rpc":
+                names.learn(event["dev"], event["fileid"], event["name"])
+        for event in events:
+            show(event)
+
     def show(event: Dict[str, Any]) -> None:
         letter = session.letter(event["op"])
+        name = ((event["name"] or "?") if session.op_name(event["op"]) == "rpc" else
+                names.name(event["name"], event["dev"], event["fileid"], event["pid"]))
         if as_json:
             op = session.op_name(event["op"])
             print(json.dumps({"in_flight": False, "end_us": event["end_ns"] // 1000, "comm": event["comm"],
                               "pid": event["pid"], "op": op, "type": letter, "bytes": event["bytes"],
                               "offset": event["offset"], "lat_us": event["lat_ns"] // 1000,
-                              "file": _name(event), "fileid": event["fileid"],
+                              "file": name, "fileid": event["fileid"],
                               "rpc": event["name"] if op == "rpc" else None, "mount": mount_of(event["dev"]),
                               "cgroup": cgroups.name(event["cgroup"])}), flush=True)
         elif as_csv:
             print("%d,%s,%d,%s,%d,%d,%d,%s" % (event["end_ns"] // 1000, event["comm"], event["pid"], letter,
                                                event["bytes"], event["offset"], event["lat_ns"] // 1000,
-                                               _csv_file(_name(event), column(event["dev"]))), flush=True)
+                                               _csv_file(name, column(event["dev"]))), flush=True)
         else:
             print(slower_row(time.strftime("%H:%M:%S"), event["comm"], event["pid"], letter, event["bytes"],
-                             event["offset"], event["lat_ns"], _name(event), column(event["dev"])), flush=True)
+                             event["offset"], event["lat_ns"], name, column(event["dev"])), flush=True)
 
     with session:
-        session.on_events(show)
+        session.on_events(show_all)
         if tool.inflight:
             session.on_tick(show_stalls)
         if as_csv:

@@ -197,11 +197,12 @@ class KernelLayout:
     def dev_offsets(self) -> Dict[str, int]:
         """Offsets from a struct file * or struct dentry * to its superblock's s_dev (the mount):
         OFF_FILE_INODE (file.f_inode), OFF_INODE_SB (inode.i_sb), OFF_DENTRY_SB (dentry.d_sb),
-        OFF_SB_DEV (super_block.s_dev). Only per-mount histograms read them."""
+        OFF_SB_DEV (super_block.s_dev); OFF_INODE_INO (inode.i_ino): a printed line's inode."""
         out: Dict[str, int] = {}
         ids = _struct_ids(self.vmlinux, ("file", "inode", "dentry", "super_block"))
         for macro, owner, path in (("OFF_FILE_INODE", "file", ["f_inode"]), ("OFF_INODE_SB", "inode", ["i_sb"]),
-                                   ("OFF_DENTRY_SB", "dentry", ["d_sb"]), ("OFF_SB_DEV", "super_block", ["s_dev"])):
+                                   ("OFF_DENTRY_SB", "dentry", ["d_sb"]), ("OFF_SB_DEV", "super_block", ["s_dev"]),
+                                   ("OFF_INODE_INO", "inode", ["i_ino"])):
             found = self.member_path(self.vmlinux, ids[owner], path) if owner in ids else None
             if found is not None:
                 out[macro] = found[0]

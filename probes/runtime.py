@@ -157,6 +157,8 @@ class Session:
         self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
         self._ticks: List[Callable[[], None]] = [self._check_late_modules]
+        self._batch: List[Dict[str, Any]] = []
+        self._on_batch: Optional[Callable[[List[Dict[str, Any]]], None]] = None
         self._next_tick = 0.0
         self._old_handlers: Dict[int, Any] = {}
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
@@ -219,11 +221,16 @@ class Session:
             signal.signal(sig, handler)
 
     # reading ----------------------------------------------------------------
-    def on_events(self, callback: Callable[[Dict[str, Any]], None]) -> None:
+    def on_events(self, callback: Callable[[List[Dict[str, Any]]], None]) -> None:
+        """`callback(events)` after each read of the buffer, with what that read brought, in
+        order: a line can then be named from a later line of the same read (an fsync nested
+        in a write ends first, and only the write knows the file)."""
+        self._on_batch = callback
+
         def handle(data: Any, size: int) -> None:
             event = decode_event(ctypes.string_at(data, size))
             if sane_latency_ns(event["lat_ns"]) is not None:
-                callback(event)
+                self._batch.append(event)
         if self.probe.ringbuf:
             self.bpf["events"].open_ring_buffer(lambda _ctx, data, size: handle(data, size))
         else:
@@ -268,6 +275,9 @@ class Session:
                     self._lost_seen = lost
             else:
                 self.bpf.perf_buffer_poll(timeout=250)
+            batch, self._batch = self._batch, []
+            if batch and self._on_batch is not None:
+                self._on_batch(batch)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` in short steps; False as soon as a stop signal came."""
@@ -323,9 +333,9 @@ class Session:
         except Exception:  # older bcc or kernel: one lookup per slot
             values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
         for value in values:
-            if value.ts:
-                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", "",
-                                    dev=int(getattr(value, "dev", 0))))
+            if value.s.ts:
+                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.s.ts), "", "",
+                                    dev=int(value.s.dev)))
         if any(p.match == "keys" for p in self.probe.points):
             for key, value in self.bpf["async_starts"].items():
                 point = self.probe.points[int(key.point)]

@@ -215,8 +215,11 @@ def lab_results(picked: Dict[str, int], recorded: Dict[str, int]) -> Dict[str, A
 def kernel_facts() -> Dict[str, Any]:
     bcc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-bpfcc"], stdout=subprocess.PIPE,
                          universal_newlines=True).stdout
+    with open(f"/proc/self/fdinfo/{sys.stdout.fileno()}") as fdinfo:
+        fdinfo_ino = any(line.startswith("ino:") for line in fdinfo)  # Linux 5.14+
     return {"release": os.uname().release, "python": sys.version.split()[0], "bcc": bcc,
-            "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "spec": spec_args()[1:] or ["default"]}
+            "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "fdinfo_ino": fdinfo_ino,
+            "spec": spec_args()[1:] or ["default"]}
 
 
 def interval_in(ts: str, phase: Dict[str, Any]) -> bool:
