@@ -265,7 +265,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
             handlers.append(text)
             kprobes += [(point.entry, "entry", f"p{point.id}_entry"), (point.exit, "exit", f"p{point.id}_exit")]
         else:
-            if "dev" not in point.args:
+            if "dev" not in point.args and point.op != "rpc":  # an RPC belongs to no mount
                 mountless.append(point.op)
             tp_bodies.setdefault(point.entry, []).extend(_tp_start(point, op_macro))
             tp_bodies.setdefault(point.exit, []).extend(_tp_end(point, op_macro))
