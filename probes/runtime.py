@@ -333,9 +333,9 @@ class Session:
         except Exception:  # older bcc or kernel: one lookup per slot
             values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
         for value in values:
-            if value.s.ts:
-                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.s.ts), "", "",
-                                    dev=int(value.s.dev)))
+            if value.ts:
+                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", "",
+                                    dev=int(getattr(value, "dev", 0))))
         if any(p.match == "keys" for p in self.probe.points):
             for key, value in self.bpf["async_starts"].items():
                 point = self.probe.points[int(key.point)]
