@@ -370,7 +370,9 @@ def _top_rows(data: Dict[Tuple[int, int], Dict[str, Dict[str, Any]]], seconds: f
     exact as a process's."""
     groups: Dict[Any, Dict[str, Any]] = {}
 
-    def group(key: Any, pid: int, comm: str, cgroup: str) -> Dict[str, Any]:
+    def group(pid: int, dev: int, comm: str, cgroup: str) -> Dict[str, Any]:
+        """The row a process's entries add to (its mount is looked up only for --by mount)."""
+        key = {"pid": pid, "comm": comm, "cgroup": cgroup}[by] if by != "mount" else mount_of(dev)
         found = groups.setdefault(key, {"pids": set(), "comm": comm, "cgroup": cgroup, "ops": {},
                                         "in_flight": 0, "oldest_ms": None})
         found["pids"].add(pid)
@@ -379,8 +381,7 @@ def _top_rows(data: Dict[Tuple[int, int], Dict[str, Dict[str, Any]]], seconds: f
     for (tgid, dev), per_op in data.items():
         comm = next((e["comm"] for e in per_op.values() if e.get("comm")), "?")
         cgroup = cgroup_name(next((e["cgroup"] for e in per_op.values() if e.get("cgroup")), 0))
-        key = {"pid": tgid, "comm": comm, "cgroup": cgroup, "mount": mount_of(dev)}[by]
-        acc = group(key, tgid, comm, cgroup)["ops"]
+        acc = group(tgid, dev, comm, cgroup)["ops"]
         for op, entry in per_op.items():
             total = acc.setdefault(op, {"count": 0, "lat_ns": 0, "bytes": 0, "slots": {}})
             for field in ("count", "lat_ns", "bytes"):
@@ -389,8 +390,7 @@ def _top_rows(data: Dict[Tuple[int, int], Dict[str, Dict[str, Any]]], seconds: f
                 total["slots"][slot] = total["slots"].get(slot, 0) + count
     for stall in stuck:  # stuck: possibly nothing completed in this interval
         cgroup = stall_cgroup(stall.pid) or "?"
-        key = {"pid": stall.pid, "comm": stall.comm, "cgroup": cgroup, "mount": mount_of(stall.dev)}[by]
-        found = group(key, stall.pid, stall.comm, cgroup)
+        found = group(stall.pid, stall.dev, stall.comm, cgroup)
         found["in_flight"] += 1
         found["oldest_ms"] = round(max(found["oldest_ms"] or 0.0, stall.age_ns / 1e6), 3)
     rows = []
