@@ -72,6 +72,19 @@ BPF_HASH(async_starts, struct async_key, struct async_val, 10240);
 /* [0] deltas dropped as impossible (end before start, or above MAX_LAT_NS) */
 BPF_ARRAY(anomalies, u64, 1);
 
+/* [op] operations seen to start or end that could not be timed: the start store refused
+ * them (task local storage is busy on this CPU while another task holds it, e.g. one
+ * exiting; a hash map is full). With the runs the kernel skipped itself (a program's
+ * recursion_misses), user space accounts for every operation not counted. */
+BPF_ARRAY(untimed, u64, NOPS);
+
+static __always_inline void count_untimed(u32 op)
+{
+    u64 *n = untimed.lookup(&op);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+}
+
 #if WANT_INFLIGHT
 /* Operations in flight, readable from user space while they last (a stuck operation
  * never reaches record(): this is how it is seen at all). One slot per thread, chosen
@@ -227,8 +240,10 @@ static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
 #if USE_TASK_STORAGE
     struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
                                                          BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!t || point >= NPOINTS)
+    if (!t || point >= NPOINTS) {
+        count_untimed(op);
         return;
+    }
     v->ts = bpf_ktime_get_ns();
     t->at[point] = *v;
 #else
@@ -236,7 +251,10 @@ static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
     k.tid = (u32)id;
     k.point = point;
     v->ts = bpf_ktime_get_ns();
-    starts.update(&k, v);
+    if (starts.update(&k, v)) {
+        count_untimed(op);
+        return;
+    }
 #endif
 #if WANT_INFLIGHT
     inflight_start(id, point, op, v->ts, v->dev);
@@ -427,9 +445,13 @@ static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_
     struct start_val *found;
     u64 now;
 #if USE_TASK_STORAGE
-    struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0, 0);
-    if (!t || point >= NPOINTS)
+    /* F_CREATE: NULL then means busy (counted), not a task that never started anything */
+    struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
+                                                         BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!t || point >= NPOINTS) {
+        count_untimed(op);
         return;
+    }
     found = &t->at[point];
     if (found->ts == 0)
         return;
@@ -458,7 +480,7 @@ static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_
 }
 
 #if HAVE_ASYNC
-static __always_inline void async_start(struct async_key *k, struct start_val *s, const char *name)
+static __always_inline void async_start(struct async_key *k, u32 op, struct start_val *s, const char *name)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct async_val v;
@@ -473,7 +495,8 @@ static __always_inline void async_start(struct async_key *k, struct start_val *s
     bpf_get_current_comm(&v.comm, sizeof(v.comm));
     if (name)
         bpf_probe_read_kernel_str(v.name, NAME_LEN, name);
-    async_starts.update(k, &v);
+    if (async_starts.update(k, &v))
+        count_untimed(op);
 }
 
 static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s64 bytes_at_end)

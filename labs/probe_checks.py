@@ -38,6 +38,16 @@ def mean_bucket(hist: Dict[int, int]) -> float:
     return sum(start * count for start, count in hist.items()) / max(sum(hist.values()), 1)
 
 
+def counted_once(what: str, counted: int, issued: int, missed: int) -> str:
+    """Every operation the workload issued is counted once, or the tool reported it missed (the
+    kernel skipped its probe; docs/probes.md, "Missed operations"): never counted twice, never
+    lost without a word. Returns the count, with what was missed."""
+    assert counted <= issued, f"{what}: counted {counted}, the workload issued {issued}"
+    assert counted + missed >= issued, \
+        f"{what}: counted {counted}, the workload issued {issued}, the tool reported {missed} missed"
+    return f"{counted}" + (f" ({issued - counted} reported missed)" if counted < issued else "")
+
+
 def data(results: Results, check: str) -> Dict[str, Any]:
     found = results[check]
     assert found["ok"], f"{check}: {found.get('error')}"
@@ -57,11 +67,13 @@ def verify_tools_stopped_by_sigterm_or_ctrl_c_leave_nothing_attached(results: Re
 def verify_nfsdist_counts_match_the_workload(results: Results, mount: str) -> None:
     run = data(results, "main")
     assert run["nfsdist"]["rc"] == 0, run["nfsdist"]["stderr"]
-    issued, seen = run["phases"][mount]["issued"], run["seen"][mount]["ops"]
+    issued, seen, missed = run["phases"][mount]["issued"], run["seen"][mount]["ops"], run["seen"][mount].get("missed", {})
     for op in ("read", "write", "open", "getattr", "fsync"):
-        assert seen[op]["count"] == issued[op], f"{mount} {op}: saw {seen[op]['count']}, issued {issued[op]}"
-    assert seen["read"]["bytes"] == issued["read_bytes"]
-    assert seen["write"]["bytes"] == issued["write_bytes"]
+        counted_once(f"{mount} {op}", seen[op]["count"], issued[op], missed.get(op, 0))
+    if not missed.get("read"):
+        assert seen["read"]["bytes"] == issued["read_bytes"]
+    if not missed.get("write"):
+        assert seen["write"]["bytes"] == issued["write_bytes"]
     # kernel-issued COMMITs: at least one per fsync of unstable data (the O_SYNC 4 KiB write
     # goes FILE_SYNC and needs none)
     assert issued["unstable_fsync"] <= seen["commit"]["count"] <= issued["write"]
@@ -77,11 +89,9 @@ def verify_metadata_operations_are_counted(results: Results, mount: str) -> None
     fresh directory (labs/guest/probes_guest.py metadata()): each counted as often as issued."""
     run = data(results, "main")
     phase = "meta3" if mount == "nfs3" else "meta42"
-    issued, seen = run["phases"][phase]["issued"], run["seen"][phase]["ops"]
-    for op in META_EXACT:
-        assert seen[op]["count"] == issued[op], f"{mount} {op}: saw {seen[op]['count']}, issued {issued[op]}"
-    if mount == "nfs3":  # NFSv4 creates through ->atomic_open (the open op), NFSv3 through ->create
-        assert seen["create"]["count"] == issued["create"]
+    issued, seen, missed = run["phases"][phase]["issued"], run["seen"][phase]["ops"], run["seen"][phase].get("missed", {})
+    for op in META_EXACT + (("create",) if mount == "nfs3" else ()):  # NFSv4 creates through ->atomic_open (open)
+        counted_once(f"{mount} {op}", seen[op]["count"], issued[op], missed.get(op, 0))
     for op in META_SOME:
         assert seen[op]["count"] >= 1, f"{mount} {op}: never seen"
     assert run["seen"][phase]["anomalies"] == 0

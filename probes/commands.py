@@ -259,7 +259,7 @@ def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str, mou
             ops[op]["mounts"] = {mount_name(mounts, dev): _json_hist(e) for dev, e in entry["mounts"].items()
                                  if e["count"]}
     return json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "val_type": unit, "ops": ops,
-                       "anomalies": session.anomalies()})
+                       "anomalies": session.anomalies(), "missed": session.missed_since("interval")})
 
 
 def _dist_sections(data: Dict[str, Dict[str, Any]], mounts: Optional[MountTable]) -> List[Tuple[str, List[int]]]:
@@ -478,7 +478,8 @@ def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: b
                              lambda dev: mount_name(where.mounts, dev))
             if as_json:
                 print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval, "by": by,
-                                  "processes" if by == "pid" else "rows": rows}), flush=True)
+                                  "processes" if by == "pid" else "rows": rows,
+                                  "missed": session.missed_since("interval")}), flush=True)
                 continue
             if clear:
                 print("\033[H\033[2J", end="")

@@ -103,6 +103,7 @@ class NfsCollector:
                 self.session.forget_dev(dev)
             return {"dist": self.session.dist(clear=False), "in_flight": self.session.in_flight(),
                     "anomalies": self.session.anomalies(), "inflight_lost": self.session.counter("inflight_lost"),
+                    "missed": self.session.missed(),
                     "bpf_stats": stats_on, "programs": self.session.program_stats() if stats_on else {}}
 
     def collect(self) -> Iterator[Any]:
@@ -142,6 +143,12 @@ class NfsCollector:
                                   "or above an hour).", value=snap["anomalies"])
         yield CounterMetricFamily("probekit_nfs_inflight_lost", "Operations not tracked in flight: another "
                                   "thread held their slot.", value=snap["inflight_lost"])
+        missed = CounterMetricFamily("probekit_nfs_missed", "Operations not counted, at most: the kernel skipped "
+                                     "a run of their probe (its BPF guard was held on that CPU) or their start "
+                                     "could not be stored.", labels=["op"])
+        for op, value in snap["missed"].items():
+            missed.add_metric([op], value)
+        yield missed
         build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
                                   labels=["version", "bcc_version", "kernel"])
         build.add_metric([package_version(), self.bcc_version, self.release], 1)
@@ -221,7 +228,8 @@ Prometheus scrape job:
 \b
 Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
 probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_probe_info{{op,kind,point}},
-probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_build_info, and with
+probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_nfs_missed_total{{op}},
+probekit_build_info, and with
 sysctl kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
 SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 """

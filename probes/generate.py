@@ -119,6 +119,7 @@ class Probe(NamedTuple):
     ringbuf: bool                # events go through a BPF ring buffer (else the perf buffer)
     task_storage: bool           # start times in task local storage (else a hash map by thread)
     mountless: List[str]         # ops with an attach point that cannot tell its mount (no file, dentry or dev)
+    programs: Dict[str, Tuple[str, ...]]  # BPF function name -> the ops it starts or ends (missed runs)
 
 
 def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout]) -> List[Point]:
@@ -191,7 +192,7 @@ def _tp_start(point: Point, op_macro: str) -> List[str]:
         lines += ["        struct async_key k;", "        __builtin_memset(&k, 0, sizeof(k));",
                   f"        k.point = {point.id};"]
         lines += [f"        k.k[{i}] = (u64)args->{key};" for i, key in enumerate(point.keys)]
-        lines.append(f"        async_start(&k, &v, {_tp_string(point, False)});")
+        lines.append(f"        async_start(&k, {op_macro}, &v, {_tp_string(point, False)});")
     else:
         lines.append(f"        task_start({point.id}, {op_macro}, &v);")
     return lines + ["    }"]
@@ -256,6 +257,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     kprobes: List[Tuple[str, str, str]] = []
     tp_bodies: Dict[str, List[str]] = {}
     mountless: List[str] = []
+    programs: Dict[str, Tuple[str, ...]] = {}
     for point in points:
         op_macro = f"OP_{point.op.upper()}"
         if point.kind == "kprobe":
@@ -264,6 +266,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 mountless.append(point.op)
             handlers.append(text)
             kprobes += [(point.entry, "entry", f"p{point.id}_entry"), (point.exit, "exit", f"p{point.id}_exit")]
+            programs.update({f"p{point.id}_entry": (point.op,), f"p{point.id}_exit": (point.op,)})
         else:
             if "dev" not in point.args and point.op != "rpc":  # an RPC belongs to no mount
                 mountless.append(point.op)
@@ -271,7 +274,9 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
             tp_bodies.setdefault(point.exit, []).extend(_tp_end(point, op_macro))
     for event, body in tp_bodies.items():
         system, _, name = event.partition(":")
+        # bcc's name for a TRACEPOINT_PROBE function
+        programs[f"tracepoint__{system}__{name}"] = tuple(sorted({p.op for p in points if event in (p.entry, p.exit)}))
         handlers.append(f"TRACEPOINT_PROBE({system}, {name})\n{{\n" + "\n".join(body) + "\n    return 0;\n}\n")
     c_text = "\n".join(head) + "\n\n" + template.read_text() + "\n" + "\n".join(handlers)
     return Probe(c_text, ops, letters, points, kprobes, bool(offsets), ringbuf and tool.events, task_storage,
-                 sorted(set(mountless)))
+                 sorted(set(mountless)), programs)

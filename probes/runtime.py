@@ -14,8 +14,9 @@ import re
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event, generate
@@ -35,6 +36,8 @@ TASK_STORAGE_MIN_KERNEL = (5, 11)
 RINGBUF_READ_MS = 100
 #: how often the tools look at operations in flight and at modules loaded since the start
 TICK_S = 1.0
+#: the kernel counts the runs of kprobe and tracepoint programs it skips (recursion_misses) from 6.7
+MISSES_MIN_KERNEL = (6, 7)
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
 
 
@@ -95,6 +98,61 @@ def task_storage_support(release: str, bcc_table: Any, have_btf: bool) -> Tuple[
     return True, "start times: task local storage"
 
 
+def fdinfo_counts(fd: int, names: Sequence[str]) -> Dict[str, int]:
+    """The named integer fields of one of this process's BPF fds (/proc/self/fdinfo); absent ones left out."""
+    out: Dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in names:
+                out[key] = int(value)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+class RealtimeReads:
+    """Map reads at real-time priority (SCHED_FIFO 1), where the process may.
+
+    Why: while a task is inside a BPF map access from user space, the kernel holds that CPU's
+    BPF guard (bpf_prog_active) with migration, not preemption, disabled, and skips every
+    kprobe and tracepoint program that fires on that CPU meanwhile. On a preemptible kernel
+    (Debian's 7.x run PREEMPT_LAZY) an NFS client task woken there preempts the reader and
+    runs its operations untraced: on a 7.3 guest one read and one open of 150 rounds went
+    missing from nfsdist and nfstop alike. A SCHED_FIFO reader is not preempted by such tasks.
+    Reentrant; the thread's own policy is put back after the outermost read."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.allowed: Optional[bool] = None  # unknown until the first read
+        self._saved: Optional[Tuple[int, Any]] = None
+
+    def describe(self) -> str:
+        if self.allowed is False:
+            return ("map reads: normal priority (SCHED_FIFO refused: no CAP_SYS_NICE); on a preemptible kernel "
+                    "an operation that preempts a read goes untraced, counted as missed")
+        return "map reads: real-time priority (SCHED_FIFO 1), so that no NFS task preempts them in the kernel"
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            if self.depth == 1 and self.allowed is not False:
+                saved = (os.sched_getscheduler(0), os.sched_getparam(0))
+                try:
+                    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+                    self._saved, self.allowed = saved, True
+                except OSError:
+                    self.allowed = False
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self._saved is not None:
+                policy, param = self._saved
+                self._saved = None
+                os.sched_setscheduler(0, policy, param)
+
+
 def describe(selection: Selection) -> List[str]:
     lines = []
     for c in selection.chosen:
@@ -142,6 +200,13 @@ class Session:
         task_storage, why = task_storage_support(facts.release, sys.modules.get("bcc.table"), layout is not None)
         if verbose:
             self.warn(why)
+        version = kernel_version(facts.release)
+        #: whether this kernel counts the runs it skips (else missed() knows only the probe's own count)
+        self.kernel_counts_misses = version is not None and version >= MISSES_MIN_KERNEL
+        if verbose and not self.kernel_counts_misses:
+            self.warn(f"missed operations: kernel {facts.release} does not count the probe runs it skips "
+                      f"(needs 6.7): only those the probe itself refused are reported")
+        self.reading = RealtimeReads()
         #: generated again without task storage if this bcc cannot compile it (see __enter__)
         self._generate = lambda use_task_storage: generate(self.selection.chosen, tool, layout, enums=sorted(enums),
                                                            ringbuf=ringbuf, task_storage=use_task_storage)
@@ -156,7 +221,9 @@ class Session:
         #: modules whose absence left an operation or attach point out, said again if they load
         self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
-        self._ticks: List[Callable[[], None]] = [self._check_late_modules]
+        self._ticks: List[Callable[[], None]] = [self._check_late_modules, self._check_missed]
+        #: missed() as last seen, per reader of it (the stderr warning, a tool's interval records)
+        self._missed_base: Dict[str, Dict[str, int]] = {}
         self._batch: List[Dict[str, Any]] = []
         self._on_batch: Optional[Callable[[List[Dict[str, Any]]], None]] = None
         self._next_tick = 0.0
@@ -198,6 +265,10 @@ class Session:
                     self.bpf["cgroup_filter"][0] = fd  # bcc's CgroupArray takes an fd (or a path)
                 finally:
                     os.close(fd)
+            with self.reading():  # learn now whether reads may run real-time, for --verbose
+                pass
+            if self.verbose:
+                self.warn(self.reading.describe())
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
             for function, end, handler in self.probe.kprobes:
@@ -262,6 +333,21 @@ class Session:
                 self.warn(f"warning: module {module} loaded after the start: what it provides is not traced "
                           f"by this run (see --verbose at the start); restart {self.prog} to trace it")
 
+    def missed_since(self, reader: str) -> Dict[str, int]:
+        """The ops missed since this reader's last call, and how many (only those that grew)."""
+        now = self.missed()
+        base = self._missed_base.get(reader, {})
+        self._missed_base[reader] = now
+        return {op: n - base.get(op, 0) for op, n in now.items() if n > base.get(op, 0)}
+
+    def _check_missed(self) -> None:
+        """Say on stderr, as it happens, that operations went uncounted (bcc's tools lose them silently)."""
+        new = self.missed_since("warning")
+        if new:
+            self.warn("warning: not counted: " + ", ".join(f"{n} {op}" for op, n in new.items()) +
+                      " (the kernel skipped their probe while this CPU's BPF guard was held, or their start "
+                      "could not be stored; docs/probes.md, 'Missed operations')")
+
     def poll_until_stopped(self) -> None:
         while not self.stopped:
             self._tick()
@@ -298,7 +384,8 @@ class Session:
 
     def counter(self, name: str) -> int:
         """A one-slot BPF counter array's value (anomalies, inflight_lost, lost_events)."""
-        return int(self.bpf[name][ctypes.c_int(0)].value)
+        with self.reading():
+            return int(self.bpf[name][ctypes.c_int(0)].value)
 
     def anomalies(self) -> int:
         return self.counter("anomalies")
@@ -310,17 +397,28 @@ class Session:
         without the fields (older kernels) are left out."""
         out: Dict[str, Tuple[int, int]] = {}
         for name, func in self.bpf.funcs.items():
-            fields: Dict[str, int] = {}
-            try:
-                for line in Path(f"/proc/self/fdinfo/{func.fd}").read_text().splitlines():
-                    key, _, value = line.partition(":")
-                    if key in ("run_time_ns", "run_cnt"):
-                        fields[key] = int(value)
-            except (OSError, ValueError):
-                continue
+            fields = fdinfo_counts(func.fd, ("run_time_ns", "run_cnt"))
             if len(fields) == 2:
                 name = name.decode() if isinstance(name, bytes) else str(name)
                 out[name] = (fields["run_time_ns"], fields["run_cnt"])
+        return out
+
+    def missed(self) -> Dict[str, int]:
+        """Per op since the start, an upper bound of the operations not counted: runs of its
+        programs the kernel skipped (recursion_misses: the CPU's BPF guard was held by another
+        program, or by a task preempted inside a BPF map access; one skipped start or end loses
+        one operation, a skipped pair one too) plus the starts and ends the start store refused.
+        Each op appears, 0 when nothing was missed."""
+        out = {op: 0 for op in self.probe.ops}
+        for name, func in self.bpf.funcs.items():
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            skipped = fdinfo_counts(func.fd, ("recursion_misses",)).get("recursion_misses", 0)
+            for op in self.probe.programs.get(name, ()):
+                out[op] += skipped
+        with self.reading():
+            for key, value in self.bpf["untimed"].items():
+                if int(key.value) < len(self.probe.ops):
+                    out[self.op_name(int(key.value))] += int(value.value)
         return out
 
     def in_flight(self) -> List[InFlight]:
@@ -328,16 +426,19 @@ class Session:
         slots) and every asynchronous start (RPCs, async tracepoint pairs)."""
         out: List[InFlight] = []
         slots = self.bpf["inflight"]
-        try:  # one system call for the whole array where bcc and the kernel can (5.6+)
-            values = [v for _k, v in slots.items_lookup_batch()]
-        except Exception:  # older bcc or kernel: one lookup per slot
-            values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
+        with self.reading():
+            try:  # one system call for the whole array where bcc and the kernel can (5.6+)
+                values = [v for _k, v in slots.items_lookup_batch()]
+            except Exception:  # older bcc or kernel: one lookup per slot
+                values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
+            starts = (list(self.bpf["async_starts"].items()) if any(p.match == "keys" for p in self.probe.points)
+                      else [])
         for value in values:
             if value.ts:
                 out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", "",
                                     dev=int(getattr(value, "dev", 0))))
-        if any(p.match == "keys" for p in self.probe.points):
-            for key, value in self.bpf["async_starts"].items():
+        if starts:
+            for key, value in starts:
                 point = self.probe.points[int(key.point)]
                 client = point.keys.index("client_id") if "client_id" in point.keys else -1
                 out.append(InFlight(int(value.tid), int(value.pid), point.op, int(value.s.ts),
@@ -355,9 +456,10 @@ class Session:
         """Drop one superblock's per-mount counts (Tool.per_mount): its mount is gone, or the
         kernel gave its dev to another mount."""
         for table in ("dist", "op_totals"):
-            stale = [key for key in self.bpf[table].keys() if int(getattr(key, "dev", -1)) == dev]
-            for key in stale:  # after the walk: deleting while walking a BPF hash restarts it
-                del self.bpf[table][key]
+            with self.reading():
+                stale = [key for key in self.bpf[table].keys() if int(getattr(key, "dev", -1)) == dev]
+                for key in stale:  # after the walk: deleting while walking a BPF hash restarts it
+                    del self.bpf[table][key]
         self._dist_base = {k: v for k, v in self._dist_base.items() if k[1] != dev}
         self._totals_base = {k: v for k, v in self._totals_base.items() if k[1] != dev}
 
@@ -377,10 +479,12 @@ class Session:
         if self.tool.per_mount:
             for entry in out.values():
                 entry["mounts"] = {}
+        with self.reading():
+            dist_items, total_items = list(self.bpf["dist"].items()), list(self.bpf["op_totals"].items())
         slots = {(int(key.op), int(getattr(key, "dev", 0)), int(key.slot)): int(value.value)
-                 for key, value in self.bpf["dist"].items()}
+                 for key, value in dist_items}
         totals = {}
-        for key, value in self.bpf["op_totals"].items():  # an array by op, or a hash by (op, dev)
+        for key, value in total_items:  # an array by op, or a hash by (op, dev)
             where = (int(key.op), int(key.dev)) if hasattr(key, "dev") else (int(key.value), 0)
             totals[where] = (int(value.bytes), int(value.lat_ns))
 
@@ -428,7 +532,9 @@ class Session:
             else:
                 gone.append((table, key))
 
-        for key, value in stats.items():
+        with self.reading():
+            stat_items, hist_items = list(stats.items()), list(hist.items())
+        for key, value in stat_items:
             where = (int(key.tgid), int(key.op), int(key.dev))
             totals = (int(value.count), int(value.lat_ns), int(value.bytes))
             count, lat_ns, nbytes = (a - b for a, b in zip(totals, self._top_base.get(where, (0, 0, 0))))
@@ -437,14 +543,15 @@ class Session:
                     "count": count, "lat_ns": lat_ns, "bytes": nbytes, "cgroup": int(value.cgroup),
                     "comm": bytes(value.comm).split(b"\0", 1)[0].decode("utf-8", "replace"), "slots": {}}
             keep(stats, key, where, totals)
-        for key, value in hist.items():
+        for key, value in hist_items:
             where = (int(key.tgid), int(key.op), int(key.dev), int(key.slot))
             delta = int(value.value) - self._top_base.get(where, (0,))[0]
             entry = out.get((where[0], where[2]), {}).get(self.op_name(where[1]))
             if delta and entry is not None:
                 entry["slots"][where[3]] = delta
             keep(hist, key, where, (int(value.value),))
-        for table, key in gone:  # after reading: deleting while iterating a BPF hash restarts it
-            del table[key]
+        with self.reading():
+            for table, key in gone:  # after reading: deleting while iterating a BPF hash restarts it
+                del table[key]
         self._top_base = now
         return out

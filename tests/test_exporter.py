@@ -97,6 +97,9 @@ class _Recorded:
     def counter(self, _name: str) -> int:
         return 0
 
+    def missed(self) -> Dict[str, int]:
+        return {op: 0 for op in self.per_op}
+
     def program_stats(self) -> Dict[str, Tuple[int, int]]:
         return {}
 
@@ -265,12 +268,12 @@ def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path:
 def test_forget_dev_deletes_one_devs_keys_of_both_maps() -> None:
     from collections import namedtuple
 
-    from probes.runtime import Session
+    from probes.runtime import RealtimeReads, Session
     dist_key, total_key = namedtuple("dist_key", "op slot dev"), namedtuple("total_key", "op dev")
     dist = {dist_key(0, 10, 44): 3, dist_key(0, 10, 47): 5, dist_key(1, 12, 47): 1, dist_key(1, 9, 0): 2}
     totals = {total_key(0, 44): 1, total_key(0, 47): 2}
     fake = SimpleNamespace(bpf={"dist": dist, "op_totals": totals}, _dist_base={(0, 47, 10): 5, (0, 44, 10): 1},
-                           _totals_base={(0, 47): (1, 1), (0, 44): (2, 2)})
+                           _totals_base={(0, 47): (1, 1), (0, 44): (2, 2)}, reading=RealtimeReads())
     Session.forget_dev(fake, 47)
     assert sorted((k.op, k.dev) for k in dist) == [(0, 44), (1, 0)]
     assert [(k.op, k.dev) for k in totals] == [(0, 44)]

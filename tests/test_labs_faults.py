@@ -70,8 +70,21 @@ def test_a_stuck_op_that_never_completes_fails(run: Dict[str, Any]) -> None:
 
 def test_an_op_counted_twice_fails(run: Dict[str, Any]) -> None:
     run["data"]["seen"]["pause"]["ops"]["write"]["count"] += 1
-    with pytest.raises(AssertionError, match="pause write: nfsdist counted"):
+    with pytest.raises(AssertionError, match=r"pause write \(nfsdist\): counted 7, the workload issued 6$"):
         verify_pause_completes(run)
+
+
+def test_an_op_lost_silently_fails(run: Dict[str, Any]) -> None:
+    run["data"]["seen"]["pause"]["ops"]["write"]["count"] -= 1
+    with pytest.raises(AssertionError, match="counted 5, the workload issued 6, the tool reported 0 missed"):
+        verify_pause_completes(run)
+
+
+def test_an_op_the_tool_reported_missed_passes_and_is_named(run: Dict[str, Any]) -> None:
+    """The kernel skipped a probe run (its BPF guard held on that CPU) and the tool said so."""
+    run["data"]["seen"]["pause"]["ops"]["write"]["count"] -= 1
+    run["data"]["seen"]["pause"]["missed"] = {"write": 2}
+    assert "write 5 (1 reported missed)" in verify_pause_completes(run)
 
 
 def test_loss_without_a_latency_shift_fails(run: Dict[str, Any]) -> None:
@@ -114,8 +127,11 @@ def test_nfstop_losing_a_write_fails(run: Dict[str, Any]) -> None:
                 if p["pid"] == run["data"]["workload_pid"] and p["ops"].get("write", {}).get("count"))
     mine["ops"]["write"]["count"] -= 1
     run["data"]["nfstop"]["lines"] = [json.dumps(row) for row in rows]
-    with pytest.raises(AssertionError, match="nfstop counted 43 writes"):
+    with pytest.raises(AssertionError, match="write: counted 43, the workload issued 44, the tool reported 0 missed"):
         verify_nfstop_process(run)
+    rows[-1]["missed"] = {"write": 1}
+    run["data"]["nfstop"]["lines"] = [json.dumps(row) for row in rows]
+    assert "write 43 (1 reported missed)" in verify_nfstop_process(run)
 
 
 def test_nfstop_not_showing_the_stuck_operation_fails(run: Dict[str, Any]) -> None:

@@ -253,12 +253,15 @@ def label_phases(result: Dict[str, Any], phases: Dict[str, Any]) -> None:
 
 
 def phase_totals(intervals: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """phase -> {"ops": {op: {count, bytes}}, "anomalies": n}, summed over its nfsdist intervals."""
+    """phase -> {"ops": {op: {count, bytes}}, "anomalies": n, "missed": {op: n}}, summed over its
+    nfsdist intervals ("missed": what the tool reported not counted in those intervals)."""
     out: Dict[str, Dict[str, Any]] = {}
     for interval in intervals:
         total = out.setdefault(interval["phase"], {"ops": {op: {"count": 0, "bytes": 0} for op in OPS},
-                                                   "anomalies": 0})
+                                                   "anomalies": 0, "missed": {}})
         total["anomalies"] += interval["anomalies"]
+        for op, n in interval.get("missed", {}).items():
+            total["missed"][op] = total["missed"].get(op, 0) + n
         for op, entry in interval["ops"].items():
             total["ops"][op]["count"] += entry["count"]
             total["ops"][op]["bytes"] += entry["bytes"]
