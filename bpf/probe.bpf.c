@@ -88,54 +88,56 @@ static __always_inline void count_untimed(u32 op)
 #if WANT_INFLIGHT
 /* Operations in flight, readable from user space while they last (a stuck operation
  * never reaches record(): this is how it is seen at all). One slot per thread, chosen
- * by thread id, holding the thread's outermost operation; an array, so a start costs
- * one lookup and a few stores, with no hashing, locks or allocation. Async starts
+ * by thread id, holding the thread's outermost operation's start itself: that start is
+ * stored here instead of in task storage or the hash, so tracking it costs no second
+ * store (and, under emulation, no second page touched). Operations nested inside it, or
+ * of a thread whose slot another thread holds, go to the usual store. Async starts
  * (async_starts) are readable as they are. */
 struct inflight_slot {
-    u64 ts;       /* start time; 0 = free */
+    struct start_val s;  /* s.ts: start time; 0 = free */
     u32 tid;      /* its process: /proc/TID/status, read only for a stuck thread */
     u16 op;
     u16 point;
-#if WANT_DEV
-    u64 dev;      /* its mount, for nfstop --by mount */
-#endif
 };
 BPF_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
 /* [0] operations not shown in flight because another thread held their slot */
 BPF_ARRAY(inflight_lost, u64, 1);
 
-static __always_inline void inflight_start(u64 id, u32 point, u32 op, u64 ts, u64 dev)
+/* 1 when the slot took the start (the caller stores nothing else) */
+static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct start_val *v)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = inflight.lookup(&idx);
     if (!slot)
-        return;
-    if (slot->ts) {
+        return 0;
+    if (slot->s.ts) {
         if (slot->tid == (u32)id && slot->point != point)
-            return;  /* nested inside this thread's outer operation */
+            return 0;  /* nested inside this thread's outer operation */
         if (slot->tid != (u32)id) {
             u32 zero = 0;
             u64 *lost = inflight_lost.lookup(&zero);
             if (lost)
                 __sync_fetch_and_add(lost, 1);
-            return;
+            return 0;
         }
     }
+    slot->s = *v;
     slot->tid = (u32)id;
     slot->op = op;
     slot->point = point;
-#if WANT_DEV
-    slot->dev = dev;
-#endif
-    slot->ts = ts;
+    return 1;
 }
 
-static __always_inline void inflight_end(u64 id, u32 point)
+/* 1 when this thread's slot held the start of `point` (copied to *out, slot freed) */
+static __always_inline int inflight_end(u64 id, u32 point, struct start_val *out)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = inflight.lookup(&idx);
-    if (slot && slot->ts && slot->tid == (u32)id && slot->point == point)
-        slot->ts = 0;
+    if (!slot || !slot->s.ts || slot->tid != (u32)id || slot->point != point)
+        return 0;
+    *out = slot->s;
+    slot->s.ts = 0;
+    return 1;
 }
 #endif
 
@@ -237,6 +239,11 @@ static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
     u64 id = bpf_get_current_pid_tgid();
     if (!want_task(id, v))
         return;
+    v->ts = bpf_ktime_get_ns();
+#if WANT_INFLIGHT
+    if (inflight_start(id, point, op, v))
+        return;
+#endif
 #if USE_TASK_STORAGE
     struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
                                                          BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -244,20 +251,13 @@ static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
         count_untimed(op);
         return;
     }
-    v->ts = bpf_ktime_get_ns();
     t->at[point] = *v;
 #else
     struct start_key k;
     k.tid = (u32)id;
     k.point = point;
-    v->ts = bpf_ktime_get_ns();
-    if (starts.update(&k, v)) {
+    if (starts.update(&k, v))
         count_untimed(op);
-        return;
-    }
-#endif
-#if WANT_INFLIGHT
-    inflight_start(id, point, op, v->ts, v->dev);
 #endif
 }
 
@@ -443,35 +443,36 @@ static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_
     u64 id = bpf_get_current_pid_tgid();
     struct start_val s;
     struct start_val *found;
-    u64 now;
-#if USE_TASK_STORAGE
-    /* F_CREATE: NULL then means busy (counted), not a task that never started anything */
-    struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
-                                                         BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!t || point >= NPOINTS) {
-        count_untimed(op);
-        return;
-    }
-    found = &t->at[point];
-    if (found->ts == 0)
-        return;
-    now = bpf_ktime_get_ns();
-    s = *found;
-    found->ts = 0;
-#else
-    struct start_key k;
-    k.tid = (u32)id;
-    k.point = point;
-    found = starts.lookup(&k);
-    if (!found)
-        return;
-    now = bpf_ktime_get_ns();
-    s = *found;
-    starts.delete(&k);
-#endif
+    u64 now = bpf_ktime_get_ns();
+    int held = 0;
 #if WANT_INFLIGHT
-    inflight_end(id, point);
+    held = inflight_end(id, point, &s);
 #endif
+    if (!held) {
+#if USE_TASK_STORAGE
+        /* F_CREATE: NULL then means busy (counted), not a task that never started anything */
+        struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
+                                                             BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!t || point >= NPOINTS) {
+            count_untimed(op);
+            return;
+        }
+        found = &t->at[point];
+        if (found->ts == 0)
+            return;
+        s = *found;
+        found->ts = 0;
+#else
+        struct start_key k;
+        k.tid = (u32)id;
+        k.point = point;
+        found = starts.lookup(&k);
+        if (!found)
+            return;
+        s = *found;
+        starts.delete(&k);
+#endif
+    }
     if (!sane_delta(s.ts, now))
         return;
     if (bytes_at_end >= 0)

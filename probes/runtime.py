@@ -434,9 +434,9 @@ class Session:
             starts = (list(self.bpf["async_starts"].items()) if any(p.match == "keys" for p in self.probe.points)
                       else [])
         for value in values:
-            if value.ts:
-                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.ts), "", "",
-                                    dev=int(getattr(value, "dev", 0))))
+            if value.s.ts:
+                out.append(InFlight(int(value.tid), 0, self.op_name(int(value.op)), int(value.s.ts), "", "",
+                                    dev=int(value.s.dev)))
         if starts:
             for key, value in starts:
                 point = self.probe.points[int(key.point)]

@@ -187,7 +187,9 @@ def test_start_time_store_choice(spec: Dict[str, Any], profile_data: Dict[str, A
     # one slot per attach point (nesting still works) and an end without a start is skipped
     assert "struct start_val at[NPOINTS];" in template
     end = template.split("static __always_inline void task_end(")[1].split("\n}\n")[0]
-    assert "if (found->ts == 0)\n        return;" in end and "found->ts = 0;" in end
+    assert "if (found->ts == 0)\n            return;" in end and "found->ts = 0;" in end
+    # a thread's outermost start may sit in its in-flight slot instead: taken from there first
+    assert end.index("held = inflight_end(id, point, &s);") < end.index("if (!held) {")
 
 
 def test_nested_operations_are_keyed_per_attach_point(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
