@@ -14,7 +14,6 @@ cycled) through the parser and reports its peak RSS; it must not grow with lines
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import resource
 import statistics

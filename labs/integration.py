@@ -10,10 +10,14 @@ operation, the spec candidate they picked and whether it recorded the operation:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
+import subprocess
+import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
@@ -30,6 +34,9 @@ WORKLOAD = "labs/guest/workload.sh"
 PROBES_GUEST = "labs/guest/probes_guest.py"
 #: where the spec goes as JSON for guests without a TOML module (probes_guest.SPEC_JSON)
 GUEST_SPEC_JSON = "/tmp/probekit-nfs-spec.json"
+#: the venv the image made for probekit (labs/provision/node.sh; probes_guest.INSTALLED)
+GUEST_VENV = "/usr/local/probekit"
+REPO = Path(__file__).resolve().parent.parent
 
 
 class Check(NamedTuple):
@@ -233,7 +240,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
 
     def probe_picks(self) -> str:
         """nfsdist around the workload on both mounts: per op the candidate used, and recorded?"""
-        put_spec_json(self.lab, self.report.run_dir)
+        install_tools(self.lab, self.report.run_dir)
         result = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} picks", timeout=900)
                             .strip().splitlines()[-1])
         assert result["ok"], result.get("error")
@@ -250,7 +257,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
         run follows (it checks the v3-only client: labs.probe_checks.V3ONLY_CHECKS); `main` also
         gives the lab results of every operation."""
         from labs.probe_checks import PROBE_CHECKS, V3ONLY_CHECKS, guest_runs
-        put_spec_json(self.lab, self.report.run_dir)
+        install_tools(self.lab, self.report.run_dir)
         found: Dict[str, Any] = {}
 
         def runs() -> str:
@@ -277,6 +284,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
         found: Dict[str, Any] = {}
 
         def exporter_run() -> str:
+            install_tools(self.lab, self.report.run_dir)
             found.update(json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPT}", timeout=1200)
                                     .strip().splitlines()[-1]))
             keep_results(found, self.report.run_dir)
@@ -316,15 +324,46 @@ wc -l < {out}/available_filter_functions.nfs.txt
         local.unlink()
 
 
-def put_spec_json(lab: Lab, local_dir: Path) -> None:
-    """The default NFS spec as JSON at GUEST_SPEC_JSON, for guests whose Python has no TOML
-    module (Debian 11); a copy stays in local_dir."""
+_WHEELS: Dict[str, Path] = {}
+
+
+def project_wheel() -> Path:
+    """probekit's wheel built from this tree, once per process (what a user installs)."""
+    if "wheel" not in _WHEELS:
+        out = Path(tempfile.mkdtemp(prefix="probekit-wheel-"))
+        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, cwd=out)
+        if res.returncode != 0:
+            raise UserError(f"cannot build probekit's wheel: {res.stdout.strip().splitlines()[-1:]}")
+        _WHEELS["wheel"] = next(out.glob("probekit-*.whl"))
+    return _WHEELS["wheel"]
+
+
+def install_tools(lab: Lab, local_dir: Path) -> None:
+    """On the client, probekit as a user installs it (docs/install.md): its wheel into the venv
+    the image made, with the system site packages (bcc and the dependencies are Debian's), so
+    the lab's tools run from the installed form, not from the source share. Also the default
+    spec as JSON at GUEST_SPEC_JSON for guests whose Python has no TOML module (Debian 11);
+    a copy stays in local_dir. Once per boot and wheel."""
     from probes.runtime import DEFAULT_SPEC
     from discover.spec import load_spec
     spec_json = local_dir / "nfs-spec.json"
     local_dir.mkdir(parents=True, exist_ok=True)
     spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
     lab.put(spec_json, GUEST_SPEC_JSON)
+    wheel = project_wheel()
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    marker = f"{GUEST_VENV}/probekit-wheel.sha256"
+    if lab.run(f"grep -qx {digest} {marker}").exit_code == 0:
+        return
+    lab.put(wheel, f"/tmp/{wheel.name}")
+    # --no-index: every dependency must already be there (Debian's packages), as on a client
+    # without PyPI; an earlier wheel of the same version goes first (pip would keep it)
+    res = lab.run(f"{GUEST_VENV}/bin/pip uninstall --quiet --yes probekit >/dev/null 2>&1; "
+                  f"{GUEST_VENV}/bin/pip install --quiet --no-index /tmp/{wheel.name} && echo {digest} > {marker}",
+                  timeout=600)
+    if res.exit_code != 0:
+        raise UserError(f"pip install of {wheel.name} in the guest failed: {(res.stdout + res.stderr).strip()[-300:]}")
 
 
 BUFFER_SIZE_KB = "/sys/kernel/tracing/buffer_size_kb"

@@ -148,7 +148,10 @@ class VagrantLab(Lab):
         # python-vagrant warns on import when vagrant is missing: import only when used.
         if not shutil.which("vagrant"):
             raise UserError("vagrant is not installed: run `bash scripts/setup`")
-        import vagrant
+        try:
+            import vagrant
+        except ImportError:
+            raise UserError("python-vagrant is missing: pip install 'probekit[lab]'") from None
         self.logs.mkdir(parents=True, exist_ok=True)
         return vagrant.Vagrant(root=str(REPO), env=self.vagrant_env(), quiet_stdout=True,
                                err_cm=vagrant.make_file_cm(str(self.stderr_log), mode="a"))

@@ -119,13 +119,18 @@ class _Limited(io.RawIOBase):
 _TAR_TOOLS = {"xz": ["xz", "-dc", "-T0", "--single-stream"]}
 
 
+def _zstd() -> Any:
+    """A zstandard decompressor: the module is the `lab` extra's, an NFS client does not need it."""
+    try:
+        import zstandard
+    except ImportError:
+        raise UserError("reading .zst packages needs the zstandard module (pip install 'probekit[lab]')") from None
+    return zstandard.ZstdDecompressor()
+
+
 def _open_tar_stream(raw: IO[bytes], compression: str, origin: str) -> tarfile.TarFile:
     if compression == "zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise UserError("reading .zst packages needs the zstandard module (pip install zstandard)") from None
-        stream: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[assignment]
+        stream: IO[bytes] = _zstd().stream_reader(raw)  # type: ignore[assignment]
         return tarfile.open(fileobj=stream, mode="r|")
     modes = {"xz": "r|xz", "gz": "r|gz", "bz2": "r|bz2", "": "r|"}
     if compression not in modes:
@@ -258,8 +263,7 @@ def decompress_vmlinuz(data: bytes, origin: str) -> bytes:
         elif kind == "gz":
             out = gzip.GzipFile(fileobj=io.BytesIO(payload)).read()
         else:
-            import zstandard
-            out = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+            out = _zstd().decompressobj().decompress(payload)
     except (lzma.LZMAError, OSError, EOFError, zlib_error()) as exc:
         raise PackageError(f"{origin}: corrupt kernel payload ({exc})") from None
     except Exception as exc:
@@ -275,8 +279,7 @@ def _decompress_module(name: str, data: bytes) -> bytes:
     if name.endswith(".xz"):
         return lzma.decompress(data)
     if name.endswith(".zst"):
-        import zstandard
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        return _zstd().decompressobj().decompress(data)
     if name.endswith(".gz"):
         return gzip.decompress(data)
     return data

@@ -26,7 +26,9 @@ import urllib.request
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import GAP_S, MOUNTS, PROJECT, kernel_attachments, prepare, spec_args, workload  # noqa: E402
+from probes_guest import (GAP_S, MOUNTS, installed, interval_in, json_lines, kernel_attachments,  # noqa: E402
+                          netem, netem_delay, nfs_server, prepare, route_device, spec_args, stop, tool,
+                          wait_ready, workload)
 
 
 
@@ -49,9 +51,14 @@ QUERIES = {
     "join": 'probekit_nfs_ops_total{op="read"} and on (export, mountaddr, protocol) '
             'node_mountstats_nfs_operations_requests_total',
     "node_mounts": 'count by (export, mountaddr, protocol) (node_mountstats_nfs_operations_requests_total)',
-    "median_read": 'histogram_quantile(0.5, sum by (le, mountpoint) '
-                   '(probekit_nfs_op_latency_seconds_bucket{op="read",mountpoint!=""}))',
 }
+
+
+#: the op whose median PromQL and nfsdist must agree on (uncached reads: netem delays each one)
+QUANTILE_OP = "read"
+#: histogram_quantile over exactly one phase: the bucket counts at its end minus those at its start
+PHASE_MEDIAN = ('histogram_quantile(0.5, sum by (le) ({series} @ {end}) - sum by (le) ({series} @ {start}))')
+QUANTILE_SERIES = f'probekit_nfs_op_latency_seconds_bucket{{op="{QUANTILE_OP}",mountpoint="{MOUNTS["nfs3"]}"}}'
 
 
 def scrape(port: int) -> str:
@@ -128,12 +135,22 @@ def samples(text: str, name: str) -> Dict[str, float]:
     return out
 
 
+def op_samples(text: str, name: str) -> Dict[str, float]:
+    """op -> value of a series labelled by op only (probekit_nfs_missed_total)."""
+    out: Dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + '{op="'):
+            labels, value = line.rsplit(" ", 1)
+            out[labels[len(name) + 5:-2]] = float(value)
+    return out
+
+
 def start(port: int, log: str) -> subprocess.Popen:
     """The exporter, ready once it says it serves (compiling takes minutes under TCG)."""
     err = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "probes.exporter", "--port", str(port), "-v",
+    proc = subprocess.Popen([installed("nfs-exporter"), "--port", str(port), "-v",
                              "--gone-mount-grace", str(GRACE_S)] + spec_args(),
-                            cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=err)
+                            cwd="/", stdout=subprocess.DEVNULL, stderr=err)
     started = time.monotonic()
     while time.monotonic() - started < 400:
         if proc.poll() is not None:
@@ -154,6 +171,36 @@ def prometheus_counts(issued: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]
         if all(got.get(key) == value for key, value in want.items()) or time.monotonic() > deadline:
             return rows
         time.sleep(SCRAPE_S)
+
+
+def timed_workload(mount: str, tag: str) -> Dict[str, Any]:
+    """The workload between two quiet gaps: what it issued and the wall times a PromQL `@` and
+    nfsdist's interval stamps can be taken at (Prometheus scrapes every SCRAPE_S < GAP_S, so
+    the last sample before `start` and before `end` bracket exactly this workload)."""
+    time.sleep(GAP_S)
+    start = time.time()
+    issued = workload(mount, tag)
+    end_ops = time.time()
+    time.sleep(GAP_S)
+    return {"issued": issued, "start": start, "end_ops": end_ops, "end": time.time()}
+
+
+def phase_median(phase: Dict[str, Any]) -> List[Dict[str, Any]]:
+    return promql(PHASE_MEDIAN.format(series=QUANTILE_SERIES, start=f"{phase['start']:.3f}",
+                                      end=f"{phase['end']:.3f}"))
+
+
+def nfsdist_phase_hist(intervals: List[Dict[str, Any]], phase: Dict[str, Any]) -> Dict[str, int]:
+    """nfsdist's QUANTILE_OP histogram (interval-start usecs -> count) over one phase's intervals."""
+    window = {"start": phase["start"], "end": phase["end_ops"]}
+    hist: Dict[str, int] = {}
+    for interval in intervals:
+        if interval_in(interval["ts"], window):
+            for bucket in interval["ops"][QUANTILE_OP]["hist"]:
+                if bucket["count"]:
+                    key = f"{bucket['interval-start']}-{bucket['interval-end']}"
+                    hist[key] = hist.get(key, 0) + bucket["count"]
+    return hist
 
 
 def gone_mount(mount: str) -> Dict[str, Any]:
@@ -185,9 +232,14 @@ def main() -> Dict[str, Any]:
     servers: List[subprocess.Popen] = []
     out: Dict[str, Any] = {"phases": {}, "kernel": os.uname().release}
     proc = None
+    dist = None
+    dist_log = "/tmp/exporter-nfsdist.out"
     try:
         node_and_prometheus(servers)
+        # nfsdist beside the exporter (its own probe, the same operations): both compile at once
+        dist = tool(["nfsdist", "--json", "1"] + spec_args(), dist_log)
         proc = start(PORT, log)
+        wait_ready(dist, dist_log)
         out["ready_s"] = round(time.monotonic() - started, 1)
         during = kernel_attachments()
         text = scrape(PORT)
@@ -202,17 +254,35 @@ def main() -> Dict[str, Any]:
                            "probekit_nfs_bytes_total"):
                 a, b = samples(first, series), samples(text, series)
                 moved[series] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
-            out["phases"][tag] = {"issued": issued, "moved": moved}
+            a, b = op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total")
+            out["phases"][tag] = {"issued": issued, "moved": moved,
+                                  "missed": {op: n - a.get(op, 0) for op, n in b.items() if n != a.get(op, 0)}}
         out["promql"] = {"counts": prometheus_counts({tag: p["issued"] for tag, p in out["phases"].items()})}
         out["promql"].update({name: promql(query) for name, query in QUERIES.items() if name != "counts"})
+        # the median of one phase, plain and with netem delay, from Prometheus and from nfsdist
+        device = route_device(nfs_server())
+        rtt_delay_ms, delay_ms = netem_delay(device)
+        quantile: Dict[str, Any] = {"op": QUANTILE_OP, "rtt_delay_ms": rtt_delay_ms, "device": device,
+                                    "phases": {"plain": timed_workload(MOUNTS["nfs3"], "nfs3")}}
+        with netem(device, delay_ms):
+            quantile["phases"]["delay"] = timed_workload(MOUNTS["nfs3"], "nfs3")
+        time.sleep(2 * SCRAPE_S)  # Prometheus has scraped past the last phase's end
+        for phase in quantile["phases"].values():
+            phase["promql_median"] = phase_median(phase)
+        out["quantile"] = quantile
         out["texts"] = {"probekit": scrape(PORT), "node": scrape(NODE_PORT)}
         out["gone"] = gone_mount(MOUNTS["nfs42"])
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(120)
+        if dist is not None:
+            out["nfsdist"] = stop(dist, dist_log, signal.SIGINT)
         for server in servers:
             end(server)
+    intervals = json_lines(out["nfsdist"]["lines"], "ops")
+    for phase in out["quantile"]["phases"].values():
+        phase["nfsdist_hist"] = nfsdist_phase_hist(intervals, phase)
     out.update(rc=proc.returncode, stderr=open(log).read().splitlines(),
                attached={"before": before, "during": during, "after": kernel_attachments()})
     out["promtool"] = {name: check_metrics(text) for name, text in out["texts"].items()}

@@ -27,6 +27,8 @@ from discover.spec import OPS  # noqa: E402  (the project share is not on sys.pa
 MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
 #: where the host puts the spec as JSON, for guests without a TOML module (Debian 11's Python 3.9)
 SPEC_JSON = "/tmp/probekit-nfs-spec.json"
+#: probekit's venv in the image (labs/provision/node.sh), where the host installs its wheel
+INSTALLED = "/usr/local/probekit"
 
 #: the known workload: N reads of 64 KiB, M writes of 1 MiB (more than wsize, so the
 #: flush is UNSTABLE and the kernel issues COMMIT by itself), K stats, 4 opens (first
@@ -38,10 +40,18 @@ K_STATS = 5
 GAP_S = 5.0  # quiet seconds between workload phases (their COMMITs done)
 
 
+def installed(command: str) -> str:
+    """A console script of probekit's wheel, as the host installed it (labs.integration.install_tools)."""
+    path = os.path.join(INSTALLED, "bin", command)
+    if not os.path.exists(path):
+        raise RuntimeError(f"{path} is missing: the host installs probekit's wheel first (labs.integration.install_tools)")
+    return path
+
+
 def tool(args: List[str], log: str) -> subprocess.Popen:
-    """Start one of our tools; it is ready once its stdout has its first line."""
+    """Start one of our tools, as installed; it is ready once its stdout has its first line."""
     out = open(log, "w")
-    return subprocess.Popen([sys.executable, "-m", "probes.commands"] + args, cwd=PROJECT,
+    return subprocess.Popen([installed(args[0])] + args[1:], cwd="/",
                             stdout=out, stderr=subprocess.PIPE, universal_newlines=True)
 
 
@@ -299,14 +309,31 @@ def route_device(address: str) -> str:
 DELAYS = {"lo": (100, 90), "link": (400, 300)}
 
 
+def netem_delay(device: str) -> Tuple[int, int]:
+    """(round trip added, delay per packet) in ms for netem on the client's interface to the
+    server: on lo both the request and the reply pass netem (half the delay each), on a pair's
+    link only the request does."""
+    rtt_delay_ms = DELAYS["lo" if device == "lo" else "link"][0]
+    return rtt_delay_ms, rtt_delay_ms // 2 if device == "lo" else rtt_delay_ms
+
+
+@contextlib.contextmanager
+def netem(device: str, delay_ms: int) -> Iterator[None]:
+    """netem delay on `device` while the block runs; removed whatever happens."""
+    subprocess.run(["tc", "qdisc", "add", "dev", device, "root", "netem", "delay", f"{delay_ms}ms"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
+
+
 def check_main() -> Dict[str, Any]:
     """One nfsslower (at a threshold) and one nfsdist (1 s intervals), started once, around three
     phases: the workload on NFSv3, on NFSv4.2, then on NFSv3 with netem delay on the client's
-    interface to the server, adding rtt_delay_ms to every round trip: on lo both the request and
-    the reply pass netem (half the delay each), on a pair's link only the request does."""
+    interface to the server, adding rtt_delay_ms to every round trip (netem_delay)."""
     device = route_device(nfs_server())
-    rtt_delay_ms, threshold_ms = DELAYS["lo" if device == "lo" else "link"]
-    delay_ms = rtt_delay_ms // 2 if device == "lo" else rtt_delay_ms
+    rtt_delay_ms, delay_ms = netem_delay(device)
+    threshold_ms = DELAYS["lo" if device == "lo" else "link"][1]
     slower_log, dist_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out"
     plan = (("nfs3", MOUNTS["nfs3"], workload), ("nfs42", MOUNTS["nfs42"], workload),
             ("meta3", MOUNTS["nfs3"], metadata), ("meta42", MOUNTS["nfs42"], metadata),
@@ -320,17 +347,13 @@ def check_main() -> Dict[str, Any]:
     ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
     attached_during = kernel_attachments()
     phases: Dict[str, Any] = {}
-    try:
-        for tag, mount, work in plan:
-            if tag == "delay":
-                subprocess.run(["tc", "qdisc", "add", "dev", device, "root", "netem", "delay", f"{delay_ms}ms"],
-                               check=True)
+    for tag, mount, work in plan:
+        if tag == "delay":
+            with netem(device, delay_ms):
+                phases[tag] = timed_phase(mount, tag, work)
+        else:
             phases[tag] = timed_phase(mount, tag, work)
-            if tag != "delay":
-                time.sleep(GAP_S)
-    finally:
-        subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
-    time.sleep(GAP_S)
+        time.sleep(GAP_S)
     result = {"delay_ms": delay_ms, "rtt_delay_ms": rtt_delay_ms, "netem_device": device,
               "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
               "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log, signal.SIGINT),

@@ -33,7 +33,7 @@ import pytest
 from discover.errors import UserError
 from labs.base import Lab
 from labs.console import GuestFailure
-from labs.integration import put_spec_json
+from labs.integration import install_tools
 from labs.qemu import QemuLab
 
 #: the CI kernels, booted in this order, each from its Debian suite's cached image (labs/images.py)
@@ -144,7 +144,7 @@ def kernel_lab(request: pytest.FixtureRequest, lab_artifacts: Path) -> Iterator[
             pytest.fail(f"kernel {kernel} ({topology}): {exc}", pytrace=False)
         times["up"] = round(time.monotonic() - started, 1)
         artifacts = lab_artifacts / f"kernel-{kernel}"
-        put_spec_json(lab, artifacts)
+        install_tools(lab, artifacts)
         the = KernelLab(lab, kernel, lab.kernel_info()["release"], artifacts, lab_artifacts)
         the.times = times
         yield the
