@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
@@ -325,10 +326,17 @@ wc -l < {out}/available_filter_functions.nfs.txt
 
 
 _WHEELS: Dict[str, Path] = {}
+_WHEEL_LOCK = threading.Lock()
 
 
 def project_wheel() -> Path:
-    """probekit's wheel built from this tree, once per process (what a user installs)."""
+    """probekit's wheel built from this tree, once per process (what a user installs); two labs
+    booting at once wait for the one build (pip builds in the tree)."""
+    with _WHEEL_LOCK:
+        return _build_wheel()
+
+
+def _build_wheel() -> Path:
     if "wheel" not in _WHEELS:
         out = Path(tempfile.mkdtemp(prefix="probekit-wheel-"))
         res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
@@ -359,9 +367,14 @@ def install_tools(lab: Lab, local_dir: Path) -> None:
     lab.put(wheel, f"/tmp/{wheel.name}")
     # --no-index: every dependency must already be there (Debian's packages), as on a client
     # without PyPI; an earlier wheel of the same version goes first (pip would keep it)
-    res = lab.run(f"{GUEST_VENV}/bin/pip uninstall --quiet --yes probekit >/dev/null 2>&1; "
-                  f"{GUEST_VENV}/bin/pip install --quiet --no-index /tmp/{wheel.name} && echo {digest} > {marker}",
-                  timeout=600)
+    # without the lab agent's PYTHONPATH (the source share): pip would take its egg-info for
+    # an installed probekit. Debian 11's python3-rich (9.11) says it is rich 8.0.0 in its
+    # egg-info: there, as docs/install.md tells users, without pip's dependency check
+    pip = f"cd / && env -u PYTHONPATH {GUEST_VENV}/bin/pip"
+    install = f"{pip} install --quiet --no-index /tmp/{wheel.name}"
+    res = lab.run(f"{pip} uninstall --quiet --yes probekit >/dev/null 2>&1; "
+                  f"if grep -q '^11' /etc/debian_version; then {install} --no-deps; else {install}; fi "
+                  f"&& echo {digest} > {marker}", timeout=600)
     if res.exit_code != 0:
         raise UserError(f"pip install of {wheel.name} in the guest failed: {(res.stdout + res.stderr).strip()[-300:]}")
 

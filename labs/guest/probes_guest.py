@@ -48,10 +48,16 @@ def installed(command: str) -> str:
     return path
 
 
+def user_env() -> Dict[str, str]:
+    """A user's environment for an installed command: without the lab agent's PYTHONPATH,
+    which puts the source share first on sys.path."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def tool(args: List[str], log: str) -> subprocess.Popen:
     """Start one of our tools, as installed; it is ready once its stdout has its first line."""
     out = open(log, "w")
-    return subprocess.Popen([installed(args[0])] + args[1:], cwd="/",
+    return subprocess.Popen([installed(args[0])] + args[1:], cwd="/", env=user_env(),
                             stdout=out, stderr=subprocess.PIPE, universal_newlines=True)
 
 

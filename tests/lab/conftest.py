@@ -12,6 +12,14 @@ On a machine without cached images, the images of the kernels the session will b
 built in the background from its start, one at a time in boot order, while the Vagrant pair
 and the unit tests run (labs/images.py's flock makes a boot wait for a build under way).
 
+Two kernels run side by side where the host's two cores allow it (RUN_BESIDE): when the
+first one's fixture is set up, the second is booted in a thread and its guest runs (the
+functions the test modules register with @guest_run, in the order its tests need them)
+go on there while the first kernel's tests run; the second kernel's tests then find their
+results done. Every guest has one vCPU: two 2-vCPU TCG guests of 7.2 oopsed on an int3,
+once under function_graph and once while booting (cross-modifying code between vCPU
+threads), and two 1-vCPU guests use the same two cores without that.
+
 A guest that panics, oopses or stops answering fails its kernel's tests with one line
 (kernel, console log) and the next kernel boots as usual. PROBEKIT_LAB_KERNELS=6.12,7.3
 narrows the run; PROBEKIT_LAB_ARTIFACTS keeps the artefacts (else a pytest temp dir).
@@ -36,13 +44,13 @@ from labs.console import GuestFailure
 from labs.integration import install_tools
 from labs.qemu import QemuLab
 
-#: the CI kernels, booted in this order, each from its Debian suite's cached image (labs/images.py)
-KERNELS: Tuple[str, ...] = ("5.10", "6.1", "6.12", "7.2", "7.3")
+#: the CI kernels, their tests in this order, each from its Debian suite's cached image (labs/images.py)
+KERNELS: Tuple[str, ...] = ("5.10", "7.2", "6.1", "6.12", "7.3")
 #: booted as a server/client pair (the fault checks' kernels); the others as one guest
 PAIR_KERNELS = frozenset({"6.12", "7.3"})
-#: booted with 2 vCPUs: their checks run no function_graph (a 2-vCPU 7.2 guest once panicked
-#: under it) and start up to three tools at once, whose bcc compiles then run side by side
-TWO_VCPU_KERNELS = frozenset({"5.10", "7.2"})
+#: kernel -> the kernel booted beside it, its guest runs done in a thread meanwhile (each
+#: partner's tests come right after its own in KERNELS)
+RUN_BESIDE = {"5.10": "7.2", "6.1": "6.12"}
 
 
 def lab_kernels() -> List[str]:
@@ -102,6 +110,76 @@ class KernelLab:
             self.times[part] = round(time.monotonic() - started, 1)
 
 
+#: guest runs by key (a test module's function of the KernelLab), and the key each test
+#: module's fixture stands for: what a kernel run beside another computes ahead
+GUEST_RUNS: Dict[str, Callable[[KernelLab], Any]] = {}
+RUN_OF_FIXTURE: Dict[Tuple[str, str], str] = {}
+
+
+def guest_run(key: str, fixture: str) -> Callable[[Callable[[KernelLab], Any]], Callable[[KernelLab], Any]]:
+    """Register `run(kernel_lab)` as the guest run `key`, which `fixture` of its module asks for
+    with kernel_lab.once_run(key)."""
+    def register(run: Callable[[KernelLab], Any]) -> Callable[[KernelLab], Any]:
+        GUEST_RUNS[key] = run
+        RUN_OF_FIXTURE[(run.__module__, fixture)] = key
+        return run
+    return register
+
+
+def once_run(kernel_lab: KernelLab, key: str) -> Any:
+    return kernel_lab.once(key, lambda: GUEST_RUNS[key](kernel_lab))
+
+
+#: per kernel, the guest runs its selected tests need, in the order they will ask (filled at collection)
+PLAN: Dict[str, List[str]] = {}
+
+
+class Beside(threading.Thread):
+    """A kernel booted beside another: boot, install, then every planned guest run, in a thread.
+    Its fixture joins it and hands its KernelLab (or its boot failure) to the tests."""
+
+    def __init__(self, kernel: str, artifacts_root: Path) -> None:
+        super().__init__(daemon=True, name=f"lab-{kernel}")
+        self.kernel, self.root = kernel, artifacts_root
+        self.lab = new_lab(kernel)
+        self.the: Optional[KernelLab] = None
+        self.failure: Optional[str] = None
+        self.started_at = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            self.the = boot(self.lab, self.kernel, self.root, self.started_at)
+        except UserError as exc:
+            self.failure = f"kernel {self.kernel} ({self.lab.topology}): {exc}"
+            return
+        for key in PLAN.get(self.kernel, []):
+            try:
+                once_run(self.the, key)
+            except Exception:  # kept by once(): the tests that need it fail with it
+                pass
+
+
+#: the threads of the kernels booted beside another, by kernel
+BESIDE: Dict[str, Beside] = {}
+
+
+def new_lab(kernel: str) -> QemuLab:
+    return QemuLab(kernel=kernel, topology="pair" if kernel in PAIR_KERNELS else "single", name=f"pytest-{kernel}",
+                   ssh=False, progress=lambda message: print(message, flush=True))
+
+
+def boot(lab: QemuLab, kernel: str, root: Path, started: float) -> KernelLab:
+    """Up, the wheel installed on the client: the KernelLab of one kernel's boot (UserError, one line)."""
+    lab.down()  # a lab left over by an interrupted earlier run
+    lab.up()
+    times = {"up": round(time.monotonic() - started, 1)}
+    artifacts = root / f"kernel-{kernel}"
+    install_tools(lab, artifacts)
+    the = KernelLab(lab, kernel, lab.kernel_info()["release"], artifacts, root)
+    the.times = times
+    return the
+
+
 @pytest.fixture(scope="session")
 def lab_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = os.environ.get("PROBEKIT_LAB_ARTIFACTS")
@@ -130,30 +208,34 @@ def _record_times(root: Path, kernel: str, times: Dict[str, float]) -> None:
 def kernel_lab(request: pytest.FixtureRequest, lab_artifacts: Path) -> Iterator[KernelLab]:
     assert os.geteuid() == 0, "lab tests build images and boot QEMU: run them as root"
     kernel: str = request.param
-    topology = "pair" if kernel in PAIR_KERNELS else "single"
-    lab = QemuLab(kernel=kernel, topology=topology, name=f"pytest-{kernel}", ssh=False,
-                  vcpus=2 if kernel in TWO_VCPU_KERNELS else None,
-                  progress=lambda message: print(message, flush=True))
-    lab.down()  # a lab left over by an interrupted earlier run
-    started = time.monotonic()
-    times: Dict[str, float] = {}
+    partner = RUN_BESIDE.get(kernel)
+    if partner in PLAN and partner not in BESIDE:  # its tests are selected: boot it now, beside this one
+        BESIDE[partner] = Beside(partner, lab_artifacts)
+        BESIDE[partner].start()
+    beside = BESIDE.get(kernel)
+    lab = beside.lab if beside else new_lab(kernel)
+    started = beside.started_at if beside else time.monotonic()
+    the: Optional[KernelLab] = None
     try:
         try:
-            lab.up()
+            if beside:
+                beside.join()
+                if beside.failure:
+                    raise UserError(beside.failure)
+                the = beside.the
+            else:
+                the = boot(lab, kernel, lab_artifacts, started)
         except UserError as exc:  # GuestFailure included: one line, kernel and console log
-            pytest.fail(f"kernel {kernel} ({topology}): {exc}", pytrace=False)
-        times["up"] = round(time.monotonic() - started, 1)
-        artifacts = lab_artifacts / f"kernel-{kernel}"
-        install_tools(lab, artifacts)
-        the = KernelLab(lab, kernel, lab.kernel_info()["release"], artifacts, lab_artifacts)
-        the.times = times
+            pytest.fail(f"kernel {kernel} ({lab.topology}): {exc}", pytrace=False)
+        assert the is not None
         yield the
     finally:
+        times = the.times if the else {}
         down_started = time.monotonic()
         lab.down()
         times["down"] = round(time.monotonic() - down_started, 1)
         times["total"] = round(time.monotonic() - started, 1)
-        print(f"[lab] kernel {kernel} ({topology}): {times}", flush=True)
+        print(f"[lab] kernel {kernel} ({lab.topology}{', beside ' + next(k for k, v in RUN_BESIDE.items() if v == kernel) if beside else ''}): {times}", flush=True)
         _record_times(lab_artifacts, kernel, times)
 
 
@@ -224,8 +306,25 @@ class Prebuild(threading.Thread):
 _PREBUILD: List[Prebuild] = []
 
 
+def _plan(items: List[pytest.Item]) -> Dict[str, List[str]]:
+    """Per kernel, the guest runs its items need, in item order (RUN_OF_FIXTURE)."""
+    plan: Dict[str, List[str]] = {}
+    for item in items:
+        index = _kernel_of(item)
+        if index < 0:
+            continue
+        keys = plan.setdefault(KERNELS[index], [])
+        for fixture in getattr(item, "fixturenames", ()):
+            key = RUN_OF_FIXTURE.get((item.module.__name__, fixture))
+            if key and key not in keys:
+                keys.append(key)
+    return plan
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start building the images this session's lab tests boot, in the order they boot."""
+    """Plan each kernel's guest runs; start building the images this session's lab tests
+    boot, in the order they boot."""
+    PLAN.update(_plan(session.items))
     if os.geteuid() != 0 or session.config.option.collectonly:
         return
     wanted = {_kernel_of(item) for item in session.items} - {-1}
@@ -241,3 +340,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for build in _PREBUILD:
         build.stop()
+    for beside in BESIDE.values():  # a session cut short: its guests go, and with them its runs
+        beside.lab.down()
+        beside.join(120)

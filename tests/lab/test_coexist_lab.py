@@ -16,6 +16,7 @@ import json
 from typing import Any, Dict
 
 import pytest
+from conftest import guest_run, once_run
 
 pytestmark = [pytest.mark.lab,
               pytest.mark.parametrize("kernel_lab", ["6.1", "6.12", "7.3"], indirect=True, ids=lambda k: f"k{k}")]
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.lab,
 INSTANCE_KERNELS = ("6.12", "7.3")
 
 
+@guest_run("coexist", fixture="coexist")
 def _run(kernel_lab: Any) -> Dict[str, Any]:
     result = kernel_lab.lab.run("cd /opt/probekit/labs/guest && python3 coexist_check.py nfs_file_read /mnt/nfs3",
                                 timeout=900)
@@ -34,7 +36,7 @@ def _run(kernel_lab: Any) -> Dict[str, Any]:
 
 @pytest.fixture
 def coexist(kernel_lab: Any) -> Dict[str, Any]:
-    return kernel_lab.once("coexist", lambda: _run(kernel_lab))
+    return once_run(kernel_lab, "coexist")
 
 
 def test_trace_cmd_recorded_and_settings_left_as_found(kernel_lab: Any, coexist: Dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ import json
 from typing import Any, Callable, Dict, Tuple
 
 import pytest
+from conftest import guest_run, once_run
 
 from labs import exporter_checks as ec
 from labs.base import Lab
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.lab,
               pytest.mark.parametrize("kernel_lab", EXPORTER_KERNELS, indirect=True, ids=lambda k: f"k{k}")]
 
 
+@guest_run("exporter", fixture="results")
 def run_guest_check(kernel_lab: Any) -> Dict[str, Any]:
     lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
@@ -39,7 +41,7 @@ def run_guest_check(kernel_lab: Any) -> Dict[str, Any]:
 
 @pytest.fixture
 def results(kernel_lab: Any) -> Dict[str, Any]:
-    return kernel_lab.once("exporter", lambda: run_guest_check(kernel_lab))
+    return once_run(kernel_lab, "exporter")
 
 
 @pytest.mark.parametrize("check", ec.EXPORTER_CHECKS, ids=lambda c: c[1].__name__[len("verify_"):] + "-".join(("",) + c[2]))

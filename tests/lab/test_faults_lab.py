@@ -15,6 +15,7 @@ import json
 from typing import Any, Callable, Dict
 
 import pytest
+from conftest import guest_run, once_run
 
 from labs.faults import (run_faults, verify_loss, verify_nfstop_process, verify_pause_completes,
                          verify_pause_stalls, verify_restart, verify_silent_guest, verify_v4late)
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.lab,
               pytest.mark.parametrize("kernel_lab", ["6.12", "7.3"], indirect=True, ids=lambda k: f"k{k}")]
 
 
+@guest_run("faults", fixture="faults")
 def _run(kernel_lab: Any) -> Dict[str, Any]:
     result = run_faults(kernel_lab.lab, progress=lambda message: print(message, flush=True))
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
@@ -32,7 +34,7 @@ def _run(kernel_lab: Any) -> Dict[str, Any]:
 
 @pytest.fixture
 def faults(kernel_lab: Any) -> Dict[str, Any]:
-    return kernel_lab.once("faults", lambda: _run(kernel_lab))
+    return once_run(kernel_lab, "faults")
 
 
 def _verdict(kernel_lab: Any, faults: Dict[str, Any], verify: Callable[[Dict[str, Any]], str]) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from conftest import guest_run, once_run
 
 from discover.errors import UserError
 from labs import probe_checks as pc
@@ -44,6 +45,7 @@ SINGLE_KERNELS = ["5.10", "6.1", "7.2"]
 single_guest = pytest.mark.parametrize("kernel_lab", SINGLE_KERNELS, indirect=True, ids=lambda k: f"k{k}")
 
 
+@guest_run("probes", fixture="results")
 def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
     """Run every guest check of this topology once."""
     lab: Lab = kernel_lab.lab
@@ -65,7 +67,7 @@ def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
 
 @pytest.fixture
 def results(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
-    return kernel_lab.once("probes", lambda: run_guest_checks(kernel_lab))
+    return once_run(kernel_lab, "probes")
 
 
 @pytest.fixture
@@ -126,17 +128,20 @@ def test_every_command_runs_without_nfsv4(results: Results) -> None:
 IDENTITY_KERNELS = ["7.2"]
 
 
+@guest_run("probes identity", fixture="identity")
+def run_identity(kernel_lab: Any) -> Results:
+    share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
+    res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPT} identity", timeout=1200)
+    assert res.exit_code == 0, f"identity: exit {res.exit_code}: {res.stderr[-2000:]}"
+    out = {"identity": json.loads(res.stdout.strip().splitlines()[-1])}
+    kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
+    (kernel_lab.artifacts / "guest-identity.json").write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 @pytest.fixture
 def identity(kernel_lab: Any) -> Results:
-    def run() -> Results:
-        share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
-        res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPT} identity", timeout=1200)
-        assert res.exit_code == 0, f"identity: exit {res.exit_code}: {res.stderr[-2000:]}"
-        out = {"identity": json.loads(res.stdout.strip().splitlines()[-1])}
-        kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
-        (kernel_lab.artifacts / "guest-identity.json").write_text(json.dumps(out, indent=1) + "\n")
-        return out
-    return kernel_lab.once("probes identity", run)
+    return once_run(kernel_lab, "probes identity")
 
 
 @pytest.mark.parametrize("kernel_lab", IDENTITY_KERNELS, indirect=True, ids=lambda k: f"k{k}")

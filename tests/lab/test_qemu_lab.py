@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import guest_run, once_run
 
 from labs.integration import CALLGRAPH_TARGETS, Report, run_integration
 
@@ -17,11 +18,15 @@ from labs.integration import CALLGRAPH_TARGETS, Report, run_integration
 pytestmark = [pytest.mark.lab, pytest.mark.parametrize("kernel_lab", ["6.1"], indirect=True, ids=lambda k: f"k{k}")]
 
 
+@guest_run("integration", fixture="report")
+def _integration(kernel_lab) -> Report:  # type: ignore[no-untyped-def]
+    return run_integration(kernel_lab.lab, kernel_lab.artifacts, progress=lambda message: print(message, flush=True),
+                           already_up=True)
+
+
 @pytest.fixture
 def report(kernel_lab) -> Report:  # type: ignore[no-untyped-def]
-    return kernel_lab.once("integration", lambda: run_integration(
-        kernel_lab.lab, kernel_lab.artifacts, progress=lambda message: print(message, flush=True),
-        already_up=True))
+    return once_run(kernel_lab, "integration")
 
 
 def check(report: Report, name: str) -> str:

@@ -1,0 +1,80 @@
+"""The exporter lab check's verdicts (labs/exporter_checks.py) on a real run in a Debian 6.1 guest.
+
+The fixture is what labs/guest/exporter_guest.py printed there (README beside it); the
+negative cases change one thing in a copy, the way a broken exporter or a lost operation
+would, and the verdict must say what is wrong.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from labs.exporter_checks import (EXPORTER_CHECKS, quantile_bucket, verify_promql_counts_equal_the_workload_on_both_mounts,
+                                  verify_quantiles_agree_with_nfsdist_and_move_with_delay,
+                                  verify_series_move_by_the_workload_on_its_mount_only)
+
+RUN = Path(__file__).parent / "fixtures" / "6.1.0-50-amd64" / "exporter" / "exporter-run.json.gz"
+
+
+@pytest.fixture(scope="module")
+def real() -> Dict[str, Any]:
+    with gzip.open(RUN, "rt") as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def run(real: Dict[str, Any]) -> Dict[str, Any]:
+    return copy.deepcopy(real)
+
+
+@pytest.mark.parametrize("check", EXPORTER_CHECKS, ids=lambda c: c[0])
+def test_every_check_passes_on_the_real_run(run: Dict[str, Any], check: Any) -> None:
+    _name, verify, args = check
+    verify(run, *args)
+
+
+def test_quantile_ranks_as_histogram_quantile_does(run: Dict[str, Any]) -> None:
+    """The delayed phase's four reads: two served by readahead, two that waited for the server."""
+    hist = run["quantile"]["phases"]["delay"]["nfsdist_hist"]
+    assert sum(hist.values()) == run["quantile"]["phases"]["delay"]["issued"]["read"] == 4
+    assert quantile_bucket(hist, 0.9) == (65536, 131071)
+    assert quantile_bucket(hist, 0.5)[1] < 65536
+
+
+def test_a_quantile_two_log2_steps_off_fails(run: Dict[str, Any]) -> None:
+    """The check allows one log2 step (nanosecond and microsecond buckets do not align); an
+    exporter whose values sit two steps off is caught."""
+    rows = run["quantile"]["phases"]["plain"]["promql"]["0.5"]
+    value = float(rows[0]["value"][1])
+    rows[0]["value"][1] = str(value * 4)
+    with pytest.raises(AssertionError, match="plain q0.5: PromQL"):
+        verify_quantiles_agree_with_nfsdist_and_move_with_delay(run)
+
+
+def test_a_delay_that_does_not_move_the_quantile_fails(run: Dict[str, Any]) -> None:
+    phases = run["quantile"]["phases"]
+    phases["delay"] = copy.deepcopy(phases["plain"])
+    with pytest.raises(AssertionError, match="rtt|plain|delay"):
+        verify_quantiles_agree_with_nfsdist_and_move_with_delay(run)
+
+
+def test_an_op_lost_without_a_word_fails_and_a_reported_one_passes(run: Dict[str, Any]) -> None:
+    moved = run["phases"]["nfs3"]["moved"]["probekit_nfs_ops_total"]
+    moved["write /mnt/nfs3"] -= 1
+    with pytest.raises(AssertionError, match="the tool reported 0 missed"):
+        verify_series_move_by_the_workload_on_its_mount_only(run, "nfs3")
+    run["phases"]["nfs3"]["missed"] = {"write": 1}
+    run["phases"]["nfs3"]["moved"]["probekit_nfs_op_latency_seconds_count"]["write /mnt/nfs3"] -= 1
+    verify_series_move_by_the_workload_on_its_mount_only(run, "nfs3")
+
+
+def test_a_promql_count_above_the_workload_fails(run: Dict[str, Any]) -> None:
+    row = next(r for r in run["promql"]["counts"] if r["metric"]["op"] == "read")
+    row["value"][1] = str(int(float(row["value"][1])) + 1)
+    with pytest.raises(AssertionError, match="PromQL read"):
+        verify_promql_counts_equal_the_workload_on_both_mounts(run)
