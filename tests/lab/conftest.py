@@ -12,16 +12,16 @@ On a machine without cached images, the images of the kernels the session will b
 built in the background from its start, one at a time in boot order, while the Vagrant pair
 and the unit tests run (labs/images.py's flock makes a boot wait for a build under way).
 
-Two kernels run side by side where the host's two cores allow it (RUN_BESIDE): when the
-first one's fixture is set up, the second is booted in a thread and its guest runs (the
-functions the test modules register with @guest_run, in the order its tests need them)
-go on there while the first kernel's tests run; the second kernel's tests then find their
-results done. Every guest has one vCPU: two 2-vCPU TCG guests of 7.2 oopsed on an int3,
-once under function_graph and once while booting (cross-modifying code between vCPU
-threads), and two 1-vCPU guests use the same two cores without that.
+Each kernel's boot and guest runs (the functions the test modules register with
+@guest_run, in the order its tests ask for them) are a job done in a thread, two jobs at a
+time (LANES: the host's two cores, one vCPU per guest), longest first; a kernel's tests
+wait for its job and find its results done. Every guest has one vCPU: two 2-vCPU TCG guests
+of 7.2 oopsed on an int3, once under function_graph and once while booting (code patched
+with int3 seen half-patched by the other vCPU's thread); two 1-vCPU guests use the same
+two cores without that.
 
 A guest that panics, oopses or stops answering fails its kernel's tests with one line
-(kernel, console log) and the next kernel boots as usual. PROBEKIT_LAB_KERNELS=6.12,7.3
+(kernel, console log), and the other kernels' jobs go on. PROBEKIT_LAB_KERNELS=6.12,7.3
 narrows the run; PROBEKIT_LAB_ARTIFACTS keeps the artefacts (else a pytest temp dir).
 """
 from __future__ import annotations
@@ -44,13 +44,13 @@ from labs.console import GuestFailure
 from labs.integration import install_tools
 from labs.qemu import QemuLab
 
-#: the CI kernels, their tests in this order, each from its Debian suite's cached image (labs/images.py)
-KERNELS: Tuple[str, ...] = ("5.10", "7.2", "6.1", "6.12", "7.3")
+#: the CI kernels, each from its Debian suite's cached image (labs/images.py), longest job
+#: first (two lanes finish soonest so: 7.3 about 10 min, 6.1 and 6.12 8, 7.2 7, 5.10 4)
+KERNELS: Tuple[str, ...] = ("7.3", "6.1", "6.12", "7.2", "5.10")
 #: booted as a server/client pair (the fault checks' kernels); the others as one guest
 PAIR_KERNELS = frozenset({"6.12", "7.3"})
-#: kernel -> the kernel booted beside it, its guest runs done in a thread meanwhile (each
-#: partner's tests come right after its own in KERNELS)
-RUN_BESIDE = {"5.10": "7.2", "6.1": "6.12"}
+#: kernel jobs running at once
+LANES = 2
 
 
 def lab_kernels() -> List[str]:
@@ -134,33 +134,66 @@ def once_run(kernel_lab: KernelLab, key: str) -> Any:
 PLAN: Dict[str, List[str]] = {}
 
 
-class Beside(threading.Thread):
-    """A kernel booted beside another: boot, install, then every planned guest run, in a thread.
-    Its fixture joins it and hands its KernelLab (or its boot failure) to the tests."""
+class KernelJob:
+    """One kernel's boot and planned guest runs, done by a lane ahead of its tests; its
+    fixture waits for `done` and hands over its KernelLab (or its boot failure)."""
 
     def __init__(self, kernel: str, artifacts_root: Path) -> None:
-        super().__init__(daemon=True, name=f"lab-{kernel}")
         self.kernel, self.root = kernel, artifacts_root
         self.lab = new_lab(kernel)
         self.the: Optional[KernelLab] = None
         self.failure: Optional[str] = None
-        self.started_at = time.monotonic()
+        self.started_at = 0.0
+        self.done = threading.Event()
 
     def run(self) -> None:
+        self.started_at = time.monotonic()
         try:
             self.the = boot(self.lab, self.kernel, self.root, self.started_at)
-        except UserError as exc:
+            for key in PLAN.get(self.kernel, []):
+                try:
+                    once_run(self.the, key)
+                except Exception:  # kept by once(): the tests that need it fail with it
+                    pass
+        except UserError as exc:  # GuestFailure included: one line, kernel and console log
             self.failure = f"kernel {self.kernel} ({self.lab.topology}): {exc}"
-            return
-        for key in PLAN.get(self.kernel, []):
-            try:
-                once_run(self.the, key)
-            except Exception:  # kept by once(): the tests that need it fail with it
-                pass
+        except Exception as exc:  # a bug of the harness: said the same way, not lost in the thread
+            self.failure = f"kernel {self.kernel} ({self.lab.topology}): {type(exc).__name__}: {exc}"
+        finally:
+            self.done.set()
 
 
-#: the threads of the kernels booted beside another, by kernel
-BESIDE: Dict[str, Beside] = {}
+class Lanes:
+    """LANES threads taking the session's kernel jobs in KERNELS order."""
+
+    def __init__(self, kernels: List[str], artifacts_root: Path) -> None:
+        self.jobs = {kernel: KernelJob(kernel, artifacts_root) for kernel in kernels}
+        self.queue = list(kernels)
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._lane, name=f"lab-lane-{i}", daemon=True)
+                        for i in range(min(LANES, len(kernels)))]
+        for thread in self.threads:
+            thread.start()
+
+    def _lane(self) -> None:
+        while True:
+            with self.lock:
+                if not self.queue:
+                    return
+                kernel = self.queue.pop(0)
+            self.jobs[kernel].run()
+
+    def stop(self) -> None:
+        """A session cut short: the queue empties and every guest goes, ending the runs in flight."""
+        with self.lock:
+            self.queue.clear()
+        for job in self.jobs.values():
+            job.lab.down()
+        for thread in self.threads:
+            thread.join(120)
+
+
+_LANES: List[Lanes] = []
 
 
 def new_lab(kernel: str) -> QemuLab:
@@ -208,34 +241,22 @@ def _record_times(root: Path, kernel: str, times: Dict[str, float]) -> None:
 def kernel_lab(request: pytest.FixtureRequest, lab_artifacts: Path) -> Iterator[KernelLab]:
     assert os.geteuid() == 0, "lab tests build images and boot QEMU: run them as root"
     kernel: str = request.param
-    partner = RUN_BESIDE.get(kernel)
-    if partner in PLAN and partner not in BESIDE:  # its tests are selected: boot it now, beside this one
-        BESIDE[partner] = Beside(partner, lab_artifacts)
-        BESIDE[partner].start()
-    beside = BESIDE.get(kernel)
-    lab = beside.lab if beside else new_lab(kernel)
-    started = beside.started_at if beside else time.monotonic()
-    the: Optional[KernelLab] = None
+    if not _LANES:  # the first kernel's tests: every selected kernel's job starts, two at a time
+        _LANES.append(Lanes([k for k in KERNELS if k in PLAN], lab_artifacts))
+    job = _LANES[0].jobs[kernel]
     try:
-        try:
-            if beside:
-                beside.join()
-                if beside.failure:
-                    raise UserError(beside.failure)
-                the = beside.the
-            else:
-                the = boot(lab, kernel, lab_artifacts, started)
-        except UserError as exc:  # GuestFailure included: one line, kernel and console log
-            pytest.fail(f"kernel {kernel} ({lab.topology}): {exc}", pytrace=False)
-        assert the is not None
-        yield the
+        job.done.wait()
+        if job.failure:
+            pytest.fail(job.failure, pytrace=False)
+        assert job.the is not None
+        yield job.the
     finally:
-        times = the.times if the else {}
+        times = job.the.times if job.the else {}
         down_started = time.monotonic()
-        lab.down()
+        job.lab.down()
         times["down"] = round(time.monotonic() - down_started, 1)
-        times["total"] = round(time.monotonic() - started, 1)
-        print(f"[lab] kernel {kernel} ({lab.topology}{', beside ' + next(k for k, v in RUN_BESIDE.items() if v == kernel) if beside else ''}): {times}", flush=True)
+        times["total"] = round(time.monotonic() - job.started_at, 1)
+        print(f"[lab] kernel {kernel} ({job.lab.topology}): {times}", flush=True)
         _record_times(lab_artifacts, kernel, times)
 
 
@@ -340,6 +361,5 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for build in _PREBUILD:
         build.stop()
-    for beside in BESIDE.values():  # a session cut short: its guests go, and with them its runs
-        beside.lab.down()
-        beside.join(120)
+    for lanes in _LANES:
+        lanes.stop()
