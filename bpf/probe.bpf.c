@@ -16,7 +16,8 @@
  *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME), WANT_INFLIGHT (INFLIGHT_SLOTS),
  *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (maps keyed by
  *   mount: MAX_MOUNTS; HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB;
- *   OFF_SB_DEV; HAVE_FILE_INO: OFF_INODE_INO).
+ *   OFF_SB_DEV; HAVE_FILE_INO: OFF_INODE_INO), DIST_ENTRIES, TOTAL_ENTRIES, WANT_CGROUP_KEY
+ *   (histograms keyed by the task's cgroup too: MAX_CGROUPS, with WANT_DEV).
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
  * operations nesting on a thread (one traced function inside another) are each
@@ -162,8 +163,30 @@ struct dist_key {
     u32 dev;
     u32 pad;
 #endif
+#if WANT_CGROUP_KEY
+    u64 cgroup;   /* an admitted cgroup v2 id, or 0: every other cgroup (the overflow series) */
+#endif
 };
-BPF_HISTOGRAM(dist, struct dist_key, NOPS * 64 * MAX_MOUNTS);
+#if WANT_CGROUP_KEY
+/* allocated as used: room for every key is far more than a fleet's cgroups ever fill */
+BPF_F_TABLE("hash", struct dist_key, u64, dist, DIST_ENTRIES, BPF_F_NO_PREALLOC);
+/* the cgroups that get series of their own: the first MAX_CGROUPS seen (user space deletes
+ * the ones gone), so the label set stays bounded however many units come and go */
+BPF_HASH(cgroup_ids, u64, u8, MAX_CGROUPS);
+
+static __always_inline u64 admitted_cgroup(u64 id)
+{
+    u8 one = 1;
+    if (cgroup_ids.lookup(&id))
+        return id;
+    /* refused when full; a racing CPU's insert of the same id makes the lookup succeed */
+    if (cgroup_ids.insert(&id, &one) == 0 || cgroup_ids.lookup(&id))
+        return id;
+    return 0;
+}
+#else
+BPF_HISTOGRAM(dist, struct dist_key, DIST_ENTRIES);
+#endif
 /* per op: bytes moved and, for the exporter (WANT_LAT_SUM), the sum of latencies (a
  * Prometheus histogram's _sum), both added under the one lookup */
 struct op_total {
@@ -174,8 +197,15 @@ struct op_total {
 struct total_key {
     u32 op;
     u32 dev;
+#if WANT_CGROUP_KEY
+    u64 cgroup;
+#endif
 };
-BPF_HASH(op_totals, struct total_key, struct op_total, NOPS * MAX_MOUNTS);
+#if WANT_CGROUP_KEY
+BPF_F_TABLE("hash", struct total_key, struct op_total, op_totals, TOTAL_ENTRIES, BPF_F_NO_PREALLOC);
+#else
+BPF_HASH(op_totals, struct total_key, struct op_total, TOTAL_ENTRIES);
+#endif
 #else
 BPF_ARRAY(op_totals, struct op_total, NOPS);
 #endif
@@ -338,22 +368,37 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
     {
         struct dist_key dk;
         struct op_total *total;
+        u64 zero = 0, *n;
         u32 opi = op;
         __builtin_memset(&dk, 0, sizeof(dk));
         dk.op = op;
         dk.slot = bpf_log2l(delta / DIST_UNIT_NS);
+#if WANT_CGROUP_KEY
+        dk.cgroup = admitted_cgroup(comm ? cgroup : bpf_get_current_cgroup_id());
+#endif
 #if WANT_DEV
         dk.dev = (u32)s->dev;
         {
-            struct total_key tk = {.op = op, .dev = (u32)s->dev};
+            struct total_key tk;
             struct op_total none;
+            __builtin_memset(&tk, 0, sizeof(tk));
             __builtin_memset(&none, 0, sizeof(none));
+            tk.op = op;
+            tk.dev = (u32)s->dev;
+#if WANT_CGROUP_KEY
+            tk.cgroup = dk.cgroup;
+#endif
             total = op_totals.lookup_or_try_init(&tk, &none);
         }
 #else
         total = op_totals.lookup(&opi);
 #endif
-        dist.increment(dk);
+        /* a full histogram map would drop the operation silently: count it as untimed */
+        n = dist.lookup_or_try_init(&dk, &zero);
+        if (n)
+            __sync_fetch_and_add(n, 1);
+        else
+            count_untimed(op);
         if (total) {
             __sync_fetch_and_add(&total->bytes, s->bytes);
 #if WANT_LAT_SUM

@@ -113,6 +113,25 @@ def verify_quantiles_agree_with_nfsdist_and_move_with_delay(results: Dict[str, A
     assert delay > plain and delay >= quantile["rtt_delay_ms"] * 1000 / 2, (found, quantile["rtt_delay_ms"])
 
 
+def verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series(results: Dict[str, Any]) -> None:
+    """Without --cgroup-label no series has a cgroup label. With it, each mount's workload ran
+    in a scope unit of its own (NFSv3 in one, NFSv4.2 in the other): the series labelled with
+    that unit's cgroup path moved by exactly what it issued, on its mount only."""
+    text = results["texts"]["probekit"]
+    if not results["cgroup_label"]:
+        assert "cgroup=" not in text and "probekit_nfs_cgroups_labelled" not in text
+        return
+    assert "probekit_nfs_cgroups_labelled_limit 64.0" in text
+    for mount, phase in results["phases"].items():
+        by_cgroup, cgroup = phase["moved"]["by_cgroup"], phase["cgroup"]
+        for op in EXACT:
+            counted_once(f"{op} {MOUNT_POINTS[mount]} cgroup={cgroup}",
+                         int(by_cgroup.get(f"{op} {MOUNT_POINTS[mount]} {cgroup}", 0)), phase["issued"][op],
+                         int(phase.get("missed", {}).get(op, 0)))
+        elsewhere = [key for key in by_cgroup if key.endswith(f" {cgroup}") and key.split(" ")[1] != MOUNT_POINTS[mount]]
+        assert not elsewhere, f"{cgroup}'s operations on another mount: {elsewhere}"
+
+
 def verify_promtool_accepts_both_scrapes(results: Dict[str, Any]) -> None:
     assert results["promtool"]["probekit"]["rc"] == 0, results["promtool"]["probekit"]["output"]
     assert results["promtool"]["node"]["rc"] == 0, results["promtool"]["node"]["output"]
@@ -150,6 +169,8 @@ EXPORTER_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("exporter: series move by the workload, NFSv4.2", verify_series_move_by_the_workload_on_its_mount_only, ("nfs42",)),
     ("exporter: PromQL counts = workload", verify_promql_counts_equal_the_workload_on_both_mounts, ()),
     ("exporter: join with node_exporter mountstats", verify_join_with_node_exporter_mountstats, ()),
+    ("exporter: cgroup label per unit, or none", verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series,
+     ()),
     ("exporter: quantiles = nfsdist's, moved by delay", verify_quantiles_agree_with_nfsdist_and_move_with_delay, ()),
     ("exporter: promtool accepts both scrapes", verify_promtool_accepts_both_scrapes, ()),
     ("exporter: SIGTERM detaches everything", verify_sigterm_detaches_everything, ()),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 from discover.errors import UserError
 from probes.mounts import MOUNTINFO, _unescape
@@ -69,6 +69,46 @@ class CgroupNames:
             if self._walked_at is None or self.clock() - self._walked_at >= REWALK_S:
                 self._walk()
         return self.known.get(cgroup_id, f"cgroup:{cgroup_id}")
+
+
+class CgroupLabels:
+    """The exporter's `cgroup` label: admitted ids as paths, id 0 as OVERFLOW, and which
+    admitted ids are gone (their directory removed, or its path now another cgroup's) past a
+    grace, so that their series leave and their places among the admitted are freed."""
+
+    OVERFLOW = "other"
+
+    def __init__(self, grace: float, names: Optional[CgroupNames] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.names = names or CgroupNames(clock=clock)
+        self.grace, self.clock = grace, clock
+        self._missing_since: Dict[int, float] = {}
+
+    def label(self, cgroup_id: int) -> str:
+        return self.OVERFLOW if cgroup_id == 0 else self.names.name(cgroup_id)
+
+    def alive(self, cgroup_id: int) -> bool:
+        path = self.names.name(cgroup_id)
+        if self.names.root is None or not path.startswith("/"):
+            return False
+        try:
+            return os.stat(os.path.join(self.names.root, path.lstrip("/"))).st_ino == cgroup_id
+        except OSError:
+            return False
+
+    def expired(self, admitted: Iterable[int]) -> List[int]:
+        """Admitted ids gone for longer than the grace (each handed out once)."""
+        now, out = self.clock(), []
+        admitted = set(admitted)
+        for cgroup_id in admitted:
+            if self.alive(cgroup_id):
+                self._missing_since.pop(cgroup_id, None)
+            elif now - self._missing_since.setdefault(cgroup_id, now) >= self.grace:
+                out.append(cgroup_id)
+                del self._missing_since[cgroup_id]
+        for cgroup_id in set(self._missing_since) - admitted:
+            del self._missing_since[cgroup_id]
+        return out
 
 
 def filter_dir(path: str, mountinfo: Path = MOUNTINFO) -> str:

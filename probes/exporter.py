@@ -24,6 +24,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import click
 
 from discover.errors import Terminated, UserError, run_cli
+from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.generate import Tool
 from probes.mounts import GONE_GRACE_S, MountTable
 from probes.runtime import Session
@@ -40,6 +41,8 @@ BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 #: labels of every per-operation series: the op, then the mount as node_exporter's
 #: mountstats collector names it (export, protocol, mountaddr), its mount point and NFS version
 MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
+#: --cgroup-limit's default: distinct `cgroup` values before the rest share CgroupLabels.OVERFLOW
+CGROUP_LIMIT = 64
 
 
 def le_seconds(slot: int) -> float:
@@ -86,12 +89,14 @@ class NfsCollector:
     probe in the middle of a scrape (it takes the lock and stops the server first)."""
 
     def __init__(self, session: Session, lock: threading.Lock, release: str, bcc_version: str,
-                 mounts: Optional[MountTable] = None) -> None:
+                 mounts: Optional[MountTable] = None, cgroups: Optional[CgroupLabels] = None) -> None:
         self.session = session
         self.lock = lock
         self.release = release
         self.bcc_version = bcc_version
         self.mounts = mounts or MountTable()
+        #: the `cgroup` label's names and gone cgroups, when the probe keys by cgroup
+        self.cgroups = cgroups
 
     def snapshot(self) -> Optional[Dict[str, Any]]:
         with self.lock:
@@ -101,9 +106,14 @@ class NfsCollector:
             self.mounts.refresh()
             for dev in self.mounts.take_expired():
                 self.session.forget_dev(dev)
+            admitted: List[int] = []
+            if self.cgroups is not None:
+                for cgroup in self.cgroups.expired(self.session.admitted_cgroups()):
+                    self.session.forget_cgroup(cgroup)
+                admitted = self.session.admitted_cgroups()
             return {"dist": self.session.dist(clear=False), "in_flight": self.session.in_flight(),
                     "anomalies": self.session.anomalies(), "inflight_lost": self.session.counter("inflight_lost"),
-                    "missed": self.session.missed(),
+                    "missed": self.session.missed(), "admitted": len(admitted),
                     "bpf_stats": stats_on, "programs": self.session.program_stats() if stats_on else {}}
 
     def collect(self) -> Iterator[Any]:
@@ -113,7 +123,7 @@ class NfsCollector:
         if snap is None:
             return
         ops = self.session.probe.ops
-        labels = ["op"] + MOUNT_LABELS
+        labels = ["op"] + MOUNT_LABELS + (["cgroup"] if self.cgroups else [])
         latency = HistogramMetricFamily("probekit_nfs_op_latency_seconds",
                                         "Latency of completed NFS operations (log2 buckets: le = 2^k - 1 ns).",
                                         labels=labels)
@@ -139,6 +149,12 @@ class NfsCollector:
         for point in self.session.probe.points:
             info.add_metric([point.op, point.kind, point_label(point.entry, point.exit)], 1)
         yield info
+        if self.cgroups is not None:
+            yield GaugeMetricFamily("probekit_nfs_cgroups_labelled", "cgroups with series of their own; at "
+                                    "the limit, operations of any other cgroup are labelled "
+                                    f'cgroup="{CgroupLabels.OVERFLOW}".', value=snap["admitted"])
+            yield GaugeMetricFamily("probekit_nfs_cgroups_labelled_limit", "--cgroup-limit: cgroups that can "
+                                    "have series of their own.", value=self.session.tool.cgroup_limit)
         yield CounterMetricFamily("probekit_nfs_anomalies", "Latencies dropped as impossible (end before start, "
                                   "or above an hour).", value=snap["anomalies"])
         yield CounterMetricFamily("probekit_nfs_inflight_lost", "Operations not tracked in flight: another "
@@ -166,14 +182,18 @@ class NfsCollector:
 
 
     def per_mount(self, dist: Dict[str, Dict[str, Any]]) -> Dict[Tuple[str, ...], Dict[str, Any]]:
-        """(op, mount labels...) -> slots, count, bytes, lat_ns. Devs that are no NFS mount (an
-        RPC has none; a mount gone since) share the series with empty mount labels."""
+        """(op, mount labels...[, cgroup]) -> slots, count, bytes, lat_ns. Devs that are no NFS
+        mount (an RPC has none; a mount gone since) share the series with empty mount labels."""
         out: Dict[Tuple[str, ...], Dict[str, Any]] = {}
         for op, entry in dist.items():
-            for dev, per_dev in entry.get("mounts", {0: entry}).items():
+            series = (entry["series"].items() if self.cgroups is not None
+                      else (((dev, 0), per_dev) for dev, per_dev in entry.get("mounts", {0: entry}).items()))
+            for (dev, cgroup), per_dev in series:
                 mount = self.mounts.known.get(dev)
                 key = (op,) + ((mount.export, mount.protocol, mount.mountaddr, mount.mountpoint, mount.nfs_version)
                                if mount else ("",) * len(MOUNT_LABELS))
+                if self.cgroups is not None:
+                    key += (self.cgroups.label(cgroup),)
                 into = out.setdefault(key, {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0})
                 for slot, value in per_dev["slots"].items():
                     into["slots"][slot] = into["slots"].get(slot, 0) + value
@@ -220,6 +240,7 @@ Examples:
   nfs-exporter --address 0.0.0.0        # every IPv4 interface (firewall it)
   nfs-exporter --address :: --port {DEFAULT_PORT} # every IPv6 (and, by the system's default, IPv4) interface
   nfs-exporter --ops all -v             # every operation and RPC; say the attach points
+  nfs-exporter --cgroup-label           # series per cgroup too (systemd units, containers)
   curl -s 127.0.0.1:{DEFAULT_PORT}/metrics | grep probekit_nfs_ops_total
 \b
 Prometheus scrape job:
@@ -229,7 +250,8 @@ Prometheus scrape job:
 Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
 probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_probe_info{{op,kind,point}},
 probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_nfs_missed_total{{op}},
-probekit_build_info, and with
+probekit_build_info; with --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for
+cgroups past --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with
 sysctl kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
 SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 """
@@ -244,9 +266,14 @@ SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 @click.option("-v", "--verbose", is_flag=True, help="Say which attach point each operation uses.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Probe spec (default: the NFS spec).")
 @click.option("--gone-mount-grace", "grace", type=click.FloatRange(min=0), default=GONE_GRACE_S, show_default=True,
-              help="Seconds an unmounted mount keeps its series before its counts are dropped.")
+              help="Seconds an unmounted mount (or a removed cgroup) keeps its series before its counts are dropped.")
+@click.option("--cgroup-label", is_flag=True, help="Label every series with the cgroup v2 path of the task that "
+              "started the operation.")
+@click.option("--cgroup-limit", type=click.IntRange(1, 4096), default=CGROUP_LIMIT, show_default=True,
+              help="With --cgroup-label: cgroups that get series of their own; operations of any other "
+              f'share cgroup="{CgroupLabels.OVERFLOW}".')
 def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
-                 grace: float) -> None:
+                 grace: float, cgroup_label: bool, cgroup_limit: int) -> None:
     """Export NFS operation latency histograms, counts, bytes and operations in flight
     for Prometheus, from in-kernel histograms (nfsdist's), until SIGTERM or Ctrl-C."""
     from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -255,6 +282,8 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
         ops: Sequence[str] = parse_ops(ops_text)
     except UserError as exc:
         raise click.BadParameter(str(exc).replace("--ops: ", "", 1), param_hint="--ops") from None
+    if cgroup_label and cgroup2_root() is None:
+        raise UserError("--cgroup-label needs the cgroup v2 hierarchy, and none is mounted")
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -262,12 +291,14 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     lock = threading.Lock()
     try:
         session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True,
-                                                  lat_sum=True), ops, spec_path, verbose)
+                                                  lat_sum=True, cgroup_limit=cgroup_limit if cgroup_label else 0),
+                          ops, spec_path, verbose)
         with session:
             import bcc  # type: ignore[import-not-found]  # Session imported it: only its version is wanted here
 
             registry.register(NfsCollector(session, lock, Path("/proc/sys/kernel/osrelease").read_text().strip(),
-                                           getattr(bcc, "__version__", "unknown"), MountTable(grace=grace)))
+                                           getattr(bcc, "__version__", "unknown"), MountTable(grace=grace),
+                                           CgroupLabels(grace) if cgroup_label else None))
             serving = False
             try:
                 threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

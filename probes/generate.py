@@ -29,6 +29,10 @@ INFLIGHT_SLOTS = 1024
 RINGBUF_PAGES = 256
 #: mounts a per-mount histogram has room for (dist keys are op x mount x slot)
 MAX_MOUNTS = 64
+#: with cgroup keys, histogram room per (op, cgroup): this many mounts of this many slots
+#: on average (a cgroup uses a few NFS mounts; nanosecond latencies fill ~30 slots); a
+#: key that does not fit is counted as untimed, never dropped unseen
+CGROUP_MOUNTS, CGROUP_SLOTS = 4, 40
 
 #: (field, C type, array length): the one definition of the slow-event record.
 #: u64 first, then u32, then byte arrays, so the C struct has no implicit padding.
@@ -88,12 +92,30 @@ class Tool(NamedTuple):
     mount_dev: int = 0
     #: only tasks in the cgroup v2 subtree whose directory fd user space puts in cgroup_filter[0]
     cgroup_filter: bool = False
+    #: histograms keyed by the task's cgroup too, for at most this many cgroups (the rest
+    #: share one overflow series); 0 = not keyed. Needs per_mount (nfs-exporter --cgroup-label)
+    cgroup_limit: int = 0
 
     @property
     def dev_at_entry(self) -> bool:
         """Each operation's mount is found when it starts (for keys or the mount filter), not
         only for printed events: two or three more pointer reads per kprobe start."""
         return self.per_mount or self.mount_dev != 0
+
+
+def dist_entries(tool: Tool, nops: int) -> int:
+    """Room of the histogram map: every (op, mount, slot), or with cgroup keys the average
+    use per admitted cgroup and the overflow series (allocated as used, not up front)."""
+    mounts = MAX_MOUNTS if tool.per_mount else 1
+    if tool.cgroup_limit:
+        return max(nops, 1) * CGROUP_SLOTS * CGROUP_MOUNTS * (tool.cgroup_limit + 1)
+    return max(nops, 1) * 64 * mounts
+
+
+def total_entries(tool: Tool, nops: int) -> int:
+    """Room of the per-(op, mount[, cgroup]) byte and latency totals: every combination."""
+    mounts = MAX_MOUNTS if tool.per_mount else 1
+    return max(nops, 1) * mounts * (tool.cgroup_limit + 1)
 
 
 class Point(NamedTuple):
@@ -223,6 +245,8 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     declared so that bcc's generated argument structs compile; a 4-byte placeholder keeps
     the layout, the probes never read those fields.
     """
+    if tool.cgroup_limit and not tool.per_mount:
+        raise ValueError("cgroup keys are mount keys' refinement: Tool.cgroup_limit needs per_mount")
     ops = [c.op for c in chosen]
     letters = [c.letter for c in chosen]
     points = points_of(chosen, layout)
@@ -243,6 +267,8 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 ("WANT_LAT_SUM", int(tool.lat_sum)), ("WANT_DEV", int(tool.per_mount)),
                 ("MAX_MOUNTS", MAX_MOUNTS if tool.per_mount else 1), ("MOUNT_DEV", tool.mount_dev),
                 ("CGROUP_FILTER", int(tool.cgroup_filter)),
+                ("WANT_CGROUP_KEY", int(tool.cgroup_limit > 0)), ("MAX_CGROUPS", max(tool.cgroup_limit, 1)),
+                ("DIST_ENTRIES", dist_entries(tool, len(ops))), ("TOTAL_ENTRIES", total_entries(tool, len(ops))),
                 ("HAVE_FILE_SB", int({"OFF_FILE_INODE", "OFF_INODE_SB", "OFF_SB_DEV"} <= set(dev_offsets))),
                 ("HAVE_DENTRY_SB", int({"OFF_DENTRY_SB", "OFF_SB_DEV"} <= set(dev_offsets))),
                 ("HAVE_FILE_INO", int({"OFF_FILE_INODE", "OFF_INODE_INO"} <= set(dev_offsets)))]

@@ -234,8 +234,8 @@ class Session:
         #: which signal set `stopped` (a long-running caller reports it through the boundary)
         self.stop_signal: Optional[int] = None
         #: last cumulative values read from the dist/top maps (see dist() and top())
-        self._dist_base: Dict[Tuple[int, int, int], int] = {}
-        self._totals_base: Dict[Tuple[int, int], Tuple[int, int]] = {}
+        self._dist_base: Dict[Tuple[int, int, int, int], int] = {}
+        self._totals_base: Dict[Tuple[int, int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
 
     def _stop(self, signum: int, _frame: Any) -> None:
@@ -455,18 +455,37 @@ class Session:
     def forget_dev(self, dev: int) -> None:
         """Drop one superblock's per-mount counts (Tool.per_mount): its mount is gone, or the
         kernel gave its dev to another mount."""
+        self._forget("dev", dev, 1)
+
+    def admitted_cgroups(self) -> List[int]:
+        """The cgroup ids that have series of their own (Tool.cgroup_limit)."""
+        with self.reading():
+            return [int(key.value) for key in self.bpf["cgroup_ids"].keys()]
+
+    def forget_cgroup(self, cgroup: int) -> None:
+        """Drop one cgroup's counts and free its place among the admitted (it is gone)."""
+        self._forget("cgroup", cgroup, 2)
+        with self.reading():
+            table = self.bpf["cgroup_ids"]
+            try:
+                del table[table.Key(cgroup)]
+            except KeyError:  # never admitted, or deleted already
+                pass
+
+    def _forget(self, field: str, value: int, index: int) -> None:
         for table in ("dist", "op_totals"):
             with self.reading():
-                stale = [key for key in self.bpf[table].keys() if int(getattr(key, "dev", -1)) == dev]
+                stale = [key for key in self.bpf[table].keys() if int(getattr(key, field, -1)) == value]
                 for key in stale:  # after the walk: deleting while walking a BPF hash restarts it
                     del self.bpf[table][key]
-        self._dist_base = {k: v for k, v in self._dist_base.items() if k[1] != dev}
-        self._totals_base = {k: v for k, v in self._totals_base.items() if k[1] != dev}
+        self._dist_base = {k: v for k, v in self._dist_base.items() if k[index] != value}
+        self._totals_base = {k: v for k, v in self._totals_base.items() if k[index] != value}
 
     def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
         """Per op since the last clear: {'slots': {slot: count}, 'count': n, 'bytes': total,
         'lat_ns': sum of latencies (with Tool.lat_sum, else 0)}, and with Tool.per_mount 'mounts': {dev: the same, for
-        that superblock's operations} (dev 0: an operation without a file, e.g. an RPC).
+        that superblock's operations} (dev 0: an operation without a file, e.g. an RPC), with
+        Tool.cgroup_limit also 'series': {(dev, cgroup id): the same} (cgroup 0: the overflow).
 
         The maps stay cumulative: clearing them from user space drops every event that lands
         between the read and the clear. `clear` moves the baseline instead; with it never
@@ -476,35 +495,40 @@ class Session:
             return {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
 
         out: Dict[str, Dict[str, Any]] = {op: empty() for op in self.probe.ops}
-        if self.tool.per_mount:
-            for entry in out.values():
+        for entry in out.values():
+            if self.tool.per_mount:
                 entry["mounts"] = {}
+            if self.tool.cgroup_limit:
+                entry["series"] = {}
         with self.reading():
             dist_items, total_items = list(self.bpf["dist"].items()), list(self.bpf["op_totals"].items())
-        slots = {(int(key.op), int(getattr(key, "dev", 0)), int(key.slot)): int(value.value)
-                 for key, value in dist_items}
+        slots = {(int(key.op), int(getattr(key, "dev", 0)), int(getattr(key, "cgroup", 0)), int(key.slot)):
+                 int(value.value) for key, value in dist_items}
         totals = {}
-        for key, value in total_items:  # an array by op, or a hash by (op, dev)
-            where = (int(key.op), int(key.dev)) if hasattr(key, "dev") else (int(key.value), 0)
+        for key, value in total_items:  # an array by op, or a hash by (op, dev[, cgroup])
+            where = ((int(key.op), int(key.dev), int(getattr(key, "cgroup", 0))) if hasattr(key, "dev")
+                     else (int(key.value), 0, 0))
             totals[where] = (int(value.bytes), int(value.lat_ns))
 
-        def add(op_id: int, dev: int, field: str, delta: int, slot: Optional[int] = None) -> None:
+        def add(op_id: int, dev: int, cgroup: int, field: str, delta: int, slot: Optional[int] = None) -> None:
             targets = [out[self.op_name(op_id)]]
             if self.tool.per_mount:
                 targets.append(targets[0]["mounts"].setdefault(dev, empty()))
+            if self.tool.cgroup_limit:
+                targets.append(targets[0]["series"].setdefault((dev, cgroup), empty()))
             for entry in targets:
                 entry[field] += delta
                 if slot is not None:
                     entry["slots"][slot] = entry["slots"].get(slot, 0) + delta
 
-        for (op_id, dev, slot), value in slots.items():
-            delta = value - self._dist_base.get((op_id, dev, slot), 0)
+        for (op_id, dev, cgroup, slot), value in slots.items():
+            delta = value - self._dist_base.get((op_id, dev, cgroup, slot), 0)
             if delta:
-                add(op_id, dev, "count", delta, slot)
-        for (op_id, dev), (nbytes, lat_ns) in totals.items():
-            base = self._totals_base.get((op_id, dev), (0, 0))
-            add(op_id, dev, "bytes", nbytes - base[0])
-            add(op_id, dev, "lat_ns", lat_ns - base[1])
+                add(op_id, dev, cgroup, "count", delta, slot)
+        for (op_id, dev, cgroup), (nbytes, lat_ns) in totals.items():
+            base = self._totals_base.get((op_id, dev, cgroup), (0, 0))
+            add(op_id, dev, cgroup, "bytes", nbytes - base[0])
+            add(op_id, dev, cgroup, "lat_ns", lat_ns - base[1])
         if clear:
             self._dist_base, self._totals_base = slots, totals
         return out

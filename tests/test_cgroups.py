@@ -9,28 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from discover.errors import UserError
 from probes.cgroups import REWALK_S, CgroupNames, cgroup2_root, filter_dir, task_cgroup
-
-
-@pytest.fixture
-def cgroup() -> Iterator[Path]:
-    """A child cgroup of the real cgroup2 root, removed afterwards (as root, like the tools)."""
-    root = cgroup2_root()
-    assert root is not None, "no cgroup2 mount on this host"
-    path = Path(root) / f"probekit-test-{os.getpid()}"
-    path.mkdir()
-    try:
-        yield path
-    finally:
-        for child in sorted(path.glob("*/"), reverse=True):
-            if (child / "cgroup.procs").exists():
-                child.rmdir()
-        path.rmdir()
 
 
 def test_cgroup2_root_is_the_cgroup2_mount() -> None:

@@ -256,16 +256,84 @@ def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path:
     assert kernel_dev(0, 47) not in session.mounts and 'mountpoint="/mnt/nfs3"' in text
 
 
-def test_forget_dev_deletes_one_devs_keys_of_both_maps() -> None:
+def test_forget_dev_and_forget_cgroup_delete_their_keys_of_both_maps() -> None:
+    import types
     from collections import namedtuple
 
     from probes.runtime import RealtimeReads, Session
-    dist_key, total_key = namedtuple("dist_key", "op slot dev"), namedtuple("total_key", "op dev")
-    dist = {dist_key(0, 10, 44): 3, dist_key(0, 10, 47): 5, dist_key(1, 12, 47): 1, dist_key(1, 9, 0): 2}
-    totals = {total_key(0, 44): 1, total_key(0, 47): 2}
-    fake = SimpleNamespace(bpf={"dist": dist, "op_totals": totals}, _dist_base={(0, 47, 10): 5, (0, 44, 10): 1},
-                           _totals_base={(0, 47): (1, 1), (0, 44): (2, 2)}, reading=RealtimeReads())
+    dist_key, total_key = namedtuple("dist_key", "op slot dev cgroup"), namedtuple("total_key", "op dev cgroup")
+
+    class Ids(dict):
+        Key = staticmethod(lambda value: value)
+
+    dist = {dist_key(0, 10, 44, 7): 3, dist_key(0, 10, 47, 7): 5, dist_key(1, 12, 47, 8): 1, dist_key(1, 9, 0, 0): 2}
+    totals = {total_key(0, 44, 7): 1, total_key(0, 47, 7): 2, total_key(1, 47, 8): 3}
+    fake = SimpleNamespace(bpf={"dist": dist, "op_totals": totals, "cgroup_ids": Ids({7: 1, 8: 1})},
+                           _dist_base={(0, 47, 7, 10): 5, (0, 44, 7, 10): 1, (1, 47, 8, 12): 1},
+                           _totals_base={(0, 47, 7): (1, 1), (0, 44, 7): (2, 2), (1, 47, 8): (3, 3)},
+                           reading=RealtimeReads())
+    fake._forget = types.MethodType(Session._forget, fake)
     Session.forget_dev(fake, 47)
     assert sorted((k.op, k.dev) for k in dist) == [(0, 44), (1, 0)]
     assert [(k.op, k.dev) for k in totals] == [(0, 44)]
-    assert fake._dist_base == {(0, 44, 10): 1} and fake._totals_base == {(0, 44): (2, 2)}
+    assert fake._dist_base == {(0, 44, 7, 10): 1} and fake._totals_base == {(0, 44, 7): (2, 2)}
+    Session.forget_cgroup(fake, 7)
+    assert list(dist) == [dist_key(1, 9, 0, 0)] and not totals and fake._dist_base == {} and fake._totals_base == {}
+    assert dict(fake.bpf["cgroup_ids"]) == {8: 1}
+    Session.forget_cgroup(fake, 7)  # twice: nothing left to delete, no error
+
+
+def test_cgroup_label_names_real_cgroups_overflow_and_drops_a_removed_one(cgroup: Path) -> None:
+    """--cgroup-label on this host's cgroup2 tree: admitted ids are labelled with their path,
+    id 0 (cgroups past the limit) with the overflow value; a removed cgroup keeps its series
+    for the grace, then its counts are dropped and its place among the admitted freed."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from probes.cgroups import CgroupLabels
+    from probes.mounts import MountTable, kernel_dev
+    from test_mounts import Clock
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    values = real_latencies_ns()
+    (cgroup / "a.scope").mkdir()
+    (cgroup / "b.scope").mkdir()
+    a, b = (cgroup / "a.scope").stat().st_ino, (cgroup / "b.scope").stat().st_ino
+
+    class PerCgroup(_Recorded):
+        def __init__(self) -> None:
+            super().__init__({"read": []}, [])
+            self.tool = SimpleNamespace(cgroup_limit=2)
+            self.series = {(kernel_dev(0, 44), a): values[:40], (kernel_dev(0, 47), b): values[40:100],
+                           (kernel_dev(0, 44), 0): values[100:105]}
+
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            every = [x for v in self.series.values() for x in v]
+            return {"read": {"slots": slots_of(every), "count": len(every), "bytes": 0, "lat_ns": sum(every),
+                             "series": {k: {"slots": slots_of(v), "count": len(v), "bytes": 0, "lat_ns": sum(v)}
+                                        for k, v in self.series.items()}}}
+
+        def admitted_cgroups(self) -> List[int]:
+            return sorted({cg for _, cg in self.series if cg})
+
+        def forget_cgroup(self, cg: int) -> None:
+            self.series = {k: v for k, v in self.series.items() if k[1] != cg}
+
+    clock = Clock()
+    session = PerCgroup()
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(session, threading.Lock(), "6.1.0-50-amd64", "0.26.0",
+                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats"),
+                                   CgroupLabels(grace=300, clock=clock)))
+    v3 = 'export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",nfs_version="3"'
+    v42 = 'export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",nfs_version="4.2"'
+    text = generate_latest(registry).decode()
+    assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/a.scope",{v3},op="read",protocol="tcp"}} 40.0' in text
+    assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/b.scope",{v42},op="read",protocol="tcp"}} 60.0' in text
+    assert f'probekit_nfs_ops_total{{cgroup="other",{v3},op="read",protocol="tcp"}} 5.0' in text
+    assert "probekit_nfs_cgroups_labelled 2.0" in text and "probekit_nfs_cgroups_labelled_limit 2.0" in text
+    (cgroup / "b.scope").rmdir()
+    clock.now += 60
+    assert f'cgroup="/{cgroup.name}/b.scope"' in generate_latest(registry).decode()  # within the grace
+    clock.now += 300
+    text = generate_latest(registry).decode()
+    assert f'cgroup="/{cgroup.name}/b.scope"' not in text and "probekit_nfs_cgroups_labelled 1.0" in text
+    assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/a.scope",{v3},op="read",protocol="tcp"}} 40.0' in text

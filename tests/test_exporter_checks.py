@@ -1,6 +1,7 @@
-"""The exporter lab check's verdicts (labs/exporter_checks.py) on a real run in a Debian 6.1 guest.
+"""The exporter lab check's verdicts (labs/exporter_checks.py) on real runs: a Debian 6.1 guest
+(default options) and a 7.3 pair's client (--cgroup-label).
 
-The fixture is what labs/guest/exporter_guest.py printed there (README beside it); the
+The fixtures are what labs/guest/exporter_guest.py printed there (READMEs beside them); the
 negative cases change one thing in a copy, the way a broken exporter or a lost operation
 would, and the verdict must say what is wrong.
 """
@@ -14,17 +15,25 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.exporter_checks import (EXPORTER_CHECKS, exporter_edges_around, quantile_bucket, verify_promql_counts_equal_the_workload_on_both_mounts,
+from labs.exporter_checks import (EXPORTER_CHECKS, exporter_edges_around, quantile_bucket,
+                                  verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series, verify_promql_counts_equal_the_workload_on_both_mounts,
                                   verify_quantiles_agree_with_nfsdist_and_move_with_delay,
                                   verify_series_move_by_the_workload_on_its_mount_only)
 
-RUN = Path(__file__).parent / "fixtures" / "6.1.0-50-amd64" / "exporter" / "exporter-run.json.gz"
+FIXTURES = Path(__file__).parent / "fixtures"
+RUN = FIXTURES / "6.1.0-50-amd64" / "exporter" / "exporter-run.json.gz"
+CGROUP_RUN = FIXTURES / "7.3.4+deb13-amd64" / "exporter" / "exporter-run.json.gz"
+
+
+def load(path: Path) -> Dict[str, Any]:
+    with gzip.open(path, "rt") as handle:
+        out: Dict[str, Any] = json.load(handle)
+    return out
 
 
 @pytest.fixture(scope="module")
 def real() -> Dict[str, Any]:
-    with gzip.open(RUN, "rt") as handle:
-        return json.load(handle)
+    return load(RUN)
 
 
 @pytest.fixture
@@ -32,10 +41,34 @@ def run(real: Dict[str, Any]) -> Dict[str, Any]:
     return copy.deepcopy(real)
 
 
+@pytest.fixture
+def cgroup_run() -> Dict[str, Any]:
+    return load(CGROUP_RUN)
+
+
+@pytest.mark.parametrize("path", [RUN, CGROUP_RUN], ids=["6.1", "7.3-cgroup-label"])
 @pytest.mark.parametrize("check", EXPORTER_CHECKS, ids=lambda c: c[0])
-def test_every_check_passes_on_the_real_run(run: Dict[str, Any], check: Any) -> None:
+def test_every_check_passes_on_the_real_runs(path: Path, check: Any) -> None:
     _name, verify, args = check
-    verify(run, *args)
+    verify(load(path), *args)
+
+
+def test_a_units_operation_counted_under_another_cgroup_fails(cgroup_run: Dict[str, Any]) -> None:
+    """One of unit a's reads shows up under the root cgroup instead: the verdict names it."""
+    phase = cgroup_run["phases"]["nfs3"]
+    by_cgroup = phase["moved"]["by_cgroup"]
+    by_cgroup[f"read /mnt/nfs3 {phase['cgroup']}"] -= 1
+    by_cgroup["read /mnt/nfs3 /"] = 1
+    with pytest.raises(AssertionError, match="read /mnt/nfs3 cgroup=/probekit.slice"):
+        verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series(cgroup_run)
+
+
+def test_a_cgroup_label_without_the_option_fails(run: Dict[str, Any], cgroup_run: Dict[str, Any]) -> None:
+    """The default exporter must not label by cgroup: the 7.3 text under a run that says the
+    option was off is caught."""
+    run["texts"]["probekit"] = cgroup_run["texts"]["probekit"]
+    with pytest.raises(AssertionError):
+        verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series(run)
 
 
 def test_quantile_ranks_as_histogram_quantile_does(run: Dict[str, Any]) -> None:

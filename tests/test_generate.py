@@ -293,3 +293,18 @@ def test_filters_and_identity_in_the_generated_c(spec: Dict[str, Any], profile_d
     assert "OFF_SB_DEV" in plain and "e->cgroup = cgroup;" in plain
     assert Tool(top=True, per_mount=True).dev_at_entry and Tool(mount_dev=57).dev_at_entry
     assert not Tool(events=True, cgroup_filter=True).dev_at_entry
+
+
+def test_cgroup_keys_only_for_the_exporters_label_and_bounded(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    """--cgroup-label keys the histograms by cgroup for a bounded number of cgroups (the
+    admission table's size), in maps allocated as used; every other tool's maps are as
+    before; and a cgroup key without the mount key is refused (the exporter always has both)."""
+    sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
+    nops = len(sel.chosen)
+    plain = generate(sel.chosen, Tool(dist=True, per_mount=True), None).c_text
+    keyed = generate(sel.chosen, Tool(dist=True, per_mount=True, cgroup_limit=64), None).c_text
+    assert "#define WANT_CGROUP_KEY 0\n" in plain and f"#define DIST_ENTRIES {nops * 64 * 64}\n" in plain
+    assert "#define WANT_CGROUP_KEY 1\n" in keyed and "#define MAX_CGROUPS 64\n" in keyed
+    assert f"#define DIST_ENTRIES {nops * 40 * 4 * 65}\n" in keyed and f"#define TOTAL_ENTRIES {nops * 64 * 65}\n" in keyed
+    with pytest.raises(ValueError, match="per_mount"):
+        generate(sel.chosen, Tool(dist=True, cgroup_limit=64), None)

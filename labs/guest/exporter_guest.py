@@ -8,9 +8,11 @@ one JSON document: per mount phase what the workload issued and how much each op
 moved between two direct scrapes, what PromQL through Prometheus' HTTP API answers (per
 op and mount counts; the join with node_exporter's mountstats series; a median), `promtool
 check metrics` on both scraped texts (and the texts), the exporter's exit after SIGTERM,
-and the tracing programs / kprobe_events before, during and after it.
+and the tracing programs / kprobe_events before, during and after it. Each mount's workload
+runs in a systemd scope unit of its own, so that with --cgroup-label (passed on to the
+exporter) each unit's series can be told apart; without it no series has a cgroup label.
 
-  python3 labs/guest/exporter_guest.py
+  python3 labs/guest/exporter_guest.py [--cgroup-label]
 """
 from __future__ import annotations
 
@@ -23,12 +25,12 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import (GAP_S, MOUNTS, installed, interval_in, json_lines, kernel_attachments,  # noqa: E402
-                          netem, netem_delay, nfs_server, prepare, route_device, spec_args, stop, tool,
-                          user_env, wait_ready, workload)
+from probes_guest import (GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed, interval_in,  # noqa: E402
+                          json_lines, kernel_attachments, netem, netem_delay, nfs_server, prepare, route_device,
+                          slice_path, spec_args, stop, tool, user_env, wait_ready, workload)
 
 
 
@@ -126,14 +128,15 @@ def node_and_prometheus(servers: List[subprocess.Popen]) -> None:
     wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", "prometheus", prom)
 
 
-def samples(text: str, name: str) -> Dict[str, float]:
-    """"op mountpoint" -> value of one per-op, per-mount series."""
+def samples(text: str, name: str, by: Tuple[str, ...] = ("op", "mountpoint")) -> Dict[str, float]:
+    """"op mountpoint" (the values of `by`, space-separated) -> sum of one family's series."""
     out: Dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(name + "{"):
             labels, value = line.rsplit(" ", 1)
-            fields = dict(part.split("=", 1) for part in labels[len(name) + 1:-1].split(","))
-            out[f"{fields['op'].strip(chr(34))} {fields['mountpoint'].strip(chr(34))}"] = float(value)
+            fields = dict(part.split("=", 1) for part in labels[len(name) + 1:-1].split('",'))
+            key = " ".join(fields.get(label, "").strip(chr(34)) for label in by)
+            out[key] = out.get(key, 0.0) + float(value)
     return out
 
 
@@ -147,11 +150,11 @@ def op_samples(text: str, name: str) -> Dict[str, float]:
     return out
 
 
-def start(port: int, log: str) -> subprocess.Popen:
+def start(port: int, log: str, extra: List[str]) -> subprocess.Popen:
     """The exporter, ready once it says it serves (compiling takes minutes under TCG)."""
     err = open(log, "w")
     proc = subprocess.Popen([installed("nfs-exporter"), "--port", str(port), "-v",
-                             "--gone-mount-grace", str(GRACE_S)] + spec_args(),
+                             "--gone-mount-grace", str(GRACE_S)] + extra + spec_args(),
                             cwd="/", env=user_env(), stdout=subprocess.DEVNULL, stderr=err)
     started = time.monotonic()
     while time.monotonic() - started < 400:
@@ -173,6 +176,22 @@ def prometheus_counts(issued: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]
         if all(got.get(key) == value for key, value in want.items()) or time.monotonic() > deadline:
             return rows
         time.sleep(SCRAPE_S)
+
+
+def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]) -> Tuple[Dict[str, int], str]:
+    """The workload in a scope unit of its own slice (IDENTITY_UNITS' a or b), which stays until
+    the end (appended to `units`): its series must not leave after the gone-cgroup grace.
+    What it issued, and its cgroup's path."""
+    slice_name = IDENTITY_UNITS[name][0]
+    unit = f"probekit-exporter-{tag}-{time.monotonic_ns()}"
+    child = in_scope(slice_name, unit, [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     "probes_guest.py"), "workload-on", mount, tag,
+                                        "3600"], stdout=subprocess.PIPE)
+    units.append(child)
+    line = child.stdout.readline() if child.stdout else ""
+    if not line:
+        raise RuntimeError(f"workload in {unit} printed nothing (exit {child.wait()})")
+    return json.loads(line), f"{slice_path(slice_name)}/{unit}.scope"
 
 
 def timed_workload(mount: str, tag: str) -> Dict[str, Any]:
@@ -225,14 +244,16 @@ def gone_mount(mount: str) -> Dict[str, Any]:
     return out
 
 
-def main() -> Dict[str, Any]:
+def main(argv: List[str]) -> Dict[str, Any]:
+    extra = [arg for arg in argv if arg == "--cgroup-label"]
     for tag, mount in MOUNTS.items():
         prepare(mount, tag)
     before = kernel_attachments()
     log = "/tmp/exporter.err"
     started = time.monotonic()
     servers: List[subprocess.Popen] = []
-    out: Dict[str, Any] = {"phases": {}, "kernel": os.uname().release}
+    out: Dict[str, Any] = {"phases": {}, "kernel": os.uname().release, "cgroup_label": bool(extra)}
+    units: List[subprocess.Popen] = []
     proc = None
     dist = None
     dist_log = "/tmp/exporter-nfsdist.out"
@@ -240,15 +261,15 @@ def main() -> Dict[str, Any]:
         node_and_prometheus(servers)
         # nfsdist beside the exporter (its own probe, the same operations): both compile at once
         dist = tool(["nfsdist", "--json", "1"] + spec_args(), dist_log)
-        proc = start(PORT, log)
+        proc = start(PORT, log, extra)
         wait_ready(dist, dist_log)
         out["ready_s"] = round(time.monotonic() - started, 1)
         during = kernel_attachments()
         text = scrape(PORT)
-        for tag, mount in MOUNTS.items():
+        for (tag, mount), unit in zip(MOUNTS.items(), IDENTITY_UNITS):
             time.sleep(GAP_S)
             first = scrape(PORT)
-            issued = workload(mount, tag)
+            issued, cgroup = unit_workload(unit, mount, tag, units)
             time.sleep(GAP_S)
             text = scrape(PORT)
             moved: Dict[str, Dict[str, float]] = {}
@@ -256,8 +277,11 @@ def main() -> Dict[str, Any]:
                            "probekit_nfs_bytes_total"):
                 a, b = samples(first, series), samples(text, series)
                 moved[series] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
+            by = ("op", "mountpoint", "cgroup")
+            a, b = samples(first, "probekit_nfs_ops_total", by), samples(text, "probekit_nfs_ops_total", by)
+            moved["by_cgroup"] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
             a, b = op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total")
-            out["phases"][tag] = {"issued": issued, "moved": moved,
+            out["phases"][tag] = {"issued": issued, "moved": moved, "cgroup": cgroup,
                                   "missed": {op: n - a.get(op, 0) for op, n in b.items() if n != a.get(op, 0)}}
         out["promql"] = {"counts": prometheus_counts({tag: p["issued"] for tag, p in out["phases"].items()})}
         out["promql"].update({name: promql(query) for name, query in QUERIES.items() if name != "counts"})
@@ -282,6 +306,9 @@ def main() -> Dict[str, Any]:
             out["nfsdist"] = stop(dist, dist_log, signal.SIGINT)
         for server in servers:
             end(server)
+        for child in units:
+            child.terminate()
+            child.wait()
     intervals = json_lines(out["nfsdist"]["lines"], "ops")
     for phase in out["quantile"]["phases"].values():
         phase["nfsdist_hist"] = nfsdist_phase_hist(intervals, phase)
@@ -292,4 +319,4 @@ def main() -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    print(json.dumps(main(sys.argv[1:])))

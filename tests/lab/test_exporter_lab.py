@@ -7,7 +7,8 @@ workload on /mnt/nfs3 and then /mnt/nfs42, and reports what PromQL answers; the 
 are labs/exporter_checks.py's (`labs test --lab-results` gives the same). Kernels 6.1
 (bookworm: Prometheus 2.42, node_exporter 1.5.0) and 7.3 (trixie-backports) only: the
 other kernels' images carry the same exporter code, and one boot's exporter check costs a
-bcc compile and a Prometheus start under TCG. The scraped texts are kept as
+bcc compile and a Prometheus start under TCG. 7.3 runs the exporter with --cgroup-label (each
+mount's workload in its own scope unit), 6.1 without. The scraped texts are kept as
 metrics/probekit.prom and metrics/node.prom in the kernel's artefact directory.
 """
 from __future__ import annotations
@@ -21,9 +22,10 @@ from conftest import guest_run, once_run
 from labs import exporter_checks as ec
 from labs.base import Lab
 
-EXPORTER_KERNELS = ("6.1", "7.3")
+#: kernel -> the exporter's extra options: 7.3 runs it with the cgroup label, 6.1 as installed by default
+EXPORTER_KERNELS = {"6.1": "", "7.3": "--cgroup-label"}
 pytestmark = [pytest.mark.lab,
-              pytest.mark.parametrize("kernel_lab", EXPORTER_KERNELS, indirect=True, ids=lambda k: f"k{k}")]
+              pytest.mark.parametrize("kernel_lab", list(EXPORTER_KERNELS), indirect=True, ids=lambda k: f"k{k}")]
 
 
 @guest_run("exporter", fixture="results")
@@ -31,7 +33,8 @@ def run_guest_check(kernel_lab: Any) -> Dict[str, Any]:
     lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
     with kernel_lab.timed("exporter"):
-        res = lab.run(f"cd {share} && python3 {ec.GUEST_SCRIPT}", timeout=1200)
+        res = lab.run(f"cd {share} && python3 {ec.GUEST_SCRIPT} {EXPORTER_KERNELS[kernel_lab.kernel]}",
+                      timeout=1200)
     assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr[-2000:]}"
     out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"[exporter lab] {kernel_lab.kernel}: {kernel_lab.times['exporter']:.0f} s", flush=True)

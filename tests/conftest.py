@@ -1,0 +1,26 @@
+"""Fixtures shared by the unit tests."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from probes.cgroups import cgroup2_root
+
+
+@pytest.fixture
+def cgroup() -> Iterator[Path]:
+    """A child cgroup of the real cgroup2 root, removed afterwards (as root, like the tools)."""
+    root = cgroup2_root()
+    assert root is not None, "no cgroup2 mount on this host"
+    path = Path(root) / f"probekit-test-{os.getpid()}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for child in sorted(path.glob("*/"), reverse=True):
+            if (child / "cgroup.procs").exists():
+                child.rmdir()
+        path.rmdir()
