@@ -132,6 +132,20 @@ def verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series(results:
         assert not elsewhere, f"{cgroup}'s operations on another mount: {elsewhere}"
 
 
+def verify_attached_once_or_again_when_nfsv4_loaded(results: Dict[str, Any]) -> None:
+    """The exporter attaches its probe once; started on a v3-only client (--late-nfsv4: nfsv4
+    unloaded), it says so when nfsv4 loads and attaches again, and the NFSv4.2 phase's exact
+    counts (its opens are nfsv4's nfs4_file_open, absent at the start) come from that probe."""
+    stderr = results["stderr"]
+    attached = [line for line in stderr if line.startswith("nfs-exporter: probe attached: ")]
+    if not results["late_nfsv4"]:
+        assert len(attached) == 1, stderr
+        return
+    assert results["nfsv4_at_start"] is False, "nfsv4 could not be unloaded before the exporter started"
+    assert any("module nfsv4 loaded after the start" in line and "attaching again" in line for line in stderr), stderr
+    assert len(attached) == 2, stderr
+
+
 def verify_promtool_accepts_both_scrapes(results: Dict[str, Any]) -> None:
     assert results["promtool"]["probekit"]["rc"] == 0, results["promtool"]["probekit"]["output"]
     assert results["promtool"]["node"]["rc"] == 0, results["promtool"]["node"]["output"]
@@ -169,6 +183,7 @@ EXPORTER_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("exporter: series move by the workload, NFSv4.2", verify_series_move_by_the_workload_on_its_mount_only, ("nfs42",)),
     ("exporter: PromQL counts = workload", verify_promql_counts_equal_the_workload_on_both_mounts, ()),
     ("exporter: join with node_exporter mountstats", verify_join_with_node_exporter_mountstats, ()),
+    ("exporter: attached again when nfsv4 loaded", verify_attached_once_or_again_when_nfsv4_loaded, ()),
     ("exporter: cgroup label per unit, or none", verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series,
      ()),
     ("exporter: quantiles = nfsdist's, moved by delay", verify_quantiles_agree_with_nfsdist_and_move_with_delay, ()),

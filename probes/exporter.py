@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -27,7 +29,7 @@ from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.generate import Tool
 from probes.mounts import GONE_GRACE_S, MountTable
-from probes.runtime import Session
+from probes.runtime import NothingToTrace, Session, import_bpf, wait_for_modules
 from discover.spec import parse_ops
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
@@ -86,11 +88,15 @@ class NfsCollector:
     """prometheus_client collector: every scrape reads one snapshot of the probe's maps.
 
     `lock` is held while the maps are read, so that the main thread never detaches the
-    probe in the middle of a scrape (it takes the lock and stops the server first)."""
+    probe in the middle of a scrape (it takes the lock and sets `session` to None first).
+    Without a session (waiting for NFS modules, compiling again) a scrape gets the health
+    metrics only."""
 
-    def __init__(self, session: Session, lock: threading.Lock, release: str, bcc_version: str,
+    def __init__(self, session: Optional[Session], lock: threading.Lock, release: str, bcc_version: str,
                  mounts: Optional[MountTable] = None, cgroups: Optional[CgroupLabels] = None) -> None:
         self.session = session
+        #: unix time the current probe was attached: its counters started from zero then
+        self.attached_at = time.time()
         self.lock = lock
         self.release = release
         self.bcc_version = bcc_version
@@ -100,29 +106,41 @@ class NfsCollector:
 
     def snapshot(self) -> Optional[Dict[str, Any]]:
         with self.lock:
-            if self.session.bpf is None:
+            session = self.session
+            if session is None or session.bpf is None:
                 return None
             stats_on = bpf_stats_enabled()
             self.mounts.refresh()
             for dev in self.mounts.take_expired():
-                self.session.forget_dev(dev)
+                session.forget_dev(dev)
             admitted: List[int] = []
             if self.cgroups is not None:
-                for cgroup in self.cgroups.expired(self.session.admitted_cgroups()):
-                    self.session.forget_cgroup(cgroup)
-                admitted = self.session.admitted_cgroups()
-            return {"dist": self.session.dist(clear=False), "in_flight": self.session.in_flight(),
-                    "anomalies": self.session.anomalies(), "inflight_lost": self.session.counter("inflight_lost"),
-                    "missed": self.session.missed(), "admitted": len(admitted),
-                    "bpf_stats": stats_on, "programs": self.session.program_stats() if stats_on else {}}
+                for cgroup in self.cgroups.expired(session.admitted_cgroups()):
+                    session.forget_cgroup(cgroup)
+                admitted = session.admitted_cgroups()
+            return {"session": session, "dist": session.dist(clear=False), "in_flight": session.in_flight(),
+                    "anomalies": session.anomalies(), "inflight_lost": session.counter("inflight_lost"),
+                    "missed": session.missed(), "admitted": len(admitted),
+                    "bpf_stats": stats_on, "programs": session.program_stats() if stats_on else {}}
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         snap = self.snapshot()
+        yield GaugeMetricFamily("probekit_nfs_probe_attached", "1 while the probe is attached; 0 while the "
+                                "exporter waits for NFS modules or compiles the probe again.",
+                                value=int(snap is not None))
+        build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
+                                  labels=["version", "bcc_version", "kernel"])
+        build.add_metric([package_version(), self.bcc_version, self.release], 1)
+        yield build
         if snap is None:
             return
-        ops = self.session.probe.ops
+        session = snap["session"]
+        yield GaugeMetricFamily("probekit_nfs_probe_attach_time_seconds", "Unix time the probe was attached: "
+                                "its counters started from zero then (again after NFS modules loaded).",
+                                value=self.attached_at)
+        ops = session.probe.ops
         labels = ["op"] + MOUNT_LABELS + (["cgroup"] if self.cgroups else [])
         latency = HistogramMetricFamily("probekit_nfs_op_latency_seconds",
                                         "Latency of completed NFS operations (log2 buckets: le = 2^k - 1 ns).",
@@ -146,7 +164,7 @@ class NfsCollector:
         yield flying
         info = GaugeMetricFamily("probekit_probe_info", "The attach point each traced operation uses (value 1).",
                                  labels=["op", "kind", "point"])
-        for point in self.session.probe.points:
+        for point in session.probe.points:
             info.add_metric([point.op, point.kind, point_label(point.entry, point.exit)], 1)
         yield info
         if self.cgroups is not None:
@@ -154,7 +172,7 @@ class NfsCollector:
                                     "the limit, operations of any other cgroup are labelled "
                                     f'cgroup="{CgroupLabels.OVERFLOW}".', value=snap["admitted"])
             yield GaugeMetricFamily("probekit_nfs_cgroups_labelled_limit", "--cgroup-limit: cgroups that can "
-                                    "have series of their own.", value=self.session.tool.cgroup_limit)
+                                    "have series of their own.", value=session.tool.cgroup_limit)
         yield CounterMetricFamily("probekit_nfs_anomalies", "Latencies dropped as impossible (end before start, "
                                   "or above an hour).", value=snap["anomalies"])
         yield CounterMetricFamily("probekit_nfs_inflight_lost", "Operations not tracked in flight: another "
@@ -165,10 +183,6 @@ class NfsCollector:
         for op, value in snap["missed"].items():
             missed.add_metric([op], value)
         yield missed
-        build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
-                                  labels=["version", "bcc_version", "kernel"])
-        build.add_metric([package_version(), self.bcc_version, self.release], 1)
-        yield build
         yield GaugeMetricFamily("probekit_bpf_stats_enabled", "1 when kernel.bpf_stats_enabled is on (BPF "
                                 "program run time and count are then exported).", value=int(snap["bpf_stats"]))
         if snap["programs"]:
@@ -250,9 +264,12 @@ Prometheus scrape job:
 Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
 probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_probe_info{{op,kind,point}},
 probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_nfs_missed_total{{op}},
-probekit_build_info; with --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for
-cgroups past --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with
-sysctl kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
+probekit_build_info, probekit_nfs_probe_attached, probekit_nfs_probe_attach_time_seconds; with
+--cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
+--cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
+kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
+Started before NFS is mounted, it serves and waits for the NFS modules; a module that loads
+later (nfsv4 on a v3-only client) makes it attach a new probe (counters restart from zero).
 SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 """
 
@@ -288,35 +305,47 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     server = listen(address, port, registry)
+    import_bpf()  # bcc missing is one line now, not after a wait for NFS modules
+    bcc_version = getattr(sys.modules.get("bcc"), "__version__", "unknown")
+    tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True,
+                cgroup_limit=cgroup_limit if cgroup_label else 0)
     lock = threading.Lock()
+    collector = NfsCollector(None, lock, Path("/proc/sys/kernel/osrelease").read_text().strip(), bcc_version,
+                             MountTable(grace=grace), CgroupLabels(grace) if cgroup_label else None)
+    registry.register(collector)
+    stop_signal: Optional[int] = None
+    serving = False
     try:
-        session = Session("nfs-exporter", Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True,
-                                                  lat_sum=True, cgroup_limit=cgroup_limit if cgroup_label else 0),
-                          ops, spec_path, verbose)
-        with session:
-            import bcc  # type: ignore[import-not-found]  # Session imported it: only its version is wanted here
-
-            registry.register(NfsCollector(session, lock, Path("/proc/sys/kernel/osrelease").read_text().strip(),
-                                           getattr(bcc, "__version__", "unknown"), MountTable(grace=grace),
-                                           CgroupLabels(grace) if cgroup_label else None))
-            serving = False
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+        serving = True
+        where = f"[{address}]" if ":" in address else address
+        print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
+        while stop_signal is None:
             try:
-                threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-                serving = True
-                where = f"[{address}]" if ":" in address else address
-                session.warn(f"serving http://{where}:{port}/metrics")
-                while session.wait(3600):
+                session = Session("nfs-exporter", tool, ops, spec_path, verbose)
+            except NothingToTrace as exc:
+                if not exc.modules:
+                    raise
+                print(f"nfs-exporter: {exc}: waiting for {' or '.join(exc.modules)} to load", file=sys.stderr,
+                      flush=True)
+                stop_signal = wait_for_modules(exc.modules)
+                continue
+            session.late_action = "attaching again with it (the counters restart from zero)"
+            with session:
+                with lock:
+                    collector.session, collector.attached_at = session, time.time()
+                session.warn(f"probe attached: {', '.join(session.probe.ops)}")
+                while session.wait(1.0) and not session.late_modules:
                     pass
-            finally:
-                if serving:
-                    server.shutdown()
-                lock.acquire()  # a scrape still reading the maps ends first; detaching happens holding it
+                with lock:  # a scrape still reading the maps ends first; detaching comes after
+                    collector.session = None
+            stop_signal = session.stop_signal
     finally:
-        if lock.locked():
-            lock.release()
+        if serving:
+            server.shutdown()
         server.server_close()
-    if session.stop_signal is not None:
-        raise Terminated(session.stop_signal)
+    if stop_signal is not None:
+        raise Terminated(stop_signal)
 
 
 def main() -> None:

@@ -164,6 +164,31 @@ def describe(selection: Selection) -> List[str]:
     return lines
 
 
+class NothingToTrace(UserError):
+    """No asked operation can be traced now; `modules`: the absent modules that would change that."""
+
+    def __init__(self, message: str, modules: Sequence[str]) -> None:
+        super().__init__(message)
+        self.modules = list(modules)
+
+
+def wait_for_modules(modules: Sequence[str], root: Path = Path("/sys/module"), poll_s: float = 1.0) -> Optional[int]:
+    """Block until one of `modules` is loaded (None), or a stop signal arrives (its number):
+    nothing is attached meanwhile, so a signal only ends the wait."""
+    got: List[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _frame: got.append(signum))
+           for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        while not got:
+            if any((root / module).exists() for module in modules):
+                return None
+            time.sleep(poll_s)
+        return got[0]
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 class Session:
     """One attached probe. Use as a context manager: leaving it always detaches."""
 
@@ -181,8 +206,9 @@ class Session:
         for op, why in self.selection.uncovered.items():
             self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
         if not self.selection.chosen:
-            raise UserError(f"none of {', '.join(ops)} can be traced on {facts.release} "
-                            f"(NFS modules loaded? see --verbose)")
+            raise NothingToTrace(f"none of {', '.join(ops)} can be traced on {facts.release} "
+                                 f"(NFS modules loaded? see --verbose)",
+                                 sorted({m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}))
         if verbose:
             for line in describe(self.selection):
                 self.warn(line)
@@ -222,6 +248,10 @@ class Session:
         self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
         self._ticks: List[Callable[[], None]] = [self._check_late_modules, self._check_missed]
+        #: modules absent at the start that have loaded since, and what the warning then says
+        #: this run does about them (the exporter attaches again; a terminal tool cannot)
+        self.late_modules: List[str] = []
+        self.late_action = f"restart {prog} to trace it"
         #: missed() as last seen, per reader of it (the stderr warning, a tool's interval records)
         self._missed_base: Dict[str, Dict[str, int]] = {}
         self._batch: List[Dict[str, Any]] = []
@@ -326,12 +356,14 @@ class Session:
         """Say once, when a module that was absent at the start loads, what this run misses.
 
         bcc compiled the probe for the attach points present then; attaching the new ones
-        would mean a second program with maps of its own, so the tool says to restart."""
+        means a new program with maps of its own: a terminal tool says to restart, the
+        exporter reads `late_modules` and attaches again."""
         for module in sorted(self._absent_modules):
             if Path(f"/sys/module/{module}").exists():
                 self._absent_modules.discard(module)
+                self.late_modules.append(module)
                 self.warn(f"warning: module {module} loaded after the start: what it provides is not traced "
-                          f"by this run (see --verbose at the start); restart {self.prog} to trace it")
+                          f"by this run (see --verbose at the start); {self.late_action}")
 
     def missed_since(self, reader: str) -> Dict[str, int]:
         """The ops missed since this reader's last call, and how many (only those that grew)."""

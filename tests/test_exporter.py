@@ -337,3 +337,34 @@ def test_cgroup_label_names_real_cgroups_overflow_and_drops_a_removed_one(cgroup
     text = generate_latest(registry).decode()
     assert f'cgroup="/{cgroup.name}/b.scope"' not in text and "probekit_nfs_cgroups_labelled 1.0" in text
     assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/a.scope",{v3},op="read",protocol="tcp"}} 40.0' in text
+
+
+def test_without_a_probe_a_scrape_has_the_health_metrics_only() -> None:
+    """While the exporter waits for NFS modules (or compiles again after one loaded), a scrape
+    says the probe is not attached and serves no operation series."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(None, threading.Lock(), "6.1.0-50-amd64", "0.26.0"))
+    text = generate_latest(registry).decode()
+    assert "probekit_nfs_probe_attached 0.0" in text and 'probekit_build_info{bcc_version="0.26.0"' in text
+    assert "probekit_nfs_ops_total" not in text and "probekit_nfs_probe_attach_time_seconds" not in text
+    attached, _ = _scrape_text()
+    assert "probekit_nfs_probe_attached 1.0" in attached and "probekit_nfs_probe_attach_time_seconds " in attached
+
+
+def test_waiting_for_modules_ends_when_one_loads_or_on_a_signal(tmp_path: Path) -> None:
+    """The exporter started before NFS was mounted waits for the module (a directory under
+    /sys/module appears when it loads); SIGTERM meanwhile ends the wait with the signal, and
+    the handlers it set are the previous ones again."""
+    import os
+    import signal
+
+    from probes.runtime import wait_for_modules
+    timer = threading.Timer(0.3, lambda: (tmp_path / "nfsv4").mkdir())
+    timer.start()
+    assert wait_for_modules(["nfs", "nfsv4"], root=tmp_path, poll_s=0.05) is None
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+    assert wait_for_modules(["nfs"], root=tmp_path, poll_s=0.05) == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before

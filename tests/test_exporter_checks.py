@@ -1,5 +1,5 @@
 """The exporter lab check's verdicts (labs/exporter_checks.py) on real runs: a Debian 6.1 guest
-(default options) and a 7.3 pair's client (--cgroup-label).
+(default options) and a 7.3 pair's client (--cgroup-label, nfsv4 loaded after the start).
 
 The fixtures are what labs/guest/exporter_guest.py printed there (READMEs beside them); the
 negative cases change one thing in a copy, the way a broken exporter or a lost operation
@@ -16,6 +16,7 @@ from typing import Any, Dict
 import pytest
 
 from labs.exporter_checks import (EXPORTER_CHECKS, exporter_edges_around, quantile_bucket,
+                                  verify_attached_once_or_again_when_nfsv4_loaded,
                                   verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series, verify_promql_counts_equal_the_workload_on_both_mounts,
                                   verify_quantiles_agree_with_nfsdist_and_move_with_delay,
                                   verify_series_move_by_the_workload_on_its_mount_only)
@@ -46,7 +47,7 @@ def cgroup_run() -> Dict[str, Any]:
     return load(CGROUP_RUN)
 
 
-@pytest.mark.parametrize("path", [RUN, CGROUP_RUN], ids=["6.1", "7.3-cgroup-label"])
+@pytest.mark.parametrize("path", [RUN, CGROUP_RUN], ids=["6.1", "7.3-cgroup-label-late-nfsv4"])
 @pytest.mark.parametrize("check", EXPORTER_CHECKS, ids=lambda c: c[0])
 def test_every_check_passes_on_the_real_runs(path: Path, check: Any) -> None:
     _name, verify, args = check
@@ -119,3 +120,12 @@ def test_a_promql_count_above_the_workload_fails(run: Dict[str, Any]) -> None:
     row["value"][1] = str(int(float(row["value"][1])) + 1)
     with pytest.raises(AssertionError, match="PromQL read"):
         verify_promql_counts_equal_the_workload_on_both_mounts(run)
+
+
+def test_no_second_attach_after_nfsv4_loaded_fails(cgroup_run: Dict[str, Any]) -> None:
+    """An exporter that keeps its first probe when nfsv4 loads (the v4.2 opens would go
+    uncounted) is caught by its stderr before any count is compared."""
+    cgroup_run["stderr"] = [line for line in cgroup_run["stderr"] if "attaching again" not in line]
+    with pytest.raises(AssertionError):
+        verify_attached_once_or_again_when_nfsv4_loaded(cgroup_run)
+    assert cgroup_run["late_nfsv4"] and cgroup_run["nfsv4_at_start"] is False

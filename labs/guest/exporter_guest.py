@@ -11,8 +11,10 @@ check metrics` on both scraped texts (and the texts), the exporter's exit after 
 and the tracing programs / kprobe_events before, during and after it. Each mount's workload
 runs in a systemd scope unit of its own, so that with --cgroup-label (passed on to the
 exporter) each unit's series can be told apart; without it no series has a cgroup label.
+With --late-nfsv4 the exporter starts on a v3-only client (nfsv4 unloaded, /mnt/nfs42
+unmounted) and must attach again once nfsv4 is loaded and v4.2 mounted, before the workload.
 
-  python3 labs/guest/exporter_guest.py [--cgroup-label]
+  python3 labs/guest/exporter_guest.py [--cgroup-label] [--late-nfsv4]
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from typing import Any, Dict, List, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probes_guest import (GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed, interval_in,  # noqa: E402
                           json_lines, kernel_attachments, netem, netem_delay, nfs_server, prepare, route_device,
-                          slice_path, spec_args, stop, tool, user_env, wait_ready, workload)
+                          mount_v42, slice_path, spec_args, stop, tool, user_env, wait_ready, workload)
 
 
 
@@ -150,20 +152,29 @@ def op_samples(text: str, name: str) -> Dict[str, float]:
     return out
 
 
+ATTACHED = "nfs-exporter: probe attached: "
+
+
 def start(port: int, log: str, extra: List[str]) -> subprocess.Popen:
-    """The exporter, ready once it says it serves (compiling takes minutes under TCG)."""
+    """The exporter, once its probe is attached (compiling takes minutes under TCG)."""
     err = open(log, "w")
     proc = subprocess.Popen([installed("nfs-exporter"), "--port", str(port), "-v",
                              "--gone-mount-grace", str(GRACE_S)] + extra + spec_args(),
                             cwd="/", env=user_env(), stdout=subprocess.DEVNULL, stderr=err)
+    wait_attached(proc, log, 1)
+    return proc
+
+
+def wait_attached(proc: subprocess.Popen, log: str, times: int) -> float:
+    """Seconds until the exporter has said `times` times that its probe is attached."""
     started = time.monotonic()
     while time.monotonic() - started < 400:
         if proc.poll() is not None:
             raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {open(log).read()}")
-        if "serving http://" in open(log).read():
-            return proc
+        if open(log).read().count(ATTACHED) >= times:
+            return round(time.monotonic() - started, 1)
         time.sleep(0.5)
-    raise RuntimeError("nfs-exporter not serving after 400 s")
+    raise RuntimeError(f"nfs-exporter: probe not attached {times} times after 400 s: {open(log).read()[-1000:]}")
 
 
 def prometheus_counts(issued: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]:
@@ -246,22 +257,32 @@ def gone_mount(mount: str) -> Dict[str, Any]:
 
 def main(argv: List[str]) -> Dict[str, Any]:
     extra = [arg for arg in argv if arg == "--cgroup-label"]
+    late = "--late-nfsv4" in argv
     for tag, mount in MOUNTS.items():
         prepare(mount, tag)
     before = kernel_attachments()
     log = "/tmp/exporter.err"
     started = time.monotonic()
     servers: List[subprocess.Popen] = []
-    out: Dict[str, Any] = {"phases": {}, "kernel": os.uname().release, "cgroup_label": bool(extra)}
+    out: Dict[str, Any] = {"phases": {}, "kernel": os.uname().release, "cgroup_label": bool(extra),
+                           "late_nfsv4": late}
     units: List[subprocess.Popen] = []
     proc = None
     dist = None
     dist_log = "/tmp/exporter-nfsdist.out"
     try:
+        if late:  # before any probe holds nfsv4's functions
+            subprocess.run(["umount", MOUNTS["nfs42"]], check=True)
+            subprocess.run(["modprobe", "-r", "nfsv4"], check=False)
+            out["nfsv4_at_start"] = os.path.exists("/sys/module/nfsv4")
         node_and_prometheus(servers)
         # nfsdist beside the exporter (its own probe, the same operations): both compile at once
         dist = tool(["nfsdist", "--json", "1"] + spec_args(), dist_log)
         proc = start(PORT, log, extra)
+        if late:
+            subprocess.run(["modprobe", "nfsv4"], check=True)
+            mount_v42(nfs_server())
+            out["attached_again_s"] = wait_attached(proc, log, 2)
         wait_ready(dist, dist_log)
         out["ready_s"] = round(time.monotonic() - started, 1)
         during = kernel_attachments()
@@ -309,6 +330,9 @@ def main(argv: List[str]) -> Dict[str, Any]:
         for child in units:
             child.terminate()
             child.wait()
+        if late:  # the boot's later checks need v4.2 mounted, whatever happened here
+            subprocess.run(["modprobe", "nfsv4"], check=False)
+            mount_v42(nfs_server())
     intervals = json_lines(out["nfsdist"]["lines"], "ops")
     for phase in out["quantile"]["phases"].values():
         phase["nfsdist_hist"] = nfsdist_phase_hist(intervals, phase)

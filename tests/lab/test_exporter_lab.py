@@ -8,7 +8,8 @@ are labs/exporter_checks.py's (`labs test --lab-results` gives the same). Kernel
 (bookworm: Prometheus 2.42, node_exporter 1.5.0) and 7.3 (trixie-backports) only: the
 other kernels' images carry the same exporter code, and one boot's exporter check costs a
 bcc compile and a Prometheus start under TCG. 7.3 runs the exporter with --cgroup-label (each
-mount's workload in its own scope unit), 6.1 without. The scraped texts are kept as
+mount's workload in its own scope unit) and starts it on a v3-only client, so that it must
+attach again when nfsv4 loads (a second compile); 6.1 runs it with default options. The scraped texts are kept as
 metrics/probekit.prom and metrics/node.prom in the kernel's artefact directory.
 """
 from __future__ import annotations
@@ -22,8 +23,9 @@ from conftest import guest_run, once_run
 from labs import exporter_checks as ec
 from labs.base import Lab
 
-#: kernel -> the exporter's extra options: 7.3 runs it with the cgroup label, 6.1 as installed by default
-EXPORTER_KERNELS = {"6.1": "", "7.3": "--cgroup-label"}
+#: kernel -> the guest side's options: on 7.3 the exporter runs with the cgroup label and starts
+#: before nfsv4 is loaded (it must attach again); on 6.1 as installed, with every module there
+EXPORTER_KERNELS = {"6.1": "", "7.3": "--cgroup-label --late-nfsv4"}
 pytestmark = [pytest.mark.lab,
               pytest.mark.parametrize("kernel_lab", list(EXPORTER_KERNELS), indirect=True, ids=lambda k: f"k{k}")]
 
