@@ -29,6 +29,8 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional
 
+from lab_run import run_in_lab
+
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORTER_PORT, NODE_PORT = 19912, 9101
 MOUNTS = 50
@@ -227,27 +229,7 @@ def report(res: Dict[str, Any]) -> str:
 
 
 def on_host(lab_name: Optional[str]) -> int:
-    sys.path.insert(0, PROJECT)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the lab below goes down
-    from labs.cli import attach_lab
-    from labs.qemu import QemuLab
-    lab = attach_lab(lab_name) if lab_name else QemuLab(kernel="6.1", topology="single", name="bench-exporter",
-                                                       ssh=False, progress=print)
-    if not lab_name:
-        lab.up()
-    try:
-        share = getattr(lab, "guest_project_dir", "/opt/probekit")
-        res = lab.run(f"cd {share} && python3 bench/bench_exporter.py --in-guest", timeout=2400)
-        if res.exit_code != 0:
-            print(res.stdout, res.stderr, file=sys.stderr)
-            return 1
-        data = json.loads(res.stdout.strip().splitlines()[-1])
-        print(report(data))
-        print(json.dumps(data))
-        return 0
-    finally:
-        if not lab_name:
-            lab.down()
+    return run_in_lab(lab_name, "bench-exporter", "python3 bench/bench_exporter.py --in-guest", 2400, report)
 
 
 def main(argv: List[str]) -> int:

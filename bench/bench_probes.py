@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from lab_run import run_in_lab
+
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOUNTS = ("/mnt/nfs3", "/mnt/nfs42")
 #: both unbuffered (-u): bcc's tool prints to a file block-buffered otherwise
@@ -336,27 +338,9 @@ def report(res: Dict[str, Any]) -> str:
 
 
 def on_host(lab_name: Optional[str], rounds: int, spec: Optional[str] = None) -> int:
-    sys.path.insert(0, PROJECT)
-    from labs.cli import attach_lab
-    from labs.qemu import QemuLab
-    lab = attach_lab(lab_name) if lab_name else QemuLab(kernel="6.1", topology="single", name="bench-probes",
-                                                       ssh=False, progress=print)
-    if not lab_name:
-        lab.up()
-    try:
-        share = getattr(lab, "guest_project_dir", "/opt/probekit")
-        extra = f" --spec {spec}" if spec else ""
-        res = lab.run(f"cd {share} && python3 bench/bench_probes.py --in-guest --rounds {rounds}{extra}", timeout=1800)
-        if res.exit_code != 0:
-            print(res.stdout, res.stderr, file=sys.stderr)
-            return 1
-        data = json.loads(res.stdout.strip().splitlines()[-1])
-        print(report(data))
-        print(json.dumps(data))
-        return 0
-    finally:
-        if not lab_name:
-            lab.down()
+    extra = f" --spec {spec}" if spec else ""
+    return run_in_lab(lab_name, "bench-probes", f"python3 bench/bench_probes.py --in-guest --rounds {rounds}{extra}",
+                      1800, report)
 
 
 def main(argv: List[str]) -> int:
