@@ -113,10 +113,11 @@ def verify_nfsslower_reports_injected_latency(results: Results) -> None:
     plain = [e for e in events if e["phase"] == "nfs3"]  # the same workload and mount, no delay
     # netem adds a delay to every round trip (in one guest 100 ms: 50 ms on each loopback packet;
     # on a pair, 400 ms on the client's packets over the link): an uncached read waits for a
-    # READ RPC, so at least
-    # the first read of the phase is reported, at or above the added round trip
+    # READ RPC, so the read that sent it is reported at or above the added round trip. A read
+    # that finds its pages under a readahead READ already on the wire waits only for the rest
+    # of it (CI on 5.10: 109 ms and 95.5 ms with 100 ms added, threshold 90 ms)
     delayed_reads = [e for e in delayed if e["op"] == "read"]
-    assert delayed_reads and all(e["lat_us"] >= rtt_us for e in delayed_reads)
+    assert delayed_reads and max(e["lat_us"] for e in delayed_reads) >= rtt_us, delayed_reads
     assert all(e["bytes"] == 65536 for e in delayed_reads)
     if lat["kernel"]["module_btf"]:
         assert all(e["file"] == "read.bin" for e in delayed_reads)
