@@ -115,9 +115,10 @@ class NfsCollector:
                 session.forget_dev(dev)
             admitted: List[int] = []
             if self.cgroups is not None:
-                for cgroup in self.cgroups.expired(session.admitted_cgroups()):
-                    session.forget_cgroup(cgroup)
                 admitted = session.admitted_cgroups()
+                for cgroup in self.cgroups.expired(admitted):
+                    session.forget_cgroup(cgroup)
+                    admitted.remove(cgroup)
             return {"session": session, "dist": session.dist(clear=False), "in_flight": session.in_flight(),
                     "anomalies": session.anomalies(), "inflight_lost": session.counter("inflight_lost"),
                     "missed": session.missed(), "admitted": len(admitted),

@@ -205,10 +205,11 @@ class Session:
         self.selection = select(spec, facts, ops)
         for op, why in self.selection.uncovered.items():
             self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
+        #: modules whose absence left an operation or attach point out, said again if they load
+        self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         if not self.selection.chosen:
             raise NothingToTrace(f"none of {', '.join(ops)} can be traced on {facts.release} "
-                                 f"(NFS modules loaded? see --verbose)",
-                                 sorted({m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}))
+                                 f"(NFS modules loaded? see --verbose)", sorted(self._absent_modules))
         if verbose:
             for line in describe(self.selection):
                 self.warn(line)
@@ -244,8 +245,6 @@ class Session:
         self.bpf: Any = None
         self._lost_seen = 0
         self._inflight_lost_seen = 0
-        #: modules whose absence left an operation or attach point out, said again if they load
-        self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
         self._ticks: List[Callable[[], None]] = [self._check_late_modules, self._check_missed]
         #: modules absent at the start that have loaded since, and what the warning then says

@@ -153,6 +153,8 @@ def test_scrape_serves_the_histograms_counts_and_health() -> None:
                                        (["--address", "localhost:1"], "--address"), (["--ops", "reed"], "--ops"),
                                        (["--gone-mount-grace", "-1"], "--gone-mount-grace"),
                                        (["--gone-mount-grace", "soon"], "--gone-mount-grace"),
+                                       (["--cgroup-limit", "0"], "--cgroup-limit"),
+                                       (["--cgroup-limit", "many"], "--cgroup-limit"),
                                        (["extra"], "unexpected extra argument")])
 def test_bad_options_are_one_line_exit_2(args: List[str], hint: str) -> None:
     res = subprocess.run([sys.executable, "-m", "probes.exporter", *args], capture_output=True, text=True,
