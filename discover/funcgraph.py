@@ -457,6 +457,14 @@ class _Task:
         self.irq_run: Optional[Tuple[CallNode, bool]] = None  # (frame, irq_enter* seen)
         self.irq_tail: Optional[CallNode] = None
 
+    _STACK = ("shift", "irq_base", "irq_height", "cur", "ctime", "stack", "irq_run", "irq_tail")
+
+    def swap_stack(self, other: "_Task") -> None:
+        for name in self._STACK:
+            mine = getattr(self, name)
+            setattr(self, name, getattr(other, name))
+            setattr(other, name, mine)
+
 
 #: on_call(what, task, cpu, node, ts, dur): what is ENTRY, LEAF, EXIT, CUT_START or CUT_END;
 #: task is the opaque per-task object (its .pid and .comm may be None), the same for one
@@ -516,6 +524,8 @@ class FuncgraphParser:
         self.buffer_starts: List[int] = []
         self.overruns = 0
         self.migrations = 0
+        #: exits on another CPU that end a call the kernel printed as a leaf (_false_leaf)
+        self.false_leaves = 0
         self.resyncs = 0
         self.irq_shifts = 0
         #: interrupts seen: runs of interrupt work in a frame, each one interrupt
@@ -749,6 +759,12 @@ class FuncgraphParser:
         cpu = rec.cpu
         prev = self._cpu_task.get(cpu)
         ppid = rec.count
+        if prev is not None and prev.pid is not None and prev.pid != ppid:
+            named = self._tasks.get(ppid if ppid != 0 else ("idle", cpu))
+            if named is not None:
+                # a CPU not named yet was bound to the wrong task's stack (_continued):
+                # the lines were ppid's, so each task takes the stack it really has
+                named.swap_stack(prev)
         if prev is not None and prev.pid is None:
             prev.pid, prev.comm = ppid, rec.text
             if ppid not in self._tasks:
@@ -785,14 +801,91 @@ class FuncgraphParser:
         return depth == rec.depth - 1
 
     def _migrated(self, rec: Line, here: _Task) -> Optional[_Task]:
-        """Without task ids, find the open call stack this line continues (task migration)."""
-        best = None
-        for task in list(self._tasks.values()) + self._anon:
-            if task is here or not task.stack or not self._fits(task, rec):
-                continue
-            if best is None or task.seen > best.seen:
-                best = task
-        return best
+        """Without task ids, find the open call stack this line continues (task migration).
+        A stack inside interrupt work is no candidate: an interrupt ends on its own CPU."""
+        return self._latest(t for t in self._all_tasks()
+                            if t is not here and t.stack and not t.cur.irq and self._fits(t, rec))
+
+    def _continued(self, rec: Line, here: _Task) -> Tuple[Optional[_Task], bool]:
+        """Without a proc column, the task a line that does not fit its CPU's task goes on
+        with, and whether the line only ends a leaf already counted (_false_leaf).
+
+        The kernel prints a banner whenever a CPU's task changes, so a CPU whose task a
+        banner named is still running it: the line is that task's. A CPU not named yet
+        (its first lines, or no banners at all) may be running any task: an open stack
+        the line fits on another CPU (the task migrated), else another task's leaf, else
+        another task's deeper open call."""
+        if here.pid is not None:
+            if rec.kind is EXIT and self._false_leaf(rec, here):
+                return here, True
+            if not here.stack:  # named now, its earlier lines were on a CPU not named yet
+                unnamed = self._latest(t for t in self._anon if t.stack and not t.cur.irq and self._fits(t, rec))
+                if unnamed is not None:
+                    here.swap_stack(unnamed)
+                    self._forget(unnamed)
+                    return here, False
+            return None, False
+        leaf = rec.kind is EXIT and rec.tail is not None
+        other = self._migrated(rec, here)
+        if other is not None:
+            return other, False
+        if leaf:
+            other = self._latest(t for t in self._all_tasks() if t is not here and self._false_leaf(rec, t))
+            if other is not None:
+                return other, True
+        return (self._cut_below(rec, here) if rec.kind is EXIT else None), False
+
+    @staticmethod
+    def _false_leaf(rec: Line, task: _Task) -> bool:
+        """Whether this `} /* f */` ends the task's leaf `f();` in its current frame.
+
+        The kernel prints an entry as a leaf when the next event in that CPU's buffer is a
+        return of the same function by the same task; a task that slept in f and woke on
+        another CPU gets a later call's return joined that way, and its own return then
+        comes on the other CPU with the name in a comment. That exit ends the leaf already
+        counted; it is not a call cut at the trace start. The comment is missing when that
+        CPU's last entry at this depth was the same function (another task's), so a task a
+        banner named may end any leaf of its frame."""
+        return bool(task.stack) and not task.cur.irq and len(task.stack) == rec.depth \
+            and (rec.tail in task.cur.children if rec.tail is not None else bool(task.cur.children))
+
+    def _cut_below(self, rec: Line, here: _Task) -> Optional[_Task]:
+        """Without task names, the task this exit continues once its deeper open calls are
+        cut: their returns went into leaves the kernel joined on other CPUs (_false_leaf).
+        Only when the line's own CPU has no open call to resync with."""
+        if here.stack:
+            return None
+
+        def holds(task: _Task) -> bool:
+            if task is here or len(task.stack) - 1 <= rec.depth or task.cur.irq:
+                return False
+            frame = task.stack[rec.depth + 1][0]
+            return not frame.irq and (rec.tail is None or frame.name == rec.tail)
+        return self._latest(t for t in self._all_tasks() if holds(t))
+
+    def _all_tasks(self) -> List[_Task]:
+        return list(self._tasks.values()) + self._anon
+
+    @staticmethod
+    def _latest(tasks: Iterable[_Task]) -> Optional[_Task]:
+        return max(tasks, key=lambda t: t.seen, default=None)
+
+    def _forget(self, task: _Task) -> None:
+        """A task no CPU runs any more and whose stack went elsewhere."""
+        for c, bound in list(self._cpu_task.items()):
+            if bound is task:
+                self._cpu_task[c] = None
+        if task in self._anon:
+            self._anon.remove(task)
+
+    def _bind(self, cpu: Optional[int], task: _Task, left: _Task) -> None:
+        """The task goes on on this CPU; the stack it left there, if empty, is forgotten."""
+        for c, bound in list(self._cpu_task.items()):
+            if bound is task:
+                self._cpu_task[c] = None
+        if not left.stack:
+            self._forget(left)
+        self._cpu_task[cpu] = task
 
     def _irq_start(self, rec: Line, lane: _Lane) -> bool:
         return rec.kind is not EXIT and (lane.irq_pending or is_irq_entry(rec.name))
@@ -829,15 +922,20 @@ class FuncgraphParser:
         task = self._task_for(rec, lane)
         started = self._shifted(task, rec, lane)
         if not self._fits(task, rec):
-            other = self._migrated(rec, task) if rec.pid is None else None
-            if other is not None:
+            other, ended = self._continued(rec, task) if rec.pid is None else (None, False)
+            if other is not None and other is not task:
                 self.migrations += 1
-                for cpu, bound in list(self._cpu_task.items()):
-                    if bound is other:
-                        self._cpu_task[cpu] = None
-                if not task.stack and task in self._anon:
-                    self._anon.remove(task)
-                self._cpu_task[rec.cpu] = task = other
+                self._bind(rec.cpu, other, task)
+            if ended:
+                self.false_leaves += 1
+                self._tick += 1
+                other.seen = self._tick
+                self._lane, self._task = lane, other
+                return
+            if other is not None:
+                task = other
+                if not self._fits(task, rec):
+                    self._resync(task, rec)
             else:
                 self.resyncs += 1
                 self._resync(task, rec)

@@ -7,6 +7,8 @@ Xen guest published with perf-tools (tests/fixtures/published/README.md).
 """
 from __future__ import annotations
 
+import gzip
+import json
 import re
 import subprocess
 import sys
@@ -227,3 +229,64 @@ def test_calls_of_tasks_moving_between_cpus_are_the_calls_made(name: str) -> Non
         calls = [n for n in tree.nodes() if n.name == "hrtimer_nanosleep"]
         assert [(n.calls, n.cut_start, n.cut_end) for n in calls] == [(made, 0, 0)]
         assert tree.parser.interrupts == x86_interrupts(path)
+
+
+# --- 2. no proc column, no banners: a sleeper that wakes on the other CPU ----------------
+
+MIGRATION = LAB / "6.12.117+deb13-amd64" / "migration"
+WHOLE = sorted(MIGRATION.glob("whole.*.trace"))
+CUT = sorted(MIGRATION.glob("cut.*.trace.gz"))
+
+
+def truth(path: Path) -> dict:
+    """What the workload knows it did (labs/guest/migrating_sleepers.py), by its own clock."""
+    return json.loads(Path(str(path).replace(".trace.gz", ".trace").replace(".trace", ".truth.json")).read_text())
+
+
+def parse(path: Path, fast: bool) -> fg.CallTree:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        return fg.parse_lines(fh, fast=fast)
+
+
+def sleeps(tree: fg.CallTree) -> List[fg.CallNode]:
+    return [n for n in tree.nodes() if n.name == "hrtimer_nanosleep"]
+
+
+def test_migration_captures_hold_the_situation() -> None:
+    """Read off the text: with one thread no banner at all; in each such capture a
+    `do_nanosleep();` leaf on one CPU is followed by `} /* do_nanosleep */` on the other
+    (the kernel joined the entry with a later call's return on the first CPU)."""
+    one = [p for p in WHOLE if ".1t" in p.name]
+    assert len(one) == 4 and len(WHOLE) == 8 and len(CUT) == 8
+    for path in one:
+        text = path.read_text()
+        assert "=>" not in text
+        rows = re.findall(r"^ (\d)\) [^|]*\|\s+(do_nanosleep\(\);|\} /\* do_nanosleep \*/)$", text, re.M)
+        assert any(a[1] == "do_nanosleep();" and b[1].startswith("}") and a[0] != b[0]
+                   for a, b in zip(rows, rows[1:])), path.name
+
+
+@pytest.mark.parametrize("path", WHOLE, ids=lambda p: p.name)
+def test_a_leaf_the_kernel_joined_with_a_later_return_is_one_call(path: Path) -> None:
+    """80 sleeps, every one whole in the trace: 80 calls, none cut at either end; each
+    `hrtimer_nanosleep() {` in the text is one of them."""
+    made = truth(path)["calls"]
+    assert made == 80 == path.read_text().count("|  hrtimer_nanosleep() {")
+    for fast in (True, False):
+        tree = parse(path, fast)
+        assert [(n.calls, n.cut_start) for n in sleeps(tree)] == [(made, 0)], fast
+        assert not [n for n in tree.nodes() if n.name == "?"]
+        if ".1t" in path.name:
+            assert tree.parser.false_leaves > 0
+
+
+@pytest.mark.parametrize("path", CUT, ids=lambda p: p.name)
+def test_calls_begun_inside_a_window_opened_while_tasks_slept(path: Path) -> None:
+    """Tracing switched on and off while the threads slept: the calls are those that began
+    inside the window (one begun before records neither entry nor return)."""
+    made = truth(path)["calls"]
+    with gzip.open(path, "rt") as fh:
+        assert fh.read().count("|  hrtimer_nanosleep() {") == made
+    for fast in (True, False):
+        assert [(n.calls, n.cut_start) for n in sleeps(parse(path, fast))] == [(made, 0)]
