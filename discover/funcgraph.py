@@ -44,6 +44,10 @@ CALL_KINDS = (ENTRY, LEAF, EXIT)
 CUT_START = "cut-start"    # a frame opened whose entry is not in the trace (name known at its EXIT)
 CUT_END = "cut-end"        # an open frame closed by the end of the trace (no exit, no time)
 MAX_DEPTH = 256  # far beyond the kernel's return-stack depth; deeper indentation is garbage
+#: A call that returns on another CPU than its entry's slept or was preempted and woke
+#: there: a context switch and a wake-up, microseconds even on fast hardware. An exit
+#: shorter than this is never taken for a migrated call's (it is a call cut at the start).
+SWITCH_MIN_US = 5.0
 
 _DUR = r"(?P<mark>[ +!#*@$]) (?P<dur>\d+(?:\.\d+)?) us +\|  "
 _FILL = r"(?P<fill> {14}\|  )"
@@ -475,11 +479,12 @@ CallHook = Callable[[str, "_Task", Optional[int], CallNode, Optional[float], flo
 class _Lane:
     """Lines sharing a prologue layout and an owner (a CPU, or CPU+task with proc)."""
 
-    __slots__ = ("cpu", "pid", "prefixes", "tend", "body_at", "irq_pending")
+    __slots__ = ("cpu", "pid", "prefixes", "tend", "body_at", "irq_pending", "called")
 
     def __init__(self, cpu: Optional[int], pid: Optional[int]) -> None:
         self.cpu = cpu
         self.pid = pid
+        self.called = False  # a call line of this lane was seen
         self.prefixes: Dict[str, float] = {}
         self.tend = 0
         self.body_at = -1
@@ -808,13 +813,16 @@ class FuncgraphParser:
 
     def _continued(self, rec: Line, here: _Task) -> Tuple[Optional[_Task], bool]:
         """Without a proc column, the task a line that does not fit its CPU's task goes on
-        with, and whether the line only ends a leaf already counted (_false_leaf).
+        with, and whether the line only ends a leaf already counted (_false_leaf). An exit
+        too short to have spanned a context switch (SWITCH_MIN_US) goes on with nobody.
 
         The kernel prints a banner whenever a CPU's task changes, so a CPU whose task a
         banner named is still running it: the line is that task's. A CPU not named yet
         (its first lines, or no banners at all) may be running any task: an open stack
         the line fits on another CPU (the task migrated), else another task's leaf, else
         another task's deeper open call."""
+        if rec.kind is EXIT and rec.dur is not None and rec.dur < SWITCH_MIN_US:
+            return None, False
         if here.pid is not None:
             if rec.kind is EXIT and self._false_leaf(rec, here):
                 return here, True
@@ -851,9 +859,10 @@ class FuncgraphParser:
 
     def _cut_below(self, rec: Line, here: _Task) -> Optional[_Task]:
         """Without task names, the task this exit continues once its deeper open calls are
-        cut: their returns went into leaves the kernel joined on other CPUs (_false_leaf).
-        Only when the line's own CPU has no open call to resync with."""
-        if here.stack:
+        cut: their returns went into leaves the kernel joined on this CPU (_false_leaf).
+        Only when the line's own CPU has no open call to resync with, and printed calls
+        before (the first lines of a CPU whose buffer began later are calls cut there)."""
+        if here.stack or not self._lanes[rec.cpu].called:
             return None
 
         def holds(task: _Task) -> bool:
@@ -928,6 +937,7 @@ class FuncgraphParser:
                 self._bind(rec.cpu, other, task)
             if ended:
                 self.false_leaves += 1
+                lane.called = True
                 self._tick += 1
                 other.seen = self._tick
                 self._lane, self._task = lane, other
@@ -941,6 +951,7 @@ class FuncgraphParser:
                 self._resync(task, rec)
         self._tick += 1
         task.seen = self._tick
+        lane.called = True
         self._lane, self._task = lane, task
         cacheable = rec.cacheable and rec.dialect == "kernel" and not lane.irq_pending and not started
         if cacheable:
