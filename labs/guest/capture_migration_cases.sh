@@ -13,22 +13,20 @@
 #   overwrite.irqs.N.trace         two `dd` from /dev/zero, one pinned to each CPU, under
 #                                  set_graph_function vfs_read in a 16 KB per-CPU buffer
 #                                  that keeps overwriting: each CPU's text begins at its
-#                                  own oldest kept event, often inside a call on one CPU
-#                                  while an interrupt is open on the other (situation 5;
-#                                  the host picks those snapshots, all are kept)
+#                                  own oldest kept event, inside a call, while the other
+#                                  CPU's call is open (situation 5: no call migrates)
 #   overwrite.depth3-irqs.N.trace  the same under set_graph_function read_zero with
 #                                  max_graph_depth 3: an interrupt is one open frame
-# plus .truth.json (the calls made, from the workload's own clock) and .stats beside each.
+# plus .stats beside each, and .truth.json (the calls made, by the workload's own clock)
+# beside each sleeper capture.
 # Usage: capture_migration_cases.sh OUTDIR [REPEATS] [SNAPSHOTS]
 # Every tracefs setting it changes is put back on exit, Ctrl-C and SIGTERM.
 set -eu
-out=${1:?usage: capture_migration_cases.sh OUTDIR [REPEATS]}
+out=${1:?usage: capture_migration_cases.sh OUTDIR [REPEATS] [SNAPSHOTS]}
 repeats=${2:-3}
 snapshots=${3:-20}
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
-saved_pid=$(cat "$T/set_ftrace_pid")
-saved_depth=$(cat "$T/max_graph_depth")
 mkdir -p "$out"
 uname -r > "$out/uname-r.txt"
 nproc > "$out/nproc.txt"
@@ -37,9 +35,7 @@ capture() {
     name=$1 mode=$2 threads=$3
     : > "$T/trace"
     python3 "$here/migrating_sleepers.py" "$T" "$mode" "$threads" "$out/$name.truth.json"
-    cat "$T/trace" > "$out/$name.trace"
-    cat "$T/trace_options" > "$out/$name.trace_options"
-    for c in "$T"/per_cpu/cpu*; do echo "## ${c##*/}"; cat "$c/stats"; done > "$out/$name.stats"
+    save_capture "$out" "$name"
     echo "$name: $(wc -l < "$out/$name.trace") lines"
 }
 
@@ -75,11 +71,9 @@ snapshot() {
         echo 1 > "$T/tracing_on"
         sleep 0.3
         echo 0 > "$T/tracing_on"
-        cat "$T/trace" > "$out/$name.$i.trace"
-        for c in "$T"/per_cpu/cpu*; do echo "## ${c##*/}"; cat "$c/stats"; done > "$out/$name.$i.stats"
+        save_capture "$out" "$name.$i"
         i=$((i + 1))
     done
-    cat "$T/trace_options" > "$out/$name.trace_options"
     echo "$name: $snapshots snapshots"
 }
 echo 0 > "$T/max_graph_depth"
@@ -89,5 +83,3 @@ echo 3 > "$T/max_graph_depth"
 echo read_zero > "$T/set_graph_function"
 snapshot overwrite.depth3-irqs
 
-echo "$saved_depth" > "$T/max_graph_depth"
-case "$saved_pid" in "no pid") : > "$T/set_ftrace_pid" ;; *) echo "$saved_pid" > "$T/set_ftrace_pid" ;; esac

@@ -14,8 +14,6 @@ out=${1:?usage: capture_smp_cases.sh OUTDIR [LOOPS]}
 loops=${2:-40}
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
-saved_pid=$(cat "$T/set_ftrace_pid")
-saved_depth=$(cat "$T/max_graph_depth")
 mkdir -p "$out"
 uname -r > "$out/uname-r.txt"
 nproc > "$out/nproc.txt"
@@ -31,9 +29,7 @@ capture() {
     echo 1 > "$T/tracing_on"
     sleeps
     echo 0 > "$T/tracing_on"
-    cat "$T/trace" > "$out/$name.trace"
-    cat "$T/trace_options" > "$out/$name.trace_options"
-    for c in "$T"/per_cpu/cpu*; do echo "## ${c##*/}"; cat "$c/stats"; done > "$out/$name.stats"
+    save_capture "$out" "$name"
     echo "$name: $(wc -l < "$out/$name.trace") lines"
 }
 
@@ -54,5 +50,3 @@ capture migrate.irqs
 echo "each capture: $((2 * loops)) sleeps, so $((2 * loops)) calls of hrtimer_nanosleep" > "$out/calls.txt"
 
 echo 0 > "$T/options/function-fork"
-echo "$saved_depth" > "$T/max_graph_depth"
-case "$saved_pid" in "no pid") : > "$T/set_ftrace_pid" ;; *) echo "$saved_pid" > "$T/set_ftrace_pid" ;; esac
