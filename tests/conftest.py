@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -10,13 +9,7 @@ import pytest
 
 from probes.cgroups import cgroup2_root
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    """A test run started as a background job of a shell without job control inherits
-    SIGINT ignored, and so would every command it starts: the Ctrl-C cases would then test
-    nothing a user sees. Commands started from here get the default disposition back."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+from run_signals import pytest_configure  # noqa: F401  (a hook: SIGINT and SIGTERM of the run)
 
 
 @pytest.fixture
