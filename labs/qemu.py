@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 
 from discover.errors import UserError
 from discover.schema import ANY, ListOf, MapOf, Nullable, OneOf, Record, validate
-from labs.agent import AgentError, AgentTimeout, GuestAgent, run_command
+from labs.agent import AgentError, AgentTimeout, connect, run_command
 from labs.base import CLIENT, SERVER, CommandResult, Lab
 from labs.console import ConsoleWatch, GuestFailure, failure
 from labs.images import ImageInfo, build_image, cache_root
@@ -344,7 +344,7 @@ class QemuLab(Lab):
                 try:
                     res = run_command(self.agent_socket(node.name),
                                       ["/bin/sh", "-c", "mountpoint -q /opt/probekit && mountpoint -q /results"
-                                       " && systemctl is-active -q nfs-server"], timeout=30)
+                                       " && systemctl is-active -q nfs-server"], timeout=30, patience=0.0)
                     if res.exit_code == 0:
                         self.progress(f"[lab] {node.name}: guest agent answers, shares mounted")
                         break
@@ -398,12 +398,12 @@ class QemuLab(Lab):
 
     def put(self, local: Path, remote: str, node: str = CLIENT) -> None:
         guest = self._node(node)
-        with GuestAgent(self.agent_socket(guest.name), timeout=60.0) as agent:
+        with connect(self.agent_socket(guest.name), lambda: self._check_node(guest.name), 60.0) as agent:
             agent.write_file(remote, Path(local).read_bytes())
 
     def get(self, remote: str, local: Path, node: str = CLIENT) -> None:
         guest = self._node(node)
-        with GuestAgent(self.agent_socket(guest.name), timeout=60.0) as agent:
+        with connect(self.agent_socket(guest.name), lambda: self._check_node(guest.name), 60.0) as agent:
             data = agent.read_file(remote)
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         Path(local).write_bytes(data)
