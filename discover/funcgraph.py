@@ -808,8 +808,11 @@ class FuncgraphParser:
     def _migrated(self, rec: Line, here: _Task) -> Optional[_Task]:
         """Without task ids, find the open call stack this line continues (task migration).
         A stack inside interrupt work is no candidate: an interrupt ends on its own CPU."""
-        return self._latest(t for t in self._all_tasks()
-                            if t is not here and t.stack and not t.cur.irq and self._fits(t, rec))
+        return self._open_fitting(rec, (t for t in self._all_tasks() if t is not here))
+
+    def _open_fitting(self, rec: Line, tasks: Iterable[_Task]) -> Optional[_Task]:
+        """The latest of tasks with an open stack, not inside interrupt work, that rec fits."""
+        return self._latest(t for t in tasks if t.stack and not t.cur.irq and self._fits(t, rec))
 
     def _continued(self, rec: Line, here: _Task) -> Tuple[Optional[_Task], bool]:
         """Without a proc column, the task a line that does not fit its CPU's task goes on
@@ -827,7 +830,7 @@ class FuncgraphParser:
             if rec.kind is EXIT and self._false_leaf(rec, here):
                 return here, True
             if not here.stack:  # named now, its earlier lines were on a CPU not named yet
-                unnamed = self._latest(t for t in self._anon if t.stack and not t.cur.irq and self._fits(t, rec))
+                unnamed = self._open_fitting(rec, self._anon)
                 if unnamed is not None:
                     here.swap_stack(unnamed)
                     self._forget(unnamed)
@@ -879,19 +882,20 @@ class FuncgraphParser:
     def _latest(tasks: Iterable[_Task]) -> Optional[_Task]:
         return max(tasks, key=lambda t: t.seen, default=None)
 
-    def _forget(self, task: _Task) -> None:
-        """A task no CPU runs any more and whose stack went elsewhere."""
+    def _unbind(self, task: _Task) -> None:
         for c, bound in list(self._cpu_task.items()):
             if bound is task:
                 self._cpu_task[c] = None
+
+    def _forget(self, task: _Task) -> None:
+        """A task no CPU runs any more and whose stack went elsewhere."""
+        self._unbind(task)
         if task in self._anon:
             self._anon.remove(task)
 
     def _bind(self, cpu: Optional[int], task: _Task, left: _Task) -> None:
         """The task goes on on this CPU; the stack it left there, if empty, is forgotten."""
-        for c, bound in list(self._cpu_task.items()):
-            if bound is task:
-                self._cpu_task[c] = None
+        self._unbind(task)
         if not left.stack:
             self._forget(left)
         self._cpu_task[cpu] = task

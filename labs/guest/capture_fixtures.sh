@@ -10,7 +10,7 @@
 set -eu
 out=${1:?usage: capture_fixtures.sh OUTDIR}
 . "$(dirname "$0")/tracefs_state.sh"
-mkdir -p "$out"
+capture_dir "$out"
 
 opt() { echo "$1" > "$T/trace_options"; }   # opt funcgraph-proc | opt nofuncgraph-proc
 # function_graph's option defaults as the kernel boots with them (its options are listed in
@@ -115,4 +115,3 @@ if command -v trace-cmd > /dev/null; then
     rm -f /tmp/fixture.dat
     echo "nfs3.nfs_file_read.trace-cmd: $(wc -c < "$out/nfs3.nfs_file_read.trace-cmd.trace") bytes"
 fi
-uname -r > "$out/uname-r.txt"

@@ -27,9 +27,7 @@ repeats=${2:-3}
 snapshots=${3:-20}
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
-mkdir -p "$out"
-uname -r > "$out/uname-r.txt"
-nproc > "$out/nproc.txt"
+capture_dir "$out"
 
 capture() {
     name=$1 mode=$2 threads=$3

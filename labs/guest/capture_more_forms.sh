@@ -13,11 +13,10 @@
 set -eu
 out=${1:?usage: capture_more_forms.sh OUTDIR}
 . "$(dirname "$0")/tracefs_state.sh"
-mkdir -p "$out"
+capture_dir "$out"
 
 ls "$T/options" > "$out/options.ls"
 cat "$T/available_tracers" > "$out/available_tracers"
-uname -r > "$out/uname-r.txt"
 # ==========> / <========== are printed only for functions inside __irqentry_text
 start=$(awk '$3 == "__irqentry_text_start" {print $1}' /proc/kallsyms)
 end=$(awk '$3 == "__irqentry_text_end" {print $1}' /proc/kallsyms)

@@ -15,8 +15,7 @@ out=${1:?usage: capture_parser_cases.sh OUTDIR MOUNT}
 mount=${2:?usage: capture_parser_cases.sh OUTDIR MOUNT}
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
-mkdir -p "$out"
-uname -r > "$out/uname-r.txt"
+capture_dir "$out"
 sh "$here/workload.sh" prepare "$mount"
 
 # -- a small overwriting buffer, snapshots taken without switching the tracer again

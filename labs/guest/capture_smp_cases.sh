@@ -14,9 +14,7 @@ out=${1:?usage: capture_smp_cases.sh OUTDIR [LOOPS]}
 loops=${2:-40}
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
-mkdir -p "$out"
-uname -r > "$out/uname-r.txt"
-nproc > "$out/nproc.txt"
+capture_dir "$out"
 
 sleeps() {
     i=0; while [ $i -lt "$loops" ]; do sleep 0.01; i=$((i + 1)); done &

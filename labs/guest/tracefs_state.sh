@@ -31,6 +31,12 @@ restore() {
     : > "$T/trace"
     echo "$saved_on" > "$T/tracing_on"
 }
+# capture_dir OUT: the folder the captures go to, with the guest's kernel and CPU count
+capture_dir() {
+    mkdir -p "$1"
+    uname -r > "$1/uname-r.txt"
+    nproc > "$1/nproc.txt"
+}
 # save_capture OUT NAME: the trace as `cat trace` shows it, the options it was taken
 # under, and each CPU's ring-buffer stats (overruns, oldest event)
 save_capture() {
