@@ -1,4 +1,4 @@
-"""Host side of the benchmarks that measure inside a lab guest: boot a 6.1 lab (or use one
+"""Host side of the benchmarks that measure inside a lab guest: boot a lab (6.1 unless told; or use one
 that is up), run the benchmark's guest half from the project share, print its report and
 its JSON; a lab booted here goes down again, on SIGTERM too."""
 from __future__ import annotations
@@ -13,14 +13,14 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: int,
-               report: Callable[[Dict[str, Any]], str]) -> int:
+               report: Callable[[Dict[str, Any]], str], kernel: str = "6.1") -> int:
     """`guest_command` runs in the share (e.g. `python3 bench/x.py --in-guest`) and prints
     its JSON last; 0 when it did."""
     sys.path.insert(0, PROJECT)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the lab below goes down
     from labs.cli import attach_lab
     from labs.qemu import QemuLab
-    lab = attach_lab(lab_name) if lab_name else QemuLab(kernel="6.1", topology="single", name=name,
+    lab = attach_lab(lab_name) if lab_name else QemuLab(kernel=kernel, topology="single", name=name,
                                                        ssh=False, progress=print)
     if not lab_name:
         lab.up()

@@ -15,6 +15,7 @@ holds the file and print no file names there ("?"; docs/probes.md).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Dict, List, Tuple
 
 from labs.guest.probes_guest import META_EXACT, META_SOME
@@ -206,6 +207,28 @@ def verify_both_tools_pick_the_same_candidates(results: Results) -> None:
     assert picked["nfsslower"] == picked["nfsdist"] and list(picked["nfsdist"]) == list(OPS), picked
 
 
+def verify_fentry_where_bcc_and_btf_allow(results: Results) -> None:
+    """With bcc 0.28+ and the NFS modules' BTF (trixie and later), both tools time the fentry
+    candidates' functions (nfs_file_read, nfs_file_write, the open functions) with
+    fentry/fexit programs, and the counts checked elsewhere come from them; with an older
+    bcc (bullseye's 0.18, bookworm's 0.26) --verbose says kprobes and why."""
+    run = data(results, "main")
+    version = tuple(int(n) for n in re.findall(r"\d+", run["kernel"]["bcc"].split(":")[-1])[:2])
+    for name in ("nfsslower", "nfsdist"):
+        kinds = run["attach_kinds"][name]
+        functions = {fn: how for per_op in kinds["functions"].values() for fn, how in per_op.items()}
+        if version >= (0, 28) and run["kernel"]["module_btf"]:
+            assert kinds["attach"].startswith("fentry/fexit"), kinds
+            assert set(kinds["functions"]) >= {"read", "write", "open"}, kinds
+            assert set(functions.values()) == {"fentry/fexit"}, kinds
+        else:
+            assert kinds["attach"].startswith("kprobes (") and not functions, kinds
+    during = run["attached"]["during"]["fentry_progs"] - run["attached"]["before"]["fentry_progs"]
+    fentry_functions = {fn for per_op in run["attach_kinds"]["nfsdist"]["functions"].values() for fn in per_op}
+    # each tool: one fentry and one fexit program per function
+    assert during == (4 * len(fentry_functions) if version >= (0, 28) and run["kernel"]["module_btf"] else 0), during
+
+
 IDENTITY_OPS = ("read", "write", "open", "getattr", "fsync")
 
 
@@ -278,6 +301,7 @@ PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("probes: nfstop shows the process", verify_nfstop_shows_the_workload_process, ()),
     ("probes: every command without nfsv4", verify_every_command_runs_without_nfsv4, ()),
     ("probes: same candidates in both tools", verify_both_tools_pick_the_same_candidates, ()),
+    ("probes: fentry where bcc and BTF allow", verify_fentry_where_bcc_and_btf_allow, ()),
 ]
 
 #: the checks of the `v3only` guest run. A QEMU pair skips that run (one bcc compile round

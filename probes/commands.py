@@ -45,6 +45,9 @@ def common(func: Any) -> Any:
     func = click.option("-v", "--verbose", is_flag=True,
                         help="Say which attach point each operation uses, and why others were skipped.")(func)
     func = click.option("--ops", "ops_text", help=OPS_HELP)(func)
+    func = click.option("--kprobes", "kprobes_only", is_flag=True,
+                        help="Attach kprobe pairs even where fentry/fexit work (they cost more per operation; "
+                             "for comparing the two, or a kernel whose trampolines misbehave).")(func)
     return func
 
 
@@ -107,7 +110,8 @@ Examples:
   nfsslower -j 1           # ... 1 ms, parsable CSV output
   nfsslower --json 5       # ... 5 ms, one JSON object per line
   nfsslower -p 185         # trace PID 185 only
-  nfsslower --ops R,W -v   # reads and writes; show the attach points chosen
+  nfsslower --ops R,W -v   # reads and writes; show the attach points chosen (fentry or kprobes)
+  nfsslower --kprobes      # kprobe pairs even where fentry/fexit work (to compare their cost)
   nfsslower --ops all 1000 # every operation and RPC slower than 1 s, stuck ones included
   nfsslower -M 1           # ... 1 ms, with a MOUNT column (the mount point)
   nfsslower --mount-point /mnt/nfs 1     # one mount only
@@ -135,7 +139,7 @@ JSON lines always carry "mount" (mount point, null for RPCs) and "cgroup" (cgrou
 @common
 def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stall_interval: float,
               show_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
-              verbose: bool, spec_path: Optional[str]) -> None:
+              verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck."""
@@ -145,7 +149,7 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
     where = Filters(cgroup, mount_point)
     tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0,
                 mount_dev=where.mount_dev)
-    session = Session("nfsslower", tool, ops, spec_path, verbose, where.cgroup_dir)
+    session = Session("nfsslower", tool, ops, spec_path, verbose, where.cgroup_dir, fentry=not kprobes_only)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
     cgroups = CgroupNames()
@@ -291,7 +295,7 @@ def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[
 @common
 def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
             per_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
-            verbose: bool, spec_path: Optional[str]) -> None:
+            verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     Only completed operations are counted: one stuck on a server that does not answer
@@ -303,7 +307,7 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
     tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount,
                 mount_dev=where.mount_dev)
     mounts = where.mounts if per_mount else None
-    session = Session("nfsdist", tool, ops, spec_path, verbose, where.cgroup_dir)
+    session = Session("nfsdist", tool, ops, spec_path, verbose, where.cgroup_dir, fentry=not kprobes_only)
     with session:
         if not as_json:
             print("Tracing NFS operation latency... Hit Ctrl-C to end.", flush=True)
@@ -455,13 +459,14 @@ def top_text(rows: List[Dict[str, Any]], ops: List[str], letters: Dict[str, str]
 @click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes.")
 @common
 def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool, cgroup: Optional[str],
-           mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str]) -> None:
+           mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
+           kprobes_only: bool) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
     ops = parse_ops(ops_text)
     where = Filters(cgroup, mount_point)
     tool = Tool(top=True, tgid=pid or 0, inflight=True, per_mount=by == "mount", mount_dev=where.mount_dev)
-    session = Session("nfstop", tool, ops, spec_path, verbose, where.cgroup_dir)
+    session = Session("nfstop", tool, ops, spec_path, verbose, where.cgroup_dir, fentry=not kprobes_only)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     clear = not as_json and not noclear and sys.stdout.isatty()
     cgroups = CgroupNames()

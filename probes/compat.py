@@ -346,7 +346,7 @@ def kernel_facts(kernel: Kernel, spec: Dict[str, Any]):
     return KernelFacts(functions, events, modules, prof.release, formats=formats)
 
 
-#: argument roles a kprobe handler reads through BTF offsets (probes.generate._kprobe_handlers)
+#: argument roles a kprobe handler reads through BTF offsets (probes.generate._function_handlers)
 BTF_ROLES = ("file", "dentry", "offset")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from probes.layout import ArgSource, KernelLayout
 from probes.select import Chosen
@@ -123,7 +123,7 @@ class Point(NamedTuple):
 
     id: int
     op: str
-    kind: str            # tracepoint | kprobe
+    kind: str            # tracepoint | kprobe | fentry (fentry at entry, fexit at exit)
     match: str           # task | keys
     entry: str
     exit: str
@@ -136,7 +136,7 @@ class Probe(NamedTuple):
     ops: List[str]               # op id -> name
     letters: List[str]           # op id -> letter
     points: List[Point]
-    kprobes: List[Tuple[str, str, str]]  # (function, "entry"|"exit", handler name)
+    kprobes: List[Tuple[str, str, str]]  # (function, "entry"|"exit", handler name); fentry programs bcc attaches itself
     names: bool                  # file names available (BTF offsets found)
     ringbuf: bool                # events go through a BPF ring buffer (else the perf buffer)
     task_storage: bool           # start times in task local storage (else a hash map by thread)
@@ -144,32 +144,55 @@ class Probe(NamedTuple):
     programs: Dict[str, Tuple[str, ...]]  # BPF function name -> the ops it starts or ends (missed runs)
 
 
-def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout]) -> List[Point]:
+def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
+              fentry: Collection[str] = ()) -> List[Point]:
+    """The attach points of the chosen candidates. A fentry candidate's point is a fentry
+    point when both its functions are in `fentry` (runtime.fentry_can_attach passed them),
+    else a kprobe pair on the same functions. bcc names a fentry program after its
+    function alone, so a function gets one entry and one exit program: a second point on
+    it is a kprobe pair."""
     points: List[Point] = []
+    taken: Set[Tuple[str, str]] = set()
     for choice in chosen:
         cand = choice.candidate
         kind = "kprobe" if cand["kind"] in ("kprobe", "fentry") else "tracepoint"
         for attach in choice.points:
+            ends = {("entry", attach["entry"]), ("exit", attach["exit"])}
+            point_kind = kind
+            if cand["kind"] == "fentry" and {attach["entry"], attach["exit"]} <= set(fentry) and not ends & taken:
+                point_kind = "fentry"
+                taken |= ends
             args = dict(attach.get("args") or {})
             if kind == "kprobe" and layout is not None and not args:
                 args = layout.infer_args(attach["entry"])
                 if choice.op in ("read", "write"):
                     args.setdefault("bytes", "retval")
-            points.append(Point(len(points), choice.op, kind, cand["match"], attach["entry"],
+            points.append(Point(len(points), choice.op, point_kind, cand["match"], attach["entry"],
                                 attach["exit"], tuple(cand.get("keys", ())), args))
     return points
 
 
-def _param_expr(src: ArgSource) -> str:
-    expr = f"(u64)PT_REGS_PARM{src.param + 1}(ctx)"
+def _param_expr(src: ArgSource, fentry: bool) -> str:
+    """A parameter as u64 at the entry: from the registers (kprobe) or the trampoline's
+    argument array (fentry), then followed through src.derefs."""
+    expr = f"(u64)ctx[{src.param}]" if fentry else f"(u64)PT_REGS_PARM{src.param + 1}(ctx)"
     for offset in src.derefs:
         expr = f"read_ptr({expr} + {offset})"
     return expr
 
 
-def _kprobe_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout],
-                     dev_at_entry: bool = False) -> Tuple[str, str]:
-    """(C text, pointer kind) for a kprobe/kretprobe pair timed on the same thread."""
+def fentry_program(point: Point, end: str, layout: KernelLayout) -> str:
+    """bcc's name for a fentry (entry) or fexit (exit) program: it attaches the program
+    to the function this name gives, in the BTF of the module it names."""
+    function = point.entry if end == "entry" else point.exit
+    return f"{'kfunc' if end == 'entry' else 'kretfunc'}__{layout.btf_module_of(function)}__{function}"
+
+
+def _function_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout],
+                       dev_at_entry: bool = False) -> Tuple[str, str, Tuple[str, str]]:
+    """(C text, pointer kind, (entry, exit) program names) for a kprobe/kretprobe or a
+    fentry/fexit pair timed on the same thread."""
+    fentry = point.kind == "fentry"
     body = ["    struct start_val v;", "    __builtin_memset(&v, 0, sizeof(v));"]
     ptr_kind = "none"
     if layout is not None:
@@ -180,19 +203,29 @@ def _kprobe_handlers(point: Point, op_macro: str, layout: Optional[KernelLayout]
             src = layout.resolve(point.entry, expr)
             if src is None:
                 continue
-            body.append(f"    v.{field} = {_param_expr(src)};")
+            body.append(f"    v.{field} = {_param_expr(src, fentry)};")
             if field == "ptr":
                 ptr_kind = role
     if dev_at_entry and ptr_kind != "none":
         body.append(f"    v.dev = dev_of(v.ptr, PTR_{ptr_kind.upper()});")
     bytes_end = "ret > 0 ? ret : 0" if point.args.get("bytes") == "retval" else "-1"
-    text = (f"int p{point.id}_entry(struct pt_regs *ctx)\n{{\n" + "\n".join(body) +
+    if fentry:
+        assert layout is not None, "fentry points need BTF (runtime.fentry_can_attach)"
+        names = (fentry_program(point, "entry", layout), fentry_program(point, "exit", layout))
+        # the return value follows the arguments in the fexit context
+        ret = f"(s64)ctx[{len(layout.params(point.exit) or ())}]"
+        heads = [f"int {names[0]}(unsigned long long *ctx)", f"int {names[1]}(unsigned long long *ctx)"]
+    else:
+        names = (f"p{point.id}_entry", f"p{point.id}_exit")
+        ret = "PT_REGS_RC(ctx)"
+        heads = [f"int {names[0]}(struct pt_regs *ctx)", f"int {names[1]}(struct pt_regs *ctx)"]
+    text = (f"{heads[0]}\n{{\n" + "\n".join(body) +
             f"\n    task_start({point.id}, {op_macro}, &v);\n    return 0;\n}}\n\n"
-            f"int p{point.id}_exit(struct pt_regs *ctx)\n{{\n"
-            f"    s64 ret = PT_REGS_RC(ctx);\n"
+            f"{heads[1]}\n{{\n"
+            f"    s64 ret = {ret};\n"
             f"    task_end(ctx, {point.id}, {op_macro}, {bytes_end}, PTR_{ptr_kind.upper()}, 0);\n"
             f"    return 0;\n}}\n")
-    return text, ptr_kind
+    return text, ptr_kind, names
 
 
 def _tp_string(point: Point, at_exit: bool) -> str:
@@ -233,13 +266,14 @@ def _tp_end(point: Point, op_macro: str) -> List[str]:
 
 def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout],
              template: Path = TEMPLATE, enums: Sequence[str] = (), ringbuf: bool = False,
-             task_storage: bool = False) -> Probe:
+             task_storage: bool = False, fentry: Collection[str] = ()) -> Probe:
     """The complete C text for bcc plus what the front end needs to attach and decode.
 
     `ringbuf`: slow events go through a BPF ring buffer (kernel >= 5.8, bcc >= 0.16), else
     through the perf buffer (runtime.ringbuf_support decides). `task_storage`: same-thread
     start times in task local storage (kernel >= 5.11, bcc >= 0.24), else in a hash map keyed
-    by (thread, attach point).
+    by (thread, attach point). `fentry`: functions of fentry candidates to attach with
+    fentry/fexit (see points_of); bcc attaches those programs itself when it loads them.
 
     `enums`: enum types named by the chosen tracepoints' formats (KernelFacts.event_enum_types),
     declared so that bcc's generated argument structs compile; a 4-byte placeholder keeps
@@ -249,7 +283,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
         raise ValueError("cgroup keys are mount keys' refinement: Tool.cgroup_limit needs per_mount")
     ops = [c.op for c in chosen]
     letters = [c.letter for c in chosen]
-    points = points_of(chosen, layout)
+    points = points_of(chosen, layout, fentry)
     offsets = layout.name_offsets() if layout is not None else {}
     dev_offsets = layout.dev_offsets() if layout is not None else {}
     nkeys = max([len(p.keys) for p in points if p.match == "keys"] or [1])
@@ -286,13 +320,14 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     programs: Dict[str, Tuple[str, ...]] = {}
     for point in points:
         op_macro = f"OP_{point.op.upper()}"
-        if point.kind == "kprobe":
-            text, ptr_kind = _kprobe_handlers(point, op_macro, layout, tool.dev_at_entry)
+        if point.kind in ("kprobe", "fentry"):
+            text, ptr_kind, names = _function_handlers(point, op_macro, layout, tool.dev_at_entry)
             if ptr_kind == "none" or not dev_offsets:
                 mountless.append(point.op)
             handlers.append(text)
-            kprobes += [(point.entry, "entry", f"p{point.id}_entry"), (point.exit, "exit", f"p{point.id}_exit")]
-            programs.update({f"p{point.id}_entry": (point.op,), f"p{point.id}_exit": (point.op,)})
+            if point.kind == "kprobe":
+                kprobes += [(point.entry, "entry", names[0]), (point.exit, "exit", names[1])]
+            programs.update({name: (point.op,) for name in names})
         else:
             if "dev" not in point.args and point.op != "rpc":  # an RPC belongs to no mount
                 mountless.append(point.op)

@@ -58,9 +58,15 @@ class KernelLayout:
 
     # raw records ----------------------------------------------------------
     def _blob_for(self, function: str) -> Optional[Btf]:
-        for blob in list(self.modules.values()) + [self.vmlinux]:
-            if function in blob._func_ids:  # noqa: SLF001 - the reader's own FUNC index
-                return blob
+        name = self.btf_module_of(function)
+        return None if name is None else self.modules.get(name, self.vmlinux)
+
+    def btf_module_of(self, function: str) -> Optional[str]:
+        """The BTF blob that declares `function` ("vmlinux" or a module): where a fentry
+        program's target is looked up (bcc's MODULE_KFUNC_PROBE names it)."""
+        for name, blob in list(self.modules.items()) + [("vmlinux", self.vmlinux)]:
+            if function in blob._func_ids:  # noqa: SLF001
+                return name
         return None
 
     @staticmethod

@@ -38,6 +38,11 @@ RINGBUF_READ_MS = 100
 TICK_S = 1.0
 #: the kernel counts the runs of kprobe and tracepoint programs it skips (recursion_misses) from 6.7
 MISSES_MIN_KERNEL = (6, 7)
+#: bcc finds a module function's BTF for a fentry program from 0.28 (MODULE_KFUNC_PROBE's
+#: kfunc__MODULE__FUNCTION names); before, only vmlinux's, where no NFS function is
+FENTRY_MIN_BCC = (0, 28)
+#: arguments an x86-64 BPF trampoline passes in registers (more need Linux 6.3)
+FENTRY_MAX_ARGS = 6
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
 
 
@@ -96,6 +101,57 @@ def task_storage_support(release: str, bcc_table: Any, have_btf: bool) -> Tuple[
     if not hasattr(bcc_table, "BPF_MAP_TYPE_TASK_STORAGE"):
         return False, "start times: hash map (this bcc has no task storage, needs 0.24)"
     return True, "start times: task local storage"
+
+
+def fentry_support(bpf_class: Any, bcc_version: str) -> Tuple[bool, str]:
+    """Whether fentry/fexit programs can replace kprobe pairs here, and why (for --verbose).
+
+    Why prefer them: a BPF trampoline calls the program directly, where a kprobe goes
+    through an int3 or ftrace handler and a kretprobe swaps the return address; the
+    kernel's selftests put a fentry+fexit pair near a third of a kprobe+kretprobe's cost.
+    """
+    if not bpf_class.support_kfunc():
+        return False, ("attach: kprobes (no BPF trampolines: bcc's support_kfunc wants x86-64, "
+                       "kernel BTF and bpf_trampoline_link_prog)")
+    version = kernel_version(bcc_version)
+    if version is None or version < FENTRY_MIN_BCC:
+        return False, (f"attach: kprobes (bcc {bcc_version} finds no module function's BTF for fentry: "
+                       f"needs {'.'.join(map(str, FENTRY_MIN_BCC))})")
+    return True, "attach: fentry/fexit for functions with a BTF prototype, kprobes for the others"
+
+
+def fentry_can_attach(function: str, layout: Optional[KernelLayout]) -> Optional[str]:
+    """Why `function` cannot take fentry/fexit programs here; None when it can."""
+    if layout is None:
+        return "no kernel BTF"
+    params = layout.params(function)
+    if params is None:
+        return "no BTF prototype (its module's BTF missing?)"
+    if len(params) > FENTRY_MAX_ARGS:
+        return f"{len(params)} arguments, a trampoline passes {FENTRY_MAX_ARGS}"
+    return None
+
+
+def load_detaching_on_failure(bpf_class: Any, text: str) -> Any:
+    """bcc.BPF(text=...), with what bcc attached while constructing detached if it fails.
+
+    bcc attaches tracepoint and fentry programs inside its constructor; when a later one
+    fails to load or attach, the exception leaves the earlier ones attached until the
+    process exits, beside the probe a fallback then compiles."""
+    made: List[Any] = []
+
+    class Tracked(bpf_class):  # type: ignore[misc,valid-type]
+        def __init__(self, **kwargs: Any) -> None:
+            made.append(self)
+            super().__init__(**kwargs)
+
+    try:
+        return Tracked(text=text)
+    except BaseException:
+        for bpf in made:
+            if hasattr(bpf, "tracefile"):  # got as far as its tables of attached programs
+                bpf.cleanup()
+        raise
 
 
 def fdinfo_counts(fd: int, names: Sequence[str]) -> Dict[str, int]:
@@ -193,7 +249,7 @@ class Session:
     """One attached probe. Use as a context manager: leaving it always detaches."""
 
     def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec_path: Optional[str],
-                 verbose: bool, cgroup_dir: Optional[str] = None) -> None:
+                 verbose: bool, cgroup_dir: Optional[str] = None, fentry: bool = True) -> None:
         self.prog = prog
         #: --cgroup's directory (probes.cgroups.filter_dir): its fd goes into cgroup_filter[0]
         self.cgroup_dir = cgroup_dir
@@ -234,10 +290,14 @@ class Session:
             self.warn(f"missed operations: kernel {facts.release} does not count the probe runs it skips "
                       f"(needs 6.7): only those the probe itself refused are reported")
         self.reading = RealtimeReads()
-        #: generated again without task storage if this bcc cannot compile it (see __enter__)
-        self._generate = lambda use_task_storage: generate(self.selection.chosen, tool, layout, enums=sorted(enums),
-                                                           ringbuf=ringbuf, task_storage=use_task_storage)
-        self.probe: Probe = self._generate(task_storage)
+        fentry_functions = self._fentry_functions(layout) if fentry else []
+        if verbose and not fentry:
+            self.warn("attach: kprobes (--kprobes)")
+        #: generated again without fentry or task storage if this bcc or kernel rejects it (see __enter__)
+        self._generate = lambda use_task_storage, use_fentry: generate(
+            self.selection.chosen, tool, layout, enums=sorted(enums), ringbuf=ringbuf,
+            task_storage=use_task_storage, fentry=fentry_functions if use_fentry else ())
+        self.probe: Probe = self._generate(task_storage, True)
         if tool.dev_at_entry and self.probe.mountless:
             what = "are left out by --mount-point" if tool.mount_dev else "count under no mount"
             self.warn(f"warning: {', '.join(self.probe.mountless)}: the mount is not known on {facts.release} "
@@ -267,6 +327,26 @@ class Session:
         self._totals_base: Dict[Tuple[int, int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
 
+    def _fentry_functions(self, layout: Optional[KernelLayout]) -> List[str]:
+        """The fentry candidates' functions that pass fentry_can_attach; --verbose says
+        which fall back to kprobes and why."""
+        ok, why = fentry_support(self.bpf_class, getattr(sys.modules.get("bcc"), "__version__", "?"))
+        if self.verbose:
+            self.warn(why)
+        if not ok:
+            return []
+        out: List[str] = []
+        for chosen in self.selection.chosen:
+            if chosen.candidate["kind"] != "fentry":
+                continue
+            for function in sorted({p[end] for p in chosen.points for end in ("entry", "exit")}):
+                blocker = fentry_can_attach(function, layout)
+                if blocker is None:
+                    out.append(function)
+                if self.verbose:
+                    self.warn(f"{chosen.op}: {function}: " + ("fentry/fexit" if blocker is None else f"kprobes ({blocker})"))
+        return out
+
     def _stop(self, signum: int, _frame: Any) -> None:
         self.stopped = True
         self.stop_signal = signum
@@ -281,13 +361,18 @@ class Session:
         try:
             while self.bpf is None:
                 try:
-                    self.bpf = self.bpf_class(text=self.probe.c_text)
+                    self.bpf = load_detaching_on_failure(self.bpf_class, self.probe.c_text)
                 except Exception as exc:  # bcc raises bare Exception on compile/load failure
                     why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    if not self.probe.task_storage:
+                    fentry = any(p.kind == "fentry" for p in self.probe.points)
+                    if fentry and ("kfunc" in why or "kernel func" in why):
+                        self.warn(f"warning: fentry/fexit rejected ({why}): kprobes instead")
+                        self.probe = self._generate(self.probe.task_storage, False)
+                    elif self.probe.task_storage:
+                        self.warn(f"warning: task local storage rejected ({why}): start times go to a hash map")
+                        self.probe = self._generate(False, fentry)
+                    else:
                         raise UserError(f"cannot load the generated probe: {why}") from None
-                    self.warn(f"warning: task local storage rejected ({why}): start times go to a hash map")
-                    self.probe = self._generate(False)
             if self.cgroup_dir is not None:  # until it is set, the filter lets nothing in
                 fd = os.open(self.cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
                 try:

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from discover.errors import UserError
 from discover.profile import KernelProfile, parse_filter_functions
 from probes import commands, runtime
-from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Point, Tool, _kprobe_handlers, decode_event,
+from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Point, Tool, _function_handlers, decode_event,
                              event_c_struct, event_format, generate)
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, select
@@ -285,9 +285,9 @@ def test_filters_and_identity_in_the_generated_c(spec: Dict[str, Any], profile_d
     assert "#define MOUNT_DEV 57\n" in filtered and "#define CGROUP_FILTER 1\n" in filtered
     # a kprobe on a vmlinux function (the host's BTF has no nfs module): vfs_read(struct file *file, ...)
     point = Point(0, "read", "kprobe", "task", "vfs_read", "vfs_read", (), {"file": "file"})
-    at_start, kind = _kprobe_handlers(point, "OP_READ", layout, dev_at_entry=True)
+    at_start, kind, _names = _function_handlers(point, "OP_READ", layout, dev_at_entry=True)
     assert kind == "file" and "v.dev = dev_of(v.ptr, PTR_FILE);" in at_start
-    assert "dev_of(" not in _kprobe_handlers(point, "OP_READ", layout, dev_at_entry=False)[0]
+    assert "dev_of(" not in _function_handlers(point, "OP_READ", layout, dev_at_entry=False)[0]
     assert "v.dev = args->dev;" in plain  # a tracepoint field: one load either way
     assert "e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);" in plain
     assert "OFF_SB_DEV" in plain and "e->cgroup = cgroup;" in plain
@@ -308,3 +308,47 @@ def test_cgroup_keys_only_for_the_exporters_label_and_bounded(spec: Dict[str, An
     assert f"#define DIST_ENTRIES {nops * 40 * 4 * 65}\n" in keyed and f"#define TOTAL_ENTRIES {nops * 64 * 65}\n" in keyed
     with pytest.raises(ValueError, match="per_mount"):
         generate(sel.chosen, Tool(dist=True, cgroup_limit=64), None)
+
+
+def _vfs_read_choice(points: int = 1) -> Any:
+    """A fentry candidate on vmlinux's vfs_read (the host's BTF has no NFS module)."""
+    from probes.select import Chosen
+    attach = {"entry": "vfs_read", "exit": "vfs_read", "args": {"file": "file", "bytes": "retval"}}
+    return Chosen("read", "R", 0, {"kind": "fentry", "match": "task"}, [dict(attach) for _ in range(points)], [])
+
+
+def test_fentry_programs_read_the_trampolines_arguments() -> None:
+    """A fentry point is a kfunc__MODULE__FUNCTION/kretfunc__ pair that bcc attaches itself,
+    reading parameters from the trampoline's array and the return value after them."""
+    layout = KernelLayout.live(VMLINUX_BTF.parent)
+    assert layout is not None and runtime.fentry_can_attach("vfs_read", layout) is None
+    params = layout.params("vfs_read")
+    assert params is not None and [name for name, _ in params][0] == "file"
+    probe = generate([_vfs_read_choice()], Tool(events=True), layout, fentry=["vfs_read"])
+    assert [p.kind for p in probe.points] == ["fentry"] and probe.kprobes == []
+    assert "int kfunc__vmlinux__vfs_read(unsigned long long *ctx)" in probe.c_text
+    assert "int kretfunc__vmlinux__vfs_read(unsigned long long *ctx)" in probe.c_text
+    assert "v.ptr = (u64)ctx[0];" in probe.c_text and f"s64 ret = (s64)ctx[{len(params)}];" in probe.c_text
+    assert "PT_REGS_PARM1" not in probe.c_text
+    assert probe.programs == {"kfunc__vmlinux__vfs_read": ("read",), "kretfunc__vmlinux__vfs_read": ("read",)}
+    # the same candidate without the check's consent: a kprobe pair on the same function
+    kprobe = generate([_vfs_read_choice()], Tool(events=True), layout)
+    assert [p.kind for p in kprobe.points] == ["kprobe"]
+    assert kprobe.kprobes == [("vfs_read", "entry", "p0_entry"), ("vfs_read", "exit", "p0_exit")]
+    assert "v.ptr = (u64)PT_REGS_PARM1(ctx);" in kprobe.c_text
+
+
+def test_a_second_fentry_point_on_one_function_is_a_kprobe_pair() -> None:
+    """bcc names a fentry program after its function: one entry and one exit program each."""
+    layout = KernelLayout.live(VMLINUX_BTF.parent)
+    probe = generate([_vfs_read_choice(points=2)], Tool(dist=True), layout, fentry=["vfs_read"])
+    assert [p.kind for p in probe.points] == ["fentry", "kprobe"]
+    assert probe.c_text.count("int kfunc__vmlinux__vfs_read(") == 1
+
+
+def test_fentry_can_attach_names_what_is_missing() -> None:
+    layout = KernelLayout.live(VMLINUX_BTF.parent)
+    assert runtime.fentry_can_attach("vfs_read", None) == "no kernel BTF"
+    assert "no BTF prototype" in (runtime.fentry_can_attach("nfs_file_read", layout) or "")
+    assert layout is not None and layout.btf_module_of("vfs_read") == "vmlinux"
+    assert layout.btf_module_of("nfs_file_read") is None

@@ -81,7 +81,9 @@ def kernel_attachments() -> Dict[str, List[Any]]:
     """What a tool could leave in the kernel: tracing BPF programs and kprobe_events lines."""
     out = subprocess.run(["bpftool", "prog", "show", "--json"], stdout=subprocess.PIPE, check=True,
                          universal_newlines=True).stdout
-    progs = sorted(p["id"] for p in json.loads(out) if p.get("type") in TRACING_PROG_TYPES)
+    tracing = [p for p in json.loads(out) if p.get("type") in TRACING_PROG_TYPES]
+    progs = sorted(p["id"] for p in tracing)
+    fentry = sum(p["type"] == "tracing" for p in tracing)  # fentry/fexit programs
     kprobes: List[str] = []
     for tracefs in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
         path = os.path.join(tracefs, "kprobe_events")
@@ -89,7 +91,7 @@ def kernel_attachments() -> Dict[str, List[Any]]:
             with open(path) as handle:
                 kprobes = handle.read().splitlines()
             break
-    return {"bpf_progs": progs, "kprobe_events": kprobes}
+    return {"bpf_progs": progs, "fentry_progs": fentry, "kprobe_events": kprobes}
 
 
 def stop(proc: subprocess.Popen, log: str, sig: int = signal.SIGTERM) -> Dict[str, Any]:
@@ -218,6 +220,20 @@ def picks(stderr: str) -> Dict[str, int]:
         match = re.match(r"^\S+: (\w+) \(\w\): candidate (\d+) ", line)
         if match:
             found[match.group(1)] = int(match.group(2)) - 1
+    return found
+
+
+def attach_kinds(stderr: str) -> Dict[str, Any]:
+    """How a tool attached, from its --verbose lines: the `attach:` verdict, and per
+    operation each fentry candidate's function with `fentry/fexit` or `kprobes (why)`."""
+    found: Dict[str, Any] = {"attach": None, "functions": {}}
+    for line in stderr.splitlines():
+        match = re.match(r"^\S+: attach: (.*)$", line)
+        if match:
+            found["attach"] = match.group(1)
+        match = re.match(r"^\S+: (\w+): (\w+): (fentry/fexit|kprobes \(.*\))$", line)
+        if match:
+            found["functions"].setdefault(match.group(1), {})[match.group(2)] = match.group(3)
     return found
 
 
@@ -371,6 +387,7 @@ def check_main() -> Dict[str, Any]:
     label_phases(result, phases)
     result["seen"] = phase_totals(result["nfsdist"]["intervals"])
     result["picks"] = {name: picks(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
+    result["attach_kinds"] = {name: attach_kinds(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
     recorded = {op: sum(result["seen"].get(tag, {}).get("ops", {}).get(op, {}).get("count", 0)
                         for tag in ("nfs3", "nfs42", "meta3", "meta42")) for op in OPS}
     result["lab_results"] = lab_results(result["picks"]["nfsdist"], recorded)

@@ -154,6 +154,10 @@ def test_both_tools_pick_the_same_candidates(results: Results) -> None:
     pc.verify_both_tools_pick_the_same_candidates(results)
 
 
+def test_fentry_where_bcc_and_btf_allow(results: Results) -> None:
+    pc.verify_fentry_where_bcc_and_btf_allow(results)
+
+
 def static_kernel(lab: Lab, release: str, functions: Any, modules: List[str]) -> Any:
     """The booted kernel's Debian package (exact ABI, cached under ~/.cache/probekit), else a
     `discover snapshot` profile taken in the guest, said as such (the package could not be had)."""
