@@ -1,21 +1,28 @@
-"""What each attach method adds to an NFS read: ours with fentry/fexit, ours with kprobes
-(`--kprobes`), and Debian's nfsslower-bpfcc (kprobes), one after the other in one guest.
+"""What our probes add to an NFS read, tool against tool, one after the other in one guest.
 
-Why not bpf_stats: run_time_ns counts only the BPF program's body, which is the same code
-for fentry and kprobes; what fentry saves is the way in (an int3 or ftrace handler and a
-kretprobe's return trampoline against a direct call from a BPF trampoline). So this times
-the traced operation itself: a loop of cached 4 KiB preads on the NFSv3 mount (each one
-nfs_file_read, no RPC), with nothing attached and with each tool attached alone at its
-default threshold (nothing printed). Added time per read = (median loop with the tool -
-median loop with none) / reads. States run in the order none, A, B, C, none, C, B, A, none
-(each tool started twice, once in each half), so a drift of the host's speed meets every
-tool alike. Needs bcc 0.28+ and the nfs module's BTF for the fentry figure (trixie's bcc:
-the 6.12 and 7.x labs); elsewhere ours falls back to kprobes and says so.
+Two comparisons (--set):
+- attach (default): ours with fentry/fexit, ours with kprobes (`--kprobes`) and Debian's
+  nfsslower-bpfcc (kprobes), each at its default threshold (nothing printed). Needs bcc
+  0.28+ and the nfs module's BTF for the fentry figure (trixie's bcc: the 6.12 lab;
+  trixie's nfsslower-bpfcc does not compile against 7.3's headers).
+- identity: nfsdist against nfsdist --per-mount (each operation's mount found at its
+  start: the identity capture the exporter always does). Target: at most 1.1x.
 
-  python3 bench/bench_attach.py                 # host: boot a 7.3 lab, run, tear down
-  python3 bench/bench_attach.py --kernel 6.12   # another lab kernel
-  python3 bench/bench_attach.py --lab NAME      # host: a lab that is already up
-  python3 bench/bench_attach.py --in-guest      # inside a guest (root, bcc, NFS mounts)
+Two measures per tool: the added time per read, and the BPF programs' own run time per
+run (kernel.bpf_stats_enabled). The second covers only the program body, the same code for
+fentry and kprobes: what fentry saves is the way in (an ftrace or int3 handler and a
+kretprobe's return trampoline against a direct call from a BPF trampoline), which only the
+first shows. The operation: a loop of cached 4 KiB preads of one page on the NFSv3 mount
+(each one nfs_file_read, no RPC), timed with nothing attached and with each tool alone.
+Added time per read = (median loop with the tool - median loop with none) / reads. States
+run none, A, B, C, none, C, B, A, none (each tool started twice, once in each half), so a
+drift of the host's speed meets every tool alike.
+
+  python3 bench/bench_attach.py                  # host: boot a 6.12 lab, run, tear down
+  python3 bench/bench_attach.py --set identity   # nfsdist with and without --per-mount
+  python3 bench/bench_attach.py --kernel 7.3     # another lab kernel
+  python3 bench/bench_attach.py --lab NAME       # host: a lab that is already up
+  python3 bench/bench_attach.py --in-guest       # inside a guest (root, bcc, NFS mounts)
 """
 from __future__ import annotations
 
@@ -25,16 +32,28 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bench_probes import BCC, OURS, start, wait_for
+from bench_probes import BCC, OURS, prog_stats, start, wait_for
 from lab_run import run_in_lab
 
 PATH = "/mnt/nfs3/work/bench/attach.bin"
 READS = 20000
 LOOPS = 25  # loops timed per visit of a state; the median over its visits counts
-TOOLS = {"fentry": OURS + ["-v"], "kprobes": OURS + ["-v", "--kprobes"], "bcc": BCC}
-ORDER = ("none", "fentry", "kprobes", "bcc", "none", "bcc", "kprobes", "fentry", "none")
+DIST = OURS[:-1] + ["nfsdist"]
+#: per set: the tools (name -> command), what a ready tool's output starts a line with, and
+#: the ratios of added time reported (numerator, denominator, target or None)
+SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[float]]]]] = {
+    "attach": ({"fentry": OURS + ["-v"], "kprobes": OURS + ["-v", "--kprobes"], "bcc": BCC}, "TIME ",
+               [("fentry", "kprobes", None), ("fentry", "bcc", 0.5), ("kprobes", "bcc", None)]),
+    "identity": ({"plain": DIST + ["-v", "99"], "per_mount": DIST + ["-v", "--per-mount", "99"]}, "Tracing",
+                 [("per_mount", "plain", 1.1)]),
+}
+
+
+def order(tools: Sequence[str]) -> List[str]:
+    """none, the tools, none, the tools reversed, none."""
+    return ["none", *tools, "none", *reversed(tools), "none"]
 
 
 def read_loops(reads: int, loops: int) -> List[float]:
@@ -62,61 +81,77 @@ def attached_kinds(log: str) -> str:
     return "kprobes (nfsslower-bpfcc)"
 
 
-def in_guest(reads: int, loops: int) -> Dict[str, Any]:
+def in_guest(name: str, reads: int, loops: int) -> Dict[str, Any]:
+    tools, ready, ratios = SETS[name]
     os.makedirs(os.path.dirname(PATH), exist_ok=True)
     with open(PATH, "wb") as handle:
         handle.write(b"x" * 4096)
-    seconds: Dict[str, List[float]] = {state: [] for state in TOOLS}
-    seconds["none"] = []
+    states = order(list(tools))
+    seconds: Dict[str, List[float]] = {state: [] for state in ["none", *tools]}
+    bpf = {tool: [0, 0] for tool in tools}  # [runs, ns]
     how: Dict[str, str] = {}
-    startup: Dict[str, List[float]] = {name: [] for name in TOOLS}
-    for step, state in enumerate(ORDER):
-        if state == "none":
-            seconds[state] += read_loops(reads, loops)
-            continue
-        log = f"/tmp/bench-attach-{state}-{step}.out"
-        proc = start(TOOLS[state], log)
-        try:
-            startup[state].append(wait_for(log, proc, lambda lines: any(l.startswith("TIME ") for l in lines)))
-            how[state] = attached_kinds(log)
-            seconds[state] += read_loops(reads, loops)
-        finally:
-            proc.terminate()
-            proc.wait(120)
+    startup: Dict[str, List[float]] = {tool: [] for tool in tools}
+    subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
+    try:
+        for step, state in enumerate(states):
+            if state == "none":
+                seconds[state] += read_loops(reads, loops)
+                continue
+            log = f"/tmp/bench-attach-{state}-{step}.out"
+            existing = set(prog_stats())
+            proc = start(tools[state], log)
+            try:
+                startup[state].append(wait_for(log, proc, lambda lines: any(l.startswith(ready) for l in lines)))
+                how[state] = attached_kinds(log)
+                before = prog_stats()
+                seconds[state] += read_loops(reads, loops)
+                after = prog_stats()
+                for prog in set(before) - existing:
+                    bpf[state][0] += after[prog].get("run_cnt", 0) - before[prog].get("run_cnt", 0)
+                    bpf[state][1] += after[prog].get("run_time_ns", 0) - before[prog].get("run_time_ns", 0)
+            finally:
+                proc.terminate()
+                proc.wait(120)
+    finally:
+        subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
     base = statistics.median(seconds["none"])
-    added = {name: (statistics.median(seconds[name]) - base) / reads * 1e9 for name in TOOLS}
-    ratio = lambda a, b: added[a] / added[b] if added[b] > 0 else None
-    return {"kernel": os.uname().release, "reads": reads, "loops": loops, "order": ORDER,
+    added = {tool: (statistics.median(seconds[tool]) - base) / reads * 1e9 for tool in tools}
+    return {"set": name, "kernel": os.uname().release, "reads": reads, "loops": loops, "order": states,
             "seconds": seconds, "attach": how, "startup_s": startup,
             "none_ns_per_read": base / reads * 1e9, "added_ns_per_read": added,
-            "ratios": {"fentry_over_kprobes": ratio("fentry", "kprobes"), "fentry_over_bcc": ratio("fentry", "bcc"),
-                       "kprobes_over_bcc": ratio("kprobes", "bcc")}}
+            "bpf_ns_per_run": {tool: ns / runs if runs else None for tool, (runs, ns) in bpf.items()},
+            "ratios": [[a, b, added[a] / added[b] if added[b] > 0 else None, target] for a, b, target in ratios]}
 
 
 def report(res: Dict[str, Any]) -> str:
     fmt = lambda value: f"{value:.2f}" if value is not None else "n/a"
-    added, ratio = res["added_ns_per_read"], res["ratios"]
-    lines = [f"bench_attach on {res['kernel']}: {res['reads']} cached 4 KiB NFSv3 preads x {res['loops']} loops "
-             f"per state, states {' '.join(res['order'])}",
+    lines = [f"bench_attach --set {res['set']} on {res['kernel']}: {res['reads']} cached 4 KiB NFSv3 preads "
+             f"x {res['loops']} loops per visit, states {' '.join(res['order'])}",
              f"  nothing attached: {res['none_ns_per_read']:.0f} ns per read (median loop)"]
-    for name in ("fentry", "kprobes", "bcc"):
-        lines.append(f"  {name:<8} +{added[name]:.0f} ns per read; attach: {res['attach'].get(name, '?')}")
-    lines.append(f"  ratios of the added time: fentry/kprobes {fmt(ratio['fentry_over_kprobes'])}, "
-                 f"fentry/nfsslower-bpfcc {fmt(ratio['fentry_over_bcc'])} (target <= 0.5), "
-                 f"kprobes/nfsslower-bpfcc {fmt(ratio['kprobes_over_bcc'])}")
+    for tool, added in res["added_ns_per_read"].items():
+        per_run = res["bpf_ns_per_run"][tool]
+        lines.append(f"  {tool:<9} +{added:.0f} ns per read, BPF {per_run:.0f} ns per program run"
+                     if per_run is not None else f"  {tool:<9} +{added:.0f} ns per read")
+        lines.append(f"            attach: {res['attach'].get(tool, '?')}")
+    lines.append("  ratios of the added time: " + ", ".join(
+        f"{a}/{b} {fmt(value)}" + (f" (target <= {target})" if target else "") for a, b, value, target in res["ratios"]))
     return "\n".join(lines)
 
 
 def main(argv: List[str]) -> int:
     reads = int(argv[argv.index("--reads") + 1]) if "--reads" in argv else READS
     loops = int(argv[argv.index("--loops") + 1]) if "--loops" in argv else LOOPS
+    name = argv[argv.index("--set") + 1] if "--set" in argv else "attach"
+    if name not in SETS:
+        print(f"bench_attach: --set {name}: choose one of {', '.join(SETS)}", file=sys.stderr)
+        return 2
     if "--in-guest" in argv:
-        print(json.dumps(in_guest(reads, loops)))
+        print(json.dumps(in_guest(name, reads, loops)))
         return 0
     lab: Optional[str] = argv[argv.index("--lab") + 1] if "--lab" in argv else None
-    kernel = argv[argv.index("--kernel") + 1] if "--kernel" in argv else "7.3"
-    return run_in_lab(lab, "bench-attach", f"python3 bench/bench_attach.py --in-guest --reads {reads} --loops {loops}",
-                      3600, report, kernel=kernel)
+    kernel = argv[argv.index("--kernel") + 1] if "--kernel" in argv else "6.12"
+    return run_in_lab(lab, "bench-attach", f"python3 bench/bench_attach.py --in-guest --set {name} "
+                      f"--reads {reads} --loops {loops}", 3600, report, kernel=kernel)
 
 
 if __name__ == "__main__":

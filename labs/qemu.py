@@ -381,6 +381,9 @@ class QemuLab(Lab):
             qemu_log = self.state_dir / f"{name}.qemu.log"
             qemu_err = qemu_log.read_text(errors="replace").strip()[-200:] if qemu_log.exists() else ""
             raise failure(self.label(name), f"QEMU exited ({qemu_err or 'no message'}; qemu log {qemu_log})", watch)
+        if pid is not None and _stopped(pid):
+            raise failure(self.label(name), f"its QEMU (pid {pid}) is stopped (SIGSTOP or a debugger): the guest "
+                                            "cannot answer until it is continued", watch)
 
     def run(self, cmd: Union[str, Sequence[str]], node: str = CLIENT, timeout: float = 600.0) -> CommandResult:
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
@@ -485,6 +488,15 @@ def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stopped(pid: int) -> bool:
+    """Whether a QEMU we started is stopped: a guest agent that does not answer then is no
+    sign of a slow guest worth waiting for (agent.connect's patience)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
 

@@ -8,6 +8,7 @@ pid bookkeeping, not QEMU.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,34 @@ def test_down_stops_a_guest_left_by_an_earlier_process(tmp_path: Path, monkeypat
         for proc in (left, stranger):
             proc.kill()
             proc.wait()
+
+
+def test_a_stopped_qemu_is_reported_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guest whose QEMU is stopped (SIGSTOP) cannot answer: the lab says so at the next
+    command instead of waiting out the agent's patience for a slow guest; continued, it is
+    a guest like any other."""
+    import signal
+    import time
+
+    from labs.console import GuestFailure
+    monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
+    guest = subprocess.Popen([sys.executable, "-c", SLEEPER])
+    try:
+        lab = QemuLab(kernel="6.1", topology="single", name="stopped", ssh=False)
+        lab.pids = {"lab": guest.pid}
+        os.kill(guest.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                lab._check_node("lab")
+            except GuestFailure as exc:
+                assert "is stopped (SIGSTOP" in str(exc) and "\n" not in str(exc)
+                break
+            assert time.monotonic() < deadline, "a stopped QEMU was not noticed"
+            time.sleep(0.05)
+        os.kill(guest.pid, signal.SIGCONT)
+        time.sleep(0.2)
+        lab._check_node("lab")
+    finally:
+        guest.kill()
+        guest.wait()
