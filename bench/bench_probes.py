@@ -101,9 +101,13 @@ def cost_of(ids: set, before: Dict[int, Dict[str, Any]], after: Dict[int, Dict[s
                  after[i].get("run_time_ns", 0) - before[i].get("run_time_ns", 0)) for i in ids}
     run_ns = sum(ns for _, ns in delta.values())
     runs = sum(cnt for cnt, _ in delta.values())
+    per_program: Dict[str, List[int]] = {}
+    for i in ids:  # a fentry and a fexit program share their function's name: summed
+        total = per_program.setdefault(after[i].get("name", str(i)), [0, 0])
+        total[0] += delta[i][0]
+        total[1] += delta[i][1]
     return {"programs": len(ids), "run_time_ns": run_ns, "run_cnt": runs, "issued_ops": issued,
-            "ns_per_run": run_ns / runs if runs else None,
-            "per_program": {after[i].get("name", str(i)): list(delta[i]) for i in ids}}
+            "ns_per_run": run_ns / runs if runs else None, "per_program": per_program}
 
 
 #: what each of bcc's programs times (its read and write entries share one program)
@@ -116,6 +120,10 @@ BCC_OPS = {"trace_rw_entry": "read+write", "trace_read_return": "read", "trace_w
 #: an older nfs_getattr signature, so the name check at exit fails); fsync only ours times
 GROUPS = {"read": "read/write/open", "write": "read/write/open", "read+write": "read/write/open",
           "open": "read/write/open", "getattr": "getattr", "fsync": "fsync", "commit": "commit"}
+
+
+#: characters of a BPF program's name the kernel keeps (BPF_OBJ_NAME_LEN less the NUL)
+BPF_NAME_CHARS = 15
 
 
 def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
@@ -132,6 +140,8 @@ def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
     for point in points_of(chosen, None):
         if point.kind == "kprobe":
             names[f"p{point.id}_entry"] = names[f"p{point.id}_exit"] = point.op
+            # attached as fentry/fexit (bcc 0.28+), the kernel names both programs after the function
+            names[point.entry[:BPF_NAME_CHARS]] = names[point.exit[:BPF_NAME_CHARS]] = point.op
         else:
             for event in (point.entry, point.exit):
                 system, _, name = event.partition(":")

@@ -15,11 +15,11 @@ holds the file and print no file names there ("?"; docs/probes.md).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable, Dict, List, Tuple
 
 from labs.guest.probes_guest import META_EXACT, META_SOME
 from discover.spec import OPS
+from probes.runtime import FENTRY_MIN_BCC, major_minor
 
 Results = Dict[str, Dict[str, Any]]
 
@@ -213,11 +213,12 @@ def verify_fentry_where_bcc_and_btf_allow(results: Results) -> None:
     fentry/fexit programs, and the counts checked elsewhere come from them; with an older
     bcc (bullseye's 0.18, bookworm's 0.26) --verbose says kprobes and why."""
     run = data(results, "main")
-    version = tuple(int(n) for n in re.findall(r"\d+", run["kernel"]["bcc"].split(":")[-1])[:2])
+    version = major_minor(run["kernel"]["bcc"].split(":")[-1])  # dpkg's version, an epoch left out
+    expect_fentry = version is not None and version >= FENTRY_MIN_BCC and run["kernel"]["module_btf"]
     for name in ("nfsslower", "nfsdist"):
         kinds = run["attach_kinds"][name]
         functions = {fn: how for per_op in kinds["functions"].values() for fn, how in per_op.items()}
-        if version >= (0, 28) and run["kernel"]["module_btf"]:
+        if expect_fentry:
             assert kinds["attach"].startswith("fentry/fexit"), kinds
             assert set(kinds["functions"]) >= {"read", "write", "open"}, kinds
             assert set(functions.values()) == {"fentry/fexit"}, kinds
@@ -226,7 +227,7 @@ def verify_fentry_where_bcc_and_btf_allow(results: Results) -> None:
     during = run["attached"]["during"]["fentry_progs"] - run["attached"]["before"]["fentry_progs"]
     fentry_functions = {fn for per_op in run["attach_kinds"]["nfsdist"]["functions"].values() for fn in per_op}
     # each tool: one fentry and one fexit program per function
-    assert during == (4 * len(fentry_functions) if version >= (0, 28) and run["kernel"]["module_btf"] else 0), during
+    assert during == (4 * len(fentry_functions) if expect_fentry else 0), during
 
 
 IDENTITY_OPS = ("read", "write", "open", "getattr", "fsync")

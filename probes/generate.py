@@ -152,6 +152,7 @@ def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
     function alone, so a function gets one entry and one exit program: a second point on
     it is a kprobe pair."""
     points: List[Point] = []
+    allowed = set(fentry)
     taken: Set[Tuple[str, str]] = set()
     for choice in chosen:
         cand = choice.candidate
@@ -159,7 +160,7 @@ def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
         for attach in choice.points:
             ends = {("entry", attach["entry"]), ("exit", attach["exit"])}
             point_kind = kind
-            if cand["kind"] == "fentry" and {attach["entry"], attach["exit"]} <= set(fentry) and not ends & taken:
+            if cand["kind"] == "fentry" and {attach["entry"], attach["exit"]} <= allowed and not ends & taken:
                 point_kind = "fentry"
                 taken |= ends
             args = dict(attach.get("args") or {})
@@ -213,15 +214,13 @@ def _function_handlers(point: Point, op_macro: str, layout: Optional[KernelLayou
         assert layout is not None, "fentry points need BTF (runtime.fentry_can_attach)"
         names = (fentry_program(point, "entry", layout), fentry_program(point, "exit", layout))
         # the return value follows the arguments in the fexit context
-        ret = f"(s64)ctx[{len(layout.params(point.exit) or ())}]"
-        heads = [f"int {names[0]}(unsigned long long *ctx)", f"int {names[1]}(unsigned long long *ctx)"]
+        ret, ctx = f"(s64)ctx[{len(layout.params(point.exit) or ())}]", "unsigned long long *ctx"
     else:
         names = (f"p{point.id}_entry", f"p{point.id}_exit")
-        ret = "PT_REGS_RC(ctx)"
-        heads = [f"int {names[0]}(struct pt_regs *ctx)", f"int {names[1]}(struct pt_regs *ctx)"]
-    text = (f"{heads[0]}\n{{\n" + "\n".join(body) +
+        ret, ctx = "PT_REGS_RC(ctx)", "struct pt_regs *ctx"
+    text = (f"int {names[0]}({ctx})\n{{\n" + "\n".join(body) +
             f"\n    task_start({point.id}, {op_macro}, &v);\n    return 0;\n}}\n\n"
-            f"{heads[1]}\n{{\n"
+            f"int {names[1]}({ctx})\n{{\n"
             f"    s64 ret = {ret};\n"
             f"    task_end(ctx, {point.id}, {op_macro}, {bytes_end}, PTR_{ptr_kind.upper()}, 0);\n"
             f"    return 0;\n}}\n")

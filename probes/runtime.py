@@ -65,7 +65,8 @@ def import_bpf() -> Any:
     return BPF
 
 
-def kernel_version(release: str) -> Optional[Tuple[int, int]]:
+def major_minor(release: str) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a kernel release or a bcc version string."""
     match = re.match(r"(\d+)\.(\d+)", release)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
@@ -77,7 +78,7 @@ def ringbuf_support(release: str, bpf_class: Any) -> Tuple[bool, str]:
     program (irq_work); in the lab that was 30-40 us of a 46-59 us getattr exit. A ring
     buffer record is submitted without a wakeup and read on a timer.
     """
-    version = kernel_version(release)
+    version = major_minor(release)
     if version is None or version < RINGBUF_MIN_KERNEL:
         return False, f"events: perf buffer (kernel {release} has no BPF ring buffer, needs 5.8)"
     if not hasattr(bpf_class, "ring_buffer_consume"):
@@ -93,7 +94,7 @@ def task_storage_support(release: str, bcc_table: Any, have_btf: bool) -> Tuple[
     the lab that cut the BPF time per event by a quarter to a half (under emulation the
     hash helpers' cold code and data are what the first program after a sleep pays for).
     """
-    version = kernel_version(release)
+    version = major_minor(release)
     if version is None or version < TASK_STORAGE_MIN_KERNEL:
         return False, f"start times: hash map (kernel {release} has no task storage for tracing, needs 5.11)"
     if not have_btf:
@@ -113,7 +114,7 @@ def fentry_support(bpf_class: Any, bcc_version: str) -> Tuple[bool, str]:
     if not bpf_class.support_kfunc():
         return False, ("attach: kprobes (no BPF trampolines: bcc's support_kfunc wants x86-64, "
                        "kernel BTF and bpf_trampoline_link_prog)")
-    version = kernel_version(bcc_version)
+    version = major_minor(bcc_version)
     if version is None or version < FENTRY_MIN_BCC:
         return False, (f"attach: kprobes (bcc {bcc_version} finds no module function's BTF for fentry: "
                        f"needs {'.'.join(map(str, FENTRY_MIN_BCC))})")
@@ -283,7 +284,7 @@ class Session:
         task_storage, why = task_storage_support(facts.release, sys.modules.get("bcc.table"), layout is not None)
         if verbose:
             self.warn(why)
-        version = kernel_version(facts.release)
+        version = major_minor(facts.release)
         #: whether this kernel counts the runs it skips (else missed() knows only the probe's own count)
         self.kernel_counts_misses = version is not None and version >= MISSES_MIN_KERNEL
         if verbose and not self.kernel_counts_misses:
