@@ -8,6 +8,7 @@ This module writes and reads specs and validates them with errors that name the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -80,11 +81,25 @@ CANDIDATE_KEYS = {"kind", "match", "keys", "module", "window", "stability", "cov
                   "traceability", "evidence", "reasons", "attach"}
 ATTACH_KEYS = {"entry", "exit", "entry_kind", "exit_kind", "module", "optional", "args"}
 #: top-level keys and the shape of the optional ones (docs/probe-spec.md)
-TOP_KEYS: Dict[str, Any] = {"schema": str, "version": int, "filesystem": str, "kernel": str, "modules": [str],
-                            "generated_by": str, "callgraphs": [str], "ops": dict}
+TOP_KEYS: Dict[str, Any] = {"schema": str, "version": int, "filesystem": str, "title": str, "fstypes": [str],
+                            "kernel": str, "modules": [str], "generated_by": str, "callgraphs": [str],
+                            "ops": dict}
 OP_KEYS = {"letter", "candidates"}
 #: candidate keys that are free text for the reviewer
 CANDIDATE_TEXT_KEYS = ("module", "window", "stability", "coverage", "traceability", "evidence")
+
+
+def spec_title(spec: Dict[str, Any]) -> str:
+    """How the tools name the filesystem in their banners (`NFS`, `XFS`, `ext4`: its usual spelling)."""
+    return str(spec.get("title") or spec["filesystem"])
+
+
+def serves_fstype(spec: Dict[str, Any], fstype: str) -> bool:
+    """Whether a mount of this type (/proc/self/mountinfo's fstype) is the spec's filesystem:
+    one of `fstypes`, else the filesystem's name, alone or with a version number (nfs4)."""
+    if spec.get("fstypes"):
+        return fstype in spec["fstypes"]
+    return re.fullmatch(re.escape(spec["filesystem"]) + r"\d*", fstype) is not None
 
 
 def _load_toml_text(text: str, origin: str) -> Dict[str, Any]:

@@ -1,17 +1,21 @@
-"""nfsslower, nfsdist, nfstop: NFS latency tools generated from the probe spec.
+"""nfsslower, nfsdist, nfstop, and fsslower, fsdist, fstop -t FS: latency tools generated from a probe spec.
 
 Output follows bcc's nfsslower / nfsdist (same columns, CSV header and histogram layout)
-so that they can replace Debian's bpfcc tools; nfstop is the per-process view no bcc tool
-offers. Commit (C) mostly starts in kworker writeback context: -p PID sees only the
-commits the process's own fsync starts.
+so that they can replace Debian's bpfcc tools; the fs tools take libbpf-tools' fsslower /
+fsdist flags (-t FS; fsslower's -m MIN, -c, -d) for any spec in probes/specs or --spec.
+nfstop and fstop are the per-process view no bcc tool offers. The nfs tools are the
+`-t nfs` case of the same code. Commit (C) mostly starts in kworker writeback context:
+-p PID sees only the commits the process's own fsync starts.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import click
 
@@ -21,9 +25,9 @@ from probes.filenames import FileNames
 from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls
-from probes.mounts import MountTable, nfs_mount_dev
-from probes.runtime import Session
-from discover.spec import DEFAULT_OPS, OPS, parse_ops
+from probes.mounts import MountTable, mount_dev
+from probes.runtime import DEFAULT_SPEC, SPECS_DIR, Session
+from discover.spec import DEFAULT_OPS, OPS, load_spec, parse_ops, serves_fstype, spec_title
 
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
             + ", ".join(f"{name} ({letter})" for name, letter in OPS.items())
@@ -33,11 +37,44 @@ COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, no
                "process: with -p PID only the commits its own fsync starts are shown.")
 
 
+class Target(NamedTuple):
+    """The filesystem a tool traces: its spec (path and contents) and its name in banners."""
+
+    spec_path: Path
+    spec: Dict[str, Any]
+    title: str
+
+    def ops(self, text: Optional[str]) -> List[str]:
+        """--ops, or by default DEFAULT_OPS the spec has (no commit where there is no COMMIT)."""
+        if text is None:
+            return [op for op in DEFAULT_OPS if op in self.spec["ops"]]
+        return parse_ops(text)
+
+
+def known_types() -> List[str]:
+    return sorted(path.stem for path in SPECS_DIR.glob("*.toml"))
+
+
+def find_target(fs_type: Optional[str], spec_path: Optional[str]) -> Target:
+    """-t FS and/or --spec FILE -> the Target; one-line UserError for an unknown type, a spec
+    that does not load, or a -t that is not the spec's filesystem."""
+    if spec_path is None and fs_type is None:
+        raise UserError("which filesystem? -t FS (" + ", ".join(known_types()) + ") or --spec FILE")
+    path = Path(spec_path) if spec_path else SPECS_DIR / f"{fs_type}.toml"
+    if spec_path is None and (not re.fullmatch(r"[a-z0-9_]+", str(fs_type)) or not path.is_file()):
+        raise UserError(f"-t {fs_type}: no spec for it in probekit (known: {', '.join(known_types())}); "
+                        f"write one with `discover propose {fs_type}` and pass it with --spec FILE")
+    spec = load_spec(path)
+    if fs_type is not None and spec["filesystem"] != fs_type:
+        raise UserError(f"-t {fs_type}: {path} is a spec for {spec['filesystem']}")
+    return Target(path, spec, spec_title(spec))
+
+
 def common(func: Any) -> Any:
     func = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
-                        help="Probe spec (default: probes/specs/nfs.toml).")(func)
+                        help="Probe spec (default: the filesystem's in probes/specs/).")(func)
     func = click.option("--mount-point", "mount_point", metavar="PATH",
-                        help="Only operations on the NFS mount holding PATH (filtered in the kernel; "
+                        help="Only operations on the mount holding PATH (filtered in the kernel; "
                              "RPCs, which have no file, are left out).")(func)
     func = click.option("--cgroup", "cgroup", metavar="PATH",
                         help="Only tasks in this cgroup v2 subtree (a directory under /sys/fs/cgroup, or "
@@ -51,13 +88,20 @@ def common(func: Any) -> Any:
     return func
 
 
+def fs_type_option(func: Any) -> Any:
+    """libbpf-tools' -t/--type: which filesystem's spec (probes/specs/FS.toml)."""
+    return click.option("-t", "--type", "fs_type", metavar="FS",
+                        help="Filesystem to trace: a spec in probes/specs (" + ", ".join(known_types())
+                             + "); or give --spec FILE.")(func)
+
+
 class Filters:
     """--cgroup and --mount-point, checked before anything is compiled or attached."""
 
-    def __init__(self, cgroup: Optional[str], mount_point: Optional[str]) -> None:
-        self.mounts = MountTable()
+    def __init__(self, target: Target, cgroup: Optional[str], mount_point: Optional[str]) -> None:
+        self.mounts = MountTable(serves=lambda fstype: serves_fstype(target.spec, fstype))
         self.cgroup_dir = filter_dir(cgroup) if cgroup else None
-        self.mount_dev = nfs_mount_dev(mount_point, self.mounts) if mount_point else 0
+        self.mount_dev = mount_dev(mount_point, self.mounts, target.title) if mount_point else 0
 
 
 #: bcc nfsslower's column header and CSV header, unchanged
@@ -128,28 +172,84 @@ JSON lines always carry "mount" (mount point, null for RPCs) and "cgroup" (cgrou
 """
 
 
+def slower_options(func: Any) -> Any:
+    """The options nfsslower and fsslower share (bcc's, and probekit's own)."""
+    func = common(func)
+    for option in reversed((
+            click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
+            click.option("--json", "as_json", is_flag=True, help="One JSON object per event."),
+            click.option("--stall-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
+                         help="Seconds between repeats of a stuck operation's line; 0: no in-flight lines."),
+            click.option("-M", "--mount", "show_mount", is_flag=True,
+                         help="A MOUNT column (mount point) before FILENAME."))):
+        func = option(func)
+    return func
+
+
+FS_SLOWER_EXAMPLES = """
+\b
+Examples:
+  fsslower -t ext4             # trace ext4 operations slower than 10 ms
+  fsslower -t xfs 1            # trace XFS operations slower than 1 ms (or: -m 1)
+  fsslower -t btrfs -m 0 -d 10 # every btrfs operation, for 10 seconds
+  fsslower -t cifs -c 5        # SMB/CIFS operations slower than 5 ms, CSV
+  fsslower -t ext4 --mount-point /srv/data 1   # one mount only (the root fs is ext4 too)
+  fsslower -t xfs --json -M 0  # every operation as JSON, with its mount
+  fsslower --spec my-fs.toml 1 # a spec of your own (discover propose FS)
+\b
+Columns, CSV and JSON as nfsslower's; the filesystems known: probes/specs/*.toml.
+Operations still in flight past MIN_MS are printed while they last (LAT(ms) `>ms so far`).
+"""
+
+
 @click.command("nfsslower", epilog=SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("min_ms", type=click.IntRange(min=0), default=10, required=False)
-@click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
 @click.option("-j", "--csv", "as_csv", is_flag=True, help="CSV output, times in microseconds (bcc's -j).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
-@click.option("--stall-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
-              help="Seconds between repeats of a stuck operation's line; 0: no in-flight lines.")
-@click.option("-M", "--mount", "show_mount", is_flag=True, help="A MOUNT column (mount point) before FILENAME.")
-@common
+@slower_options
 def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stall_interval: float,
               show_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
               verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck."""
+    run_slower("nfsslower", find_target(None if spec_path else "nfs", spec_path), min_ms, pid, as_csv, as_json, stall_interval, show_mount, cgroup, mount_point, ops_text, verbose,
+               kprobes_only)
+
+
+@click.command("fsslower", epilog=FS_SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("min_arg", metavar="[MIN_MS]", type=click.IntRange(min=0), required=False)
+@fs_type_option
+@click.option("-m", "--min", "min_opt", type=click.IntRange(min=0), metavar="MIN_MS",
+              help="Min latency to trace, in ms (default 10; 0 traces all): libbpf-tools' -m, or MIN_MS as bcc.")
+@click.option("-c", "-j", "--csv", "as_csv", is_flag=True,
+              help="CSV output, times in microseconds (libbpf-tools' -c, bcc's -j).")
+@click.option("-d", "--duration", type=click.IntRange(min=1), metavar="S", help="Trace for S seconds, then exit.")
+@slower_options
+def fsslower(min_arg: Optional[int], fs_type: Optional[str], min_opt: Optional[int], as_csv: bool,
+             duration: Optional[int], pid: Optional[int], as_json: bool, stall_interval: float, show_mount: bool,
+             cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
+             spec_path: Optional[str], kprobes_only: bool) -> None:
+    """Trace a filesystem's reads, writes, opens, fsyncs and getattrs slower than MIN_MS
+    (default 10; 0 traces all), with process, size, offset and file name, and operations
+    stuck longer than that while they are stuck. -t FS picks the spec (probes/specs/FS.toml)."""
+    if min_arg is not None and min_opt is not None and min_arg != min_opt:
+        raise UserError(f"two minimum latencies: MIN_MS {min_arg} and -m {min_opt}")
+    min_ms = next((m for m in (min_opt, min_arg) if m is not None), 10)
+    run_slower("fsslower", find_target(fs_type, spec_path), min_ms, pid, as_csv, as_json, stall_interval,
+               show_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, duration)
+
+
+def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool,
+               stall_interval: float, show_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
+               ops_text: Optional[str], verbose: bool, kprobes_only: bool, duration: Optional[int] = None) -> None:
+    """nfsslower and fsslower: one line per operation slower than min_ms, in bcc's layout."""
     if as_csv and as_json:
         raise UserError("choose one of -j/--csv and --json")
-    ops = parse_ops(ops_text)
-    where = Filters(cgroup, mount_point)
+    ops = target.ops(ops_text)
+    where = Filters(target, cgroup, mount_point)
     tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0,
                 mount_dev=where.mount_dev)
-    session = Session("nfsslower", tool, ops, spec_path, verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, str(target.spec_path), verbose, where.cgroup_dir, fentry=not kprobes_only)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
     cgroups = CgroupNames()
@@ -213,13 +313,13 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
         if as_csv:
             print(CSV_HEADER if not show_mount else CSV_HEADER.replace(",FILE", ",MOUNT,FILE"), flush=True)
         elif not as_json:
-            print("Tracing NFS operations... Ctrl-C to quit" if min_ms == 0 else
-                  f"Tracing NFS operations that are slower than {min_ms} ms... Ctrl-C to quit")
+            print(f"Tracing {target.title} operations... Ctrl-C to quit" if min_ms == 0 else
+                  f"Tracing {target.title} operations that are slower than {min_ms} ms... Ctrl-C to quit")
             print(SLOWER_HEADER if not show_mount else SLOWER_HEADER.replace("FILENAME", "%-12s FILENAME" % "MOUNT"),
                   flush=True)
         else:
             print(json.dumps({"tracing": session.probe.ops, "min_ms": min_ms}), flush=True)
-        session.poll_until_stopped()
+        session.poll_until_stopped(duration)
 
 
 DIST_EXAMPLES = """
@@ -233,6 +333,18 @@ Examples:
   nfsdist --per-mount 10 1  # one histogram per operation per NFS mount
   nfsdist --cgroup /system.slice/nfs-backup.service 5   # one unit's operations
   nfsdist --ops open,getattr -v
+"""
+
+
+FS_DIST_EXAMPLES = """
+\b
+Examples:
+  fsdist -t ext4           # summarize ext4 operation latency as a histogram per operation
+  fsdist -t xfs 1 10       # print 1 second summaries, 10 times
+  fsdist -t btrfs -mT 1    # 1s summaries, milliseconds, no timestamp lines
+  fsdist -t ext4 -p 181    # trace PID 181 only
+  fsdist -t ext4 --mount-point /srv/data --json 5 1   # one mount, one 5 s summary as JSON
+  fsdist -t xfs --per-mount 10 1   # one histogram per operation per mount
 """
 
 
@@ -282,17 +394,25 @@ def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[
     return lines
 
 
+def dist_options(func: Any) -> Any:
+    """nfsdist's and fsdist's arguments and options (bcc's and libbpf-tools' are the same)."""
+    func = common(func)
+    for option in reversed((
+            click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False),
+            click.argument("count", type=click.IntRange(min=1), default=99999999, required=False),
+            click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
+                         help="No HH:MM:SS: line before each output (bcc prints one by default too)."),
+            click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds."),
+            click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
+            click.option("--json", "as_json", is_flag=True, help="One JSON object per interval."),
+            click.option("--per-mount", is_flag=True,
+                         help="One histogram per operation per mount (the file's superblock; RPCs have none)."))):
+        func = option(func)
+    return func
+
+
 @click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False)
-@click.argument("count", type=click.IntRange(min=1), default=99999999, required=False)
-@click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
-              help="No HH:MM:SS: line before each output (bcc prints one by default too).")
-@click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds.")
-@click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
-@click.option("--per-mount", is_flag=True,
-              help="One histogram per operation per mount (the file's superblock; RPCs have none).")
-@common
+@dist_options
 def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
             per_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
             verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
@@ -301,16 +421,37 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
+    run_dist("nfsdist", find_target(None if spec_path else "nfs", spec_path), interval, count, no_timestamp,
+             millis, pid, as_json, per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
+
+
+@click.command("fsdist", epilog=FS_DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@fs_type_option
+@dist_options
+def fsdist(fs_type: Optional[str], interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int],
+           as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
+           ops_text: Optional[str], verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
+    """Summarize a filesystem's operation latency (read, write, open, fsync, getattr) as one
+    log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
+    -t FS picks the spec (probes/specs/FS.toml). Only completed operations are counted."""
+    run_dist("fsdist", find_target(fs_type, spec_path), interval, count, no_timestamp, millis, pid, as_json,
+             per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
+
+
+def run_dist(prog: str, target: Target, interval: int, count: int, no_timestamp: bool, millis: bool,
+             pid: Optional[int], as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
+             ops_text: Optional[str], verbose: bool, kprobes_only: bool) -> None:
+    """nfsdist and fsdist: a log2 histogram per operation (per mount too) every interval."""
     unit = "msecs" if millis else "usecs"
-    ops = parse_ops(ops_text)
-    where = Filters(cgroup, mount_point)
+    ops = target.ops(ops_text)
+    where = Filters(target, cgroup, mount_point)
     tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount,
                 mount_dev=where.mount_dev)
     mounts = where.mounts if per_mount else None
-    session = Session("nfsdist", tool, ops, spec_path, verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, str(target.spec_path), verbose, where.cgroup_dir, fentry=not kprobes_only)
     with session:
         if not as_json:
-            print("Tracing NFS operation latency... Hit Ctrl-C to end.", flush=True)
+            print(f"Tracing {target.title} operation latency... Hit Ctrl-C to end.", flush=True)
         else:
             print(json.dumps({"tracing": session.probe.ops, "val_type": unit}), flush=True)
         remaining = count
@@ -344,6 +485,18 @@ how long the oldest of them has been there: a process stuck on a server that doe
 answer shows here although it completes nothing. CGROUP is the cgroup v2 path of the
 process's first operation (its last 40 characters); with --by, PIDS counts the processes
 of a row.
+"""
+
+FS_TOP_EXAMPLES = """
+\b
+Examples:
+  fstop -t btrfs             # per-process btrfs ops/s, MB/s, avg and p99 latency, every 1 s
+  fstop -t ext4 -i 5         # refresh every 5 seconds
+  fstop -t xfs --by mount    # one row per XFS mount
+  fstop -t cifs --json -i 2  # one JSON object per interval
+\b
+Columns as nfstop's: INFL is how many of the process's threads are inside an operation of
+the filesystem now, OLDEST(s) how long the oldest of them has been there.
 """
 
 #: what one nfstop row stands for (--by)
@@ -449,30 +602,58 @@ def top_text(rows: List[Dict[str, Any]], ops: List[str], letters: Dict[str, str]
     return lines
 
 
+def top_options(func: Any) -> Any:
+    """nfstop's and fstop's options."""
+    func = common(func)
+    for option in reversed((
+            click.option("-i", "--interval", type=click.IntRange(min=1), default=1, show_default=True,
+                         help="Seconds between refreshes."),
+            click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
+            click.option("--by", type=click.Choice(TOP_BY), default="pid", show_default=True,
+                         help="One row per process, or per comm, cgroup or mount (summed, histograms too)."),
+            click.option("--json", "as_json", is_flag=True, help="One JSON object per interval."),
+            click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes."))):
+        func = option(func)
+    return func
+
+
 @click.command("nfstop", epilog=TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-i", "--interval", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Seconds between refreshes.")
-@click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only.")
-@click.option("--by", type=click.Choice(TOP_BY), default="pid", show_default=True,
-              help="One row per process, or per comm, cgroup or mount (summed, histograms too).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
-@click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes.")
-@common
+@top_options
 def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool, cgroup: Optional[str],
            mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
            kprobes_only: bool) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
-    ops = parse_ops(ops_text)
-    where = Filters(cgroup, mount_point)
+    run_top("nfstop", find_target(None if spec_path else "nfs", spec_path), interval, pid, by, as_json, noclear,
+            cgroup, mount_point, ops_text, verbose, kprobes_only)
+
+
+@click.command("fstop", epilog=FS_TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@fs_type_option
+@top_options
+def fstop(fs_type: Optional[str], interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
+          cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
+          spec_path: Optional[str], kprobes_only: bool) -> None:
+    """Per-process activity on one filesystem (-t FS): operations per second, read and write
+    MB/s, and average and p99 latency per operation from in-kernel per-process histograms."""
+    run_top("fstop", find_target(fs_type, spec_path), interval, pid, by, as_json, noclear, cgroup, mount_point,
+            ops_text, verbose, kprobes_only)
+
+
+def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
+            cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
+            kprobes_only: bool) -> None:
+    """nfstop and fstop: a table per interval, one row per process (or --by group)."""
+    ops = target.ops(ops_text)
+    where = Filters(target, cgroup, mount_point)
     tool = Tool(top=True, tgid=pid or 0, inflight=True, per_mount=by == "mount", mount_dev=where.mount_dev)
-    session = Session("nfstop", tool, ops, spec_path, verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, str(target.spec_path), verbose, where.cgroup_dir, fentry=not kprobes_only)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     clear = not as_json and not noclear and sys.stdout.isatty()
     cgroups = CgroupNames()
     with session:
         if not as_json:
-            print(f"Tracing NFS operations per {by}, every {interval} s... Ctrl-C to end.", flush=True)
+            print(f"Tracing {target.title} operations per {by}, every {interval} s... Ctrl-C to end.", flush=True)
         stopping = False
         while not stopping:
             started = time.monotonic()
@@ -505,10 +686,25 @@ def main_nfstop() -> None:
     run_cli("nfstop", nfstop)
 
 
+def main_fsslower() -> None:
+    run_cli("fsslower", fsslower)
+
+
+def main_fsdist() -> None:
+    run_cli("fsdist", fsdist)
+
+
+def main_fstop() -> None:
+    run_cli("fstop", fstop)
+
+
+TOOLS: Dict[str, Callable[[], None]] = {
+    "nfsslower": main_nfsslower, "nfsdist": main_nfsdist, "nfstop": main_nfstop,
+    "fsslower": main_fsslower, "fsdist": main_fsdist, "fstop": main_fstop}
+
 if __name__ == "__main__":
-    tools = {"nfsslower": main_nfsslower, "nfsdist": main_nfsdist, "nfstop": main_nfstop}
     name = os.path.basename(sys.argv[1]) if len(sys.argv) > 1 else ""
-    if name not in tools:
-        sys.exit("usage: python3 -m probes.commands {nfsslower|nfsdist|nfstop} [ARGS]")
+    if name not in TOOLS:
+        sys.exit(f"usage: python3 -m probes.commands {{{'|'.join(TOOLS)}}} [ARGS]")
     sys.argv = sys.argv[1:]
-    tools[name]()
+    TOOLS[name]()

@@ -1,4 +1,4 @@
-"""Which NFS mount a superblock dev is: mount point, export, transport, server, NFS version.
+"""Which mount a superblock dev is: mount point, export (or device), transport, server, NFS version.
 
 Why here and not in the probe: the kernel side keeps only the superblock's s_dev per
 operation (a tracepoint field, or two pointer reads); everything a person or a join needs
@@ -106,8 +106,11 @@ class MountTable:
     reuses anonymous devs). A dev that names another mount than before is expired at once."""
 
     def __init__(self, mountinfo: Path = MOUNTINFO, mountstats: Path = MOUNTSTATS,
-                 grace: float = GONE_GRACE_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 grace: float = GONE_GRACE_S, clock: Callable[[], float] = time.monotonic,
+                 serves: Callable[[str], bool] = NFS_TYPES.__contains__) -> None:
         self.paths = (mountinfo, mountstats)
+        #: which mount types are the traced filesystem's (NFS unless a spec says otherwise)
+        self.serves = serves
         self.grace, self.clock = grace, clock
         self.known: Dict[int, Optional[Mount]] = {}
         self.gone: Dict[int, Tuple[Mount, float]] = {}
@@ -122,11 +125,17 @@ class MountTable:
         now = self.clock()
         current: Dict[int, Optional[Mount]] = {}
         for dev, mount in info.items():
-            nfs = stats.get(mount["mountpoint"])
-            if nfs is None or mount["fstype"] not in NFS_TYPES:
+            if not self.serves(mount["fstype"]):
                 continue
-            current[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
-                                 mount["addr"], nfs.get("opt_vers", ""))
+            if mount["fstype"] in NFS_TYPES:
+                nfs = stats.get(mount["mountpoint"])
+                if nfs is None:
+                    continue
+                current[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
+                                     mount["addr"], nfs.get("opt_vers", ""))
+            else:  # a local or SMB mount: its source (device or share) stands for the export
+                current[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], mount["source"], "",
+                                     mount["addr"], "")
         for dev, before in list(self.known.items()) + [(d, m) for d, (m, _) in self.gone.items()]:
             if before is None:
                 continue
@@ -158,15 +167,24 @@ class MountTable:
         return self.known.get(dev)
 
 
-def nfs_mount_dev(path: str, table: Optional["MountTable"] = None) -> int:
-    """--mount-point: the kernel dev of the NFS mount holding `path`; one-line UserError when
-    there is none (checked before anything is compiled or attached)."""
+def mount_dev(path: str, table: Optional["MountTable"] = None, title: str = "NFS") -> int:
+    """--mount-point: the kernel dev (the superblock's s_dev, what the probe reads) of the
+    traced filesystem's mount holding `path`; one-line UserError when there is none (checked
+    before anything is compiled or attached). stat's st_dev is tried first; a filesystem
+    whose stat reports another dev than its superblock's (btrfs: one per subvolume) is found
+    by the longest mount point above the path."""
+    table = table or MountTable()
     try:
         st = os.stat(path)
     except OSError as exc:
         raise UserError(f"--mount-point {path}: {exc.strerror}") from None
     dev = kernel_dev(os.major(st.st_dev), os.minor(st.st_dev))
-    mount = (table or MountTable()).get(dev)
-    if mount is None:
-        raise UserError(f"--mount-point {path}: not on an NFS mount")
-    return dev
+    if table.get(dev) is not None:
+        return dev
+    real = os.path.realpath(path)
+    above = [m for m in table.known.values()
+             if m is not None and (real == m.mountpoint or real.startswith(m.mountpoint.rstrip("/") + "/"))]
+    if not above:
+        article = "an" if title[0] in "AEFHILMNORSXaeio" else "a"  # an NFS, an XFS, an ext4, a btrfs
+        raise UserError(f"--mount-point {path}: not on {article} {title} mount")
+    return max(above, key=lambda m: len(m.mountpoint)).dev

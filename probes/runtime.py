@@ -1,4 +1,4 @@
-"""The bcc front end shared by nfsslower, nfsdist and nfstop: choose, compile, attach, detach.
+"""The bcc front end shared by the latency tools (nfs* and fs*): choose, compile, attach, detach.
 
 Why one place: every tool must pick attach points the same way on the running kernel
 (first spec candidate present, --verbose says which, warn for an uncovered operation,
@@ -23,9 +23,11 @@ from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_even
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
-from discover.spec import load_spec
+from discover.spec import load_spec, spec_title
 
-DEFAULT_SPEC = Path(__file__).resolve().parent / "specs" / "nfs.toml"
+#: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
+DEFAULT_SPEC = SPECS_DIR / "nfs.toml"
 BTF_DIR = Path("/sys/kernel/btf")
 #: BPF ring buffers exist from Linux 5.8 (bcc's support from 0.16)
 RINGBUF_MIN_KERNEL = (5, 8)
@@ -188,7 +190,7 @@ class RealtimeReads:
         if self.allowed is False:
             return ("map reads: normal priority (SCHED_FIFO refused: no CAP_SYS_NICE); on a preemptible kernel "
                     "an operation that preempts a read goes untraced, counted as missed")
-        return "map reads: real-time priority (SCHED_FIFO 1), so that no NFS task preempts them in the kernel"
+        return "map reads: real-time priority (SCHED_FIFO 1), so that no task the filesystem wakes preempts them in the kernel"
 
     @contextmanager
     def __call__(self) -> Iterator[None]:
@@ -258,6 +260,8 @@ class Session:
         self.verbose = verbose
         self.tool = tool
         spec = load_spec(Path(spec_path) if spec_path else DEFAULT_SPEC)
+        #: how banners and messages name the filesystem (`NFS`, `ext4`)
+        self.title = spec_title(spec)
         facts = KernelFacts.live()
         self.selection = select(spec, facts, ops)
         for op, why in self.selection.uncovered.items():
@@ -266,7 +270,7 @@ class Session:
         self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         if not self.selection.chosen:
             raise NothingToTrace(f"none of {', '.join(ops)} can be traced on {facts.release} "
-                                 f"(NFS modules loaded? see --verbose)", sorted(self._absent_modules))
+                                 f"({self.title} modules loaded? see --verbose)", sorted(self._absent_modules))
         if verbose:
             for line in describe(self.selection):
                 self.warn(line)
@@ -465,8 +469,10 @@ class Session:
                       " (the kernel skipped their probe while this CPU's BPF guard was held, or their start "
                       "could not be stored; docs/probes.md, 'Missed operations')")
 
-    def poll_until_stopped(self) -> None:
-        while not self.stopped:
+    def poll_until_stopped(self, seconds: Optional[float] = None) -> None:
+        """Read events until a stop signal (or `seconds`, fsslower's -d, have passed)."""
+        end = None if seconds is None else time.monotonic() + seconds
+        while not self.stopped and (end is None or time.monotonic() < end):
             self._tick()
             if self.probe.ringbuf:
                 # sleeps the interval (records come without wakeups), then reads them all
