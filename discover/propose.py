@@ -47,6 +47,10 @@ class OpKnowledge(NamedTuple):
     #: pairs in a layer beneath the filesystem, named outright because their names do not
     #: pair by suffix: (system, start event, end event, fields that match start and end)
     tp_beneath: Tuple[Tuple[str, str, str, Tuple[str, ...]], ...] = ()
+    #: the VFS functions that call the filesystem's method for this operation through its
+    #: function pointer (f_op->read_iter, i_op->getattr, ...): in a call graph, whatever
+    #: function of the filesystem they call is its entry, whatever its name (xfs_vn_getattr)
+    method_callers: Tuple[str, ...] = ()
 
 
 def _metadata(vfs: Tuple[str, ...], entry: str, what: str, window: str, deeper: Tuple[str, ...] = (),
@@ -64,7 +68,8 @@ KNOWLEDGE: Dict[str, OpKnowledge] = {
         (), ("read", "aop_readahead", "aop_readpage"),
         "buffered and O_DIRECT read(2)/preadv(2) (->read_iter); not mmap page faults "
         "(filemap_fault -> readahead), not splice",
-        "page-cache copy, readahead, and waiting for READ RPCs when the cache misses"),
+        "page-cache copy, readahead, and waiting for the data when the cache misses (device reads; READ RPCs on NFS)",
+        method_callers=("vfs_read", "new_sync_read", "vfs_iter_read", "vfs_iocb_iter_read")),
     "write": OpKnowledge(
         ("vfs_write", "new_sync_write", "vfs_iter_write"),
         (r"{p}_file_write", r"{p}_file_write_iter"),
@@ -72,29 +77,37 @@ KNOWLEDGE: Dict[str, OpKnowledge] = {
         (), ("write", "writeback_page"),
         "buffered and O_DIRECT write(2)/pwritev(2) (->write_iter); not mmap stores; "
         "writeback of dirty pages runs later in kworkers (flush) and is not in this window",
-        "copy into the page cache (plus flush+COMMIT for O_SYNC/O_DSYNC writes)"),
+        "copy into the page cache, block allocation (plus the sync of O_SYNC/O_DSYNC writes: "
+        "device writes and a journal commit, or WRITE+COMMIT RPCs on NFS)",
+        method_callers=("vfs_write", "new_sync_write", "vfs_iter_write", "vfs_iocb_iter_write")),
     "open": OpKnowledge(
         ("do_filp_open", "path_openat", "do_dentry_open", "vfs_open"),
         (r"{p}_file_open", r"{p}_atomic_open"),
         (r"{p}_do_open", r"_{p}_do_open", r"{p}_open_context"),
         (), ("atomic_open",),
-        "->open for files already looked up (nfs_file_open v2/v3, nfs4_file_open v4) AND "
-        "->atomic_open for opens that create or first look up the name (NFSv4 OPEN)",
-        "OPEN/ACCESS/GETATTR RPCs as needed, open context setup"),
+        "->open of every open(2) that reaches the filesystem (nfs_file_open v2/v3, nfs4_file_open v4) AND, "
+        "where the filesystem has one, ->atomic_open for opens that create or first look up the name "
+        "(NFSv4 OPEN)",
+        "the filesystem's open checks and state (OPEN/ACCESS/GETATTR RPCs as needed on NFS)",
+        method_callers=("do_dentry_open",)),
     "getattr": OpKnowledge(
         ("vfs_getattr", "vfs_getattr_nosec", "vfs_statx"),
         (r"{p}_getattr", r"{p}_file_getattr"),
         (r"__{p}_revalidate_inode", r"{p}_proc_getattr", r"_{p}_proc_getattr"),
         ("getattr",), ("revalidate_inode",),
-        "stat(2)/statx(2)/fstat(2) (->getattr); cached attributes return without an RPC",
-        "attribute cache check, flush of dirty data for mtime, GETATTR RPC when stale"),
+        "stat(2)/statx(2)/fstat(2) (->getattr); on NFS cached attributes return without an RPC",
+        "reading the inode's attributes (on NFS: attribute cache check, flush of dirty data for mtime, "
+        "GETATTR RPC when stale)",
+        method_callers=("vfs_getattr_nosec",)),
     "fsync": OpKnowledge(
         ("vfs_fsync_range", "do_fsync"),
         (r"{p}_file_fsync", r"{p}_fsync", r"{p}_sync_file"),
         (r"{p}_commit_inode", r"__{p}_commit_inode", r"file_write_and_wait_range"),
         ("fsync",), ("writeback_inode",),
         "fsync(2)/fdatasync(2) and the implicit sync of O_SYNC/O_DSYNC writes",
-        "writing back dirty pages, waiting for WRITE RPCs, then COMMIT"),
+        "writing back dirty pages and waiting for them, then the journal or log commit and cache flush "
+        "(on NFS: WRITE RPCs, then COMMIT)",
+        method_callers=("vfs_fsync_range",)),
     "commit": OpKnowledge(
         (),
         (r"{p}_commit_inode", r"__{p}_commit_inode"),
@@ -468,15 +481,16 @@ class Proposer:
         fields = {f["name"] for f in (self.profile.event(pair.system, pair.start) or {}).get("fields") or []}
         exit_fields = {f["name"] for f in (self.profile.event(pair.system, pair.end) or {}).get("fields") or []}
         args: Dict[str, str] = {}
-        for role, names in (("fileid", ("fileid",)), ("dev", ("dev",)), ("offset", ("offset",)),
+        for role, names in (("fileid", ("fileid", "ino")), ("dev", ("dev",)), ("offset", ("offset",)),
                             ("bytes", ("count",)), ("name", ("name", "procname"))):
-            for n in names:
-                if n in fields:
-                    args[role] = n
+            found = next((n for n in names if n in fields), None)  # the first name a format has
+            if found:
+                args[role] = found
         if "res_count" in exit_fields:
             args["bytes"] = "exit.res_count"
-        if "error" in exit_fields:
-            args["error"] = "exit.error"
+        error = next((n for n in ("error", "ret") if n in exit_fields), None)
+        if error:
+            args["error"] = f"exit.{error}"
         exit_name = next((n for n in ("name", "old_name") if n in exit_fields), None)
         if pair.kind == "sync" and exit_name:
             args["name"] = f"exit.{exit_name}"  # read at the end, only for the operations printed
@@ -562,30 +576,67 @@ class Proposer:
         if self.graphs is None:
             return by_name, ("no call graph given: entry functions found by name in "
                              "available_filter_functions of " + ", ".join(self.modules or ["vmlinux"]))
+        # where no name follows the usual pattern, the call graph names the entry: what VFS
+        # calls as the method (not added beside names found: an nfs helper that finish_open
+        # hands to do_dentry_open inside nfs_atomic_open is called from there too)
+        via_vfs = self._called_by_vfs(know)
+        if not by_name:
+            by_name = via_vfs
         outer = set(self.graphs.outermost(set(self.modules)))
-        seen = [fn for fn in by_name if fn in outer]
+        seen = [fn for fn in by_name if fn in outer or fn in via_vfs]
+        callers = [c for c in know.method_callers if any(self.graphs.calls(c, fn) for fn in seen)]
         if seen:
             return by_name, ("outermost " + self.fs + " function(s) in the call graphs: " + ", ".join(seen)
+                             + (" (called by " + "/".join(callers) + ", where VFS calls the operation's method)"
+                                if callers else "")
                              + ("" if len(seen) == len(by_name) else
                                 "; the others found by name (their path was not exercised)"))
         return by_name, "not reached in the given call graphs: found by name only"
+
+    def _beneath(self, system: str) -> bool:
+        """Whether the module of an event system is one the filesystem's modules use (sunrpc
+        under nfs, not under xfs); without a module list, whether it is loaded at all."""
+        module = self.profile.modules.get(system)
+        if module is None:
+            return not self.profile.modules
+        return bool(set(module.get("used_by") or []) & set(self.modules))
+
+    def _brackets(self, pair: EventPair, entries: List[str]) -> bool:
+        """Whether the call graphs show a same-task pair firing, start and end, in every entry
+        function of the operation and nowhere else inside the traced calls (ext4_sync_file_enter
+        and _exit in ext4_sync_file): it then brackets the whole operation, whatever its name.
+        A pair seen in one entry of several (nfs_atomic_open_enter) brackets only that path."""
+        if self.graphs is None or pair.kind != "sync" or not entries:
+            return False
+        def seen_in(event: str) -> Set[str]:  # where it fired inside the traced calls
+            return {fn for fn, _ in self.graphs.sites(event) if fn not in (OUTSIDE, CUT)} if self.graphs else set()
+        start, end = seen_in(pair.start), seen_in(pair.end)
+        return start == set(entries) and end == set(entries)
+
+    def _called_by_vfs(self, know: OpKnowledge) -> List[str]:
+        """Traceable functions of the filesystem the call graphs show VFS calling as this
+        operation's method (the entry, whatever the filesystem named it)."""
+        assert self.graphs is not None
+        modules = set(self.modules)
+        return [fn for caller in know.method_callers for fn in self.graphs.callees(caller, modules)
+                if self.profile.traceable(fn)]
 
     def candidates(self, op: str) -> List[Candidate]:
         know = KNOWLEDGE[op]
         out: List[Candidate] = []
         all_pairs = [p for pairs in self.pairs.values() for p in pairs]
-        for pair in all_pairs:
-            if pair.operation in know.tp_full:
-                out.append(self._tracepoint(pair, op, "fs-entry", know))
-        for system, start, end, keys in know.tp_beneath:
-            if self.profile.event(system, start) and self.profile.event(system, end):
-                out.append(self._tracepoint(EventPair(system, start, end, "async", keys), op, "fs-entry", know))
         entries, evidence = self._entry_functions(op, know)
+        full = [p for p in all_pairs if p.operation in know.tp_full or self._brackets(p, entries)]
+        for pair in full:
+            out.append(self._tracepoint(pair, op, "fs-entry", know))
+        for system, start, end, keys in know.tp_beneath:
+            if self._beneath(system) and self.profile.event(system, start) and self.profile.event(system, end):
+                out.append(self._tracepoint(EventPair(system, start, end, "async", keys), op, "fs-entry", know))
         if entries:
             for kind in ("fentry", "kprobe"):
                 out.append(self._functions_candidate(kind, entries, op, "fs-entry", know, evidence))
         for pair in all_pairs:
-            if pair.operation in know.tp_partial:
+            if pair.operation in know.tp_partial and pair not in full:
                 out.append(self._tracepoint(pair, op, "fs-partial", know))
         deeper = [fn for fn in self._functions(know.deeper + know.entries) if fn not in entries]
         if self.graphs is not None:
@@ -624,8 +675,11 @@ def _partial_coverage(pair: EventPair, op: str) -> str:
     return f"{pair.operation}: a page-cache/inode step below the {op} syscall, not the whole operation"
 
 
-def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]]) -> Dict[str, Any]:
-    """The probe spec (ordered fallback list per op, usable candidates only)."""
+def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]],
+               every: bool = False) -> Tuple[Dict[str, Any], List[str]]:
+    """The probe spec (ordered fallback list per op, usable candidates only), and the ops left
+    out. `every`: the ops were not named, so one the filesystem has no point for is left out
+    (a local filesystem has no COMMIT or RPC) rather than refused."""
     prof = proposer.profile
     spec: Dict[str, Any] = {
         "schema": SCHEMA, "version": VERSION, "filesystem": proposer.fs,
@@ -634,12 +688,18 @@ def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]]) -> Dic
     if proposer.graphs is not None:
         spec["callgraphs"] = proposer.graphs.files
     ops: Dict[str, Any] = {}
+    left_out: List[str] = []
     for op, cands in proposals.items():
         usable = [c.spec() for c in cands if c.usable]
+        if not usable and every:
+            left_out.append(op)
+            continue
         if not usable:
             raise UserError(f"no usable attach point for {op} on {prof.release}: "
                             + "; ".join(r for c in cands for r in c.reasons[:1]) if cands else
                             f"no usable attach point for {op} on {prof.release} (no candidates found)")
         ops[op] = {"letter": OPS[op], "candidates": usable}
+    if not ops:
+        raise UserError(f"no usable attach point for any operation of {proposer.fs} on {prof.release}")
     spec["ops"] = ops
-    return spec
+    return spec, left_out

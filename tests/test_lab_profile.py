@@ -36,9 +36,12 @@ def _decisions(spec: Dict[str, Any]) -> Dict[str, List[Any]]:
     """What a generator acts on: per op, each candidate's kind, matching and attach points.
 
     A tracepoint's name is now read at the exit event where that has it (`exit.name`, only
-    for printed operations); the guest spec predates that and names the start field."""
+    for printed operations); the guest spec predates that and names the start field. An exit
+    event's `ret` field now gives the error role too (ext4_sync_file_exit's); the guest spec
+    predates that and took only `error` fields."""
     def point(a: Dict[str, Any]) -> Dict[str, Any]:
-        args = {k: (v[len("exit."):] if k == "name" and v.startswith("exit.") else v) for k, v in (a.get("args") or {}).items()}
+        args = {k: (v[len("exit."):] if k == "name" and v.startswith("exit.") else v)
+                for k, v in (a.get("args") or {}).items() if (k, v) != ("error", "exit.ret")}
         return dict(a, args=args)
     return {op: [(c["kind"], c["match"], c.get("keys", []), c["module"], [point(a) for a in c["attach"]])
                  for c in body["candidates"]] for op, body in spec["ops"].items()}
@@ -68,7 +71,7 @@ def test_host_events_from_lab_profile_equal_guest_events() -> None:
 def test_lab_spec_uses_btf_for_fentry_and_args() -> None:
     prof = load_profile(PROFILE)
     proposer = Proposer(prof, "nfs")
-    spec = build_spec(proposer, proposer.propose(["read", "open"]))
+    spec, _ = build_spec(proposer, proposer.propose(["read", "open"]))
     read = spec["ops"]["read"]["candidates"]
     kinds = [c["kind"] for c in read]
     assert kinds[:2] == ["fentry", "kprobe"]

@@ -36,7 +36,7 @@ def _first(spec: Dict[str, Any], op: str) -> Dict[str, Any]:
 
 def test_six_operations_ranked(profile_data: Dict[str, Any], tmp_path: Path) -> None:
     proposer = Proposer(KernelProfile(profile_data), "nfs")
-    spec = build_spec(proposer, proposer.propose(ALL_OPS))
+    spec, _ = build_spec(proposer, proposer.propose(ALL_OPS))
     out = tmp_path / "nfs.toml"
     out.write_text(dumps_spec(spec))
     spec = load_spec(out)

@@ -42,7 +42,7 @@ def test_event_sites_from_raw_trace(graphs: CallGraphs) -> None:
 
 def test_evidence_explains_choice_over_bcc(graphs: CallGraphs) -> None:
     proposer = Proposer(load_profile(LAB / "profile.json.gz"), "nfs", graphs)
-    spec = build_spec(proposer, proposer.propose(["getattr", "fsync", "read", "open"]))
+    spec, _ = build_spec(proposer, proposer.propose(["getattr", "fsync", "read", "open"]))
     getattr_first = spec["ops"]["getattr"]["candidates"][0]
     assert getattr_first["kind"] == "tracepoint"
     assert "in nfs_getattr" in getattr_first["evidence"]
@@ -87,7 +87,7 @@ def test_first_choice_matches_established_tools_or_says_why(graphs: CallGraphs) 
     from discover.propose import ESTABLISHED
 
     proposer = Proposer(load_profile(LAB / "profile.json.gz"), "nfs", graphs)
-    spec = build_spec(proposer, proposer.propose(["read", "write", "open", "getattr", "fsync", "commit"]))
+    spec, _ = build_spec(proposer, proposer.propose(["read", "write", "open", "getattr", "fsync", "commit"]))
     for op, body in spec["ops"].items():
         first = body["candidates"][0]
         used = set(ESTABLISHED["nfs"].get(op, ()))

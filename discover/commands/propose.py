@@ -18,7 +18,7 @@ from discover.spec import OPS, dumps_spec, parse_ops
 EXAMPLES = """
 \b
 Examples:
-  discover propose nfs                                   # live kernel, all six operations
+  discover propose nfs                                   # live kernel, every operation it has
   discover propose nfs --ops read,write -o probes/specs/nfs.toml
   discover propose nfs --kernel-profile 6.1.json         # another kernel, no tracefs needed
   discover propose nfs --callgraphs graphs/ --kernel-profile 6.1.json
@@ -50,8 +50,10 @@ def render(console: Console, proposer: Proposer, proposals: Dict[str, List[Candi
 
 @click.command("propose", epilog=EXAMPLES)
 @click.argument("fs", metavar="FS")
-@click.option("--ops", "ops_text", default=",".join(OPS), show_default=True,
-              help="Comma-separated operations: " + ", ".join(f"{n} ({l})" for n, l in OPS.items()) + ".")
+@click.option("--ops", "ops_text",
+              help="Comma-separated operations: " + ", ".join(f"{n} ({l})" for n, l in OPS.items())
+                   + ". Default: every one the filesystem has an attach point for (the others are named "
+                     "on stderr); an operation asked for by name and not found is an error.")
 @click.option("--kernel-profile", "profile_path", type=click.Path(dir_okay=False),
               help="Use a profile from `discover snapshot` instead of the live kernel.")
 @click.option("--callgraphs", "graphs_dir", type=click.Path(file_okay=False),
@@ -66,7 +68,7 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     atomic-open path together), then deeper points. Every candidate says why: stability,
     coverage, module, traceability, what falls in the timed window, and the evidence.
     """
-    ops = parse_ops(ops_text)
+    ops = parse_ops("all" if ops_text is None else ops_text)
     if profile_path is not None:
         profile = load_profile(Path(profile_path))
     else:
@@ -75,8 +77,11 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     graphs = CallGraphs.load_dir(Path(graphs_dir)) if graphs_dir is not None else None
     proposer = Proposer(profile, fs, graphs)
     proposals = proposer.propose(ops)
-    spec = build_spec(proposer, proposals)
-    render(Console(), proposer, proposals)
+    spec, left_out = build_spec(proposer, proposals, every=ops_text is None)
+    if left_out:
+        click.echo(f"propose: {fs} has no attach point for {', '.join(left_out)} on {profile.release}: "
+                   f"left out of the spec", err=True)
+    render(Console(), proposer, {op: cands for op, cands in proposals.items() if op not in left_out})
     if output is not None:
         out_path = Path(output)
         out_path.parent.mkdir(parents=True, exist_ok=True)
