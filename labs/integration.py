@@ -34,7 +34,8 @@ GUEST_RESULTS = "/var/tmp/probekit-results"
 WORKLOAD = "labs/guest/workload.sh"
 PROBES_GUEST = "labs/guest/probes_guest.py"
 #: where the spec goes as JSON for guests without a TOML module (probes_guest.SPEC_JSON)
-GUEST_SPEC_JSON = "/tmp/probekit-nfs-spec.json"
+#: where each spec of probes/specs goes as JSON ({fs}: its filesystem), for Debian 11's Python
+GUEST_SPEC_JSON = "/tmp/probekit-{fs}-spec.json"
 #: the venv the image made for probekit (labs/provision/node.sh; probes_guest.INSTALLED)
 GUEST_VENV = "/usr/local/probekit"
 REPO = Path(__file__).resolve().parent.parent
@@ -351,14 +352,15 @@ def install_tools(lab: Lab, local_dir: Path) -> None:
     """On the client, probekit as a user installs it (docs/install.md): its wheel into the venv
     the image made, with the system site packages (bcc and the dependencies are Debian's), so
     the lab's tools run from the installed form, not from the source share. Also the default
-    spec as JSON at GUEST_SPEC_JSON for guests whose Python has no TOML module (Debian 11);
-    a copy stays in local_dir. Once per boot and wheel."""
-    from probes.runtime import DEFAULT_SPEC
+    specs as JSON at GUEST_SPEC_JSON for guests whose Python has no TOML module (Debian 11);
+    copies stay in local_dir. Once per boot and wheel."""
+    from probes.runtime import SPECS_DIR
     from discover.spec import load_spec
-    spec_json = local_dir / "nfs-spec.json"
     local_dir.mkdir(parents=True, exist_ok=True)
-    spec_json.write_text(json.dumps(load_spec(DEFAULT_SPEC)))
-    lab.put(spec_json, GUEST_SPEC_JSON)
+    for spec_path in sorted(SPECS_DIR.glob("*.toml")):
+        spec_json = local_dir / f"{spec_path.stem}-spec.json"
+        spec_json.write_text(json.dumps(load_spec(spec_path)))
+        lab.put(spec_json, GUEST_SPEC_JSON.format(fs=spec_path.stem))
     wheel = project_wheel()
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     marker = f"{GUEST_VENV}/probekit-wheel.sha256"

@@ -1,0 +1,140 @@
+"""Verdicts on a local-filesystem lab run (labs/guest/fs_guest.py's JSON): fsslower, fsdist and
+fstop -t FS against a known workload, without and with dm-delay under the filesystem.
+
+Each check takes the run's `data` and one filesystem, and fails with a message that names the
+filesystem, the phase and the numbers. Phases: `plain` (no delay) and `delay` (DELAY_MS on
+every I/O of the device). Whichever tool watched a filesystem, the same three questions are
+asked of it: did it count the workload's operations and bytes exactly, did the delay show
+(operations at or above it with the delay, none without), and did it leave nothing behind.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+#: what the workload issues per phase and which operations must show the delay
+BYTES_OPS = ("read", "write")
+#: the operations that wait for the device in every delayed phase: each fsync writes, and
+#: the first read of a file whose pages were dropped reads
+DELAYED_OPS = ("fsync", "read")
+#: how late an interval may be printed after its phase (probes_guest.INTERVAL_LATE_S's reason)
+INTERVAL_LATE_S = 3.0
+
+Seen = Dict[str, Dict[str, Dict[str, float]]]
+
+
+def _ops_of(run: Dict[str, Any]) -> List[str]:
+    return [op for op in run["phases"]["plain"]["issued"] if not op.endswith("_bytes")]
+
+
+def _phase_of_wall(moment: float, phases: Dict[str, Any]) -> str:
+    """The phase an interval printed at wall second `moment` belongs to ("" if none)."""
+    for name, phase in phases.items():
+        if phase["start"] - 1 <= moment <= phase["end"] + INTERVAL_LATE_S:
+            return name
+    return ""
+
+
+def seen_by_phase(run: Dict[str, Any]) -> Seen:
+    """phase -> op -> {count, bytes, slow, lat_ms}: what the tool reported for each phase's
+    operations. `slow`: operations the tool shows at or above the delay (fsslower: latency;
+    fsdist: in a log2 bucket reaching the delay; fstop: count when the average is at or above
+    it); lat_ms: the phase's total latency of the op where the tool gives one."""
+    delay_us = run["delay_ms"] * 1000
+    out: Seen = {name: {} for name in run["phases"]}
+
+    def add(phase: str, op: str, count: float, nbytes: float, slow: float, lat_ms: float) -> None:
+        entry = out[phase].setdefault(op, {"count": 0, "bytes": 0, "slow": 0, "lat_ms": 0.0})
+        for key, value in (("count", count), ("bytes", nbytes), ("slow", slow), ("lat_ms", lat_ms)):
+            entry[key] += value
+
+    worker = {phase["pid"] for phase in run["phases"].values()}
+    for record in run["records"]:
+        if run["tool"] == "fsslower":  # end_us: the kernel's monotonic clock
+            moment = record["end_us"] / 1e6
+            phase = next((name for name, p in run["phases"].items() if p["mono_start"] <= moment <= p["mono_end"]), "")
+            if phase and record["pid"] in worker:
+                add(phase, record["op"], 1, record["bytes"], record["lat_us"] >= delay_us, record["lat_us"] / 1000.0)
+            continue
+        phase = _phase_of_wall(time.mktime(time.strptime(record["ts"], "%Y-%m-%d %H:%M:%S")), run["phases"])
+        if not phase:
+            continue
+        if run["tool"] == "fsdist":
+            for op, entry in record["ops"].items():
+                slow = sum(b["count"] for b in entry["hist"] if b["interval-end"] >= delay_us)
+                add(phase, op, entry["count"], entry["bytes"], slow, 0.0)
+        else:  # fstop: the worker's row
+            for row in record.get("processes", []):
+                for op, entry in row["ops"].items() if row["pid"] in worker else ():
+                    add(phase, op, entry["count"], entry["bytes"],
+                        entry["count"] if entry["avg_ms"] >= run["delay_ms"] else 0, entry["avg_ms"] * entry["count"])
+    return out
+
+
+def verify_tool_ran(run: Dict[str, Any], fs: str) -> None:
+    assert run.get("phases"), f"{fs}: the run did not get to its phases: {run.get('stderr', '')[-1500:]}"
+    assert run["rc"] == 0, f"{fs}: {run['tool']} exited {run['rc']}: {run['stderr'][-1500:]}"
+    assert "Traceback" not in run["stderr"], f"{fs}: {run['stderr'][-1500:]}"
+    assert run["table"].split()[2] == "delay", f"{fs}: dm table in the delay phase: {run['table']}"
+
+
+def verify_counts_exact(run: Dict[str, Any], fs: str) -> None:
+    """Per phase and operation, the tool's count (and bytes of reads and writes) is what the
+    workload issued, no more and no less."""
+    seen = seen_by_phase(run)
+    for name, phase in run["phases"].items():
+        issued = phase["issued"]
+        for op in _ops_of(run):
+            got = seen[name].get(op, {"count": 0, "bytes": 0})
+            assert got["count"] == issued[op], f"{fs} {name}: {op} counted {got['count']}, issued {issued[op]}"
+            if op in BYTES_OPS:
+                assert got["bytes"] == issued[f"{op}_bytes"], \
+                    f"{fs} {name}: {op} bytes {got['bytes']}, issued {issued[f'{op}_bytes']}"
+
+
+def verify_delay_visible(run: Dict[str, Any], fs: str) -> None:
+    """With dm-delay, every fsync and at least one read (of dropped pages) is shown at or above
+    the delay; without it, no operation is."""
+    seen = seen_by_phase(run)
+    plain_slow = {op: e["slow"] for op, e in seen["plain"].items() if e["slow"]}
+    assert plain_slow == {}, f"{fs} plain: operations at or above {run['delay_ms']} ms without a delay: {plain_slow}"
+    delay = seen["delay"]
+    issued = run["phases"]["delay"]["issued"]
+    assert delay["fsync"]["slow"] == issued["fsync"], \
+        f"{fs} delay: {delay['fsync']['slow']} of {issued['fsync']} fsyncs at or above {run['delay_ms']} ms"
+    if run["tool"] == "fstop":  # averages: the reads' summed latency holds the delayed one
+        assert delay["read"]["lat_ms"] >= run["delay_ms"], f"{fs} delay: reads took {delay['read']['lat_ms']} ms"
+    else:
+        assert delay["read"]["slow"] >= 1, f"{fs} delay: no read at or above {run['delay_ms']} ms: {delay['read']}"
+
+
+def verify_nothing_left(data: Dict[str, Any], fs: str) -> None:
+    """While attached the kernel holds more tracing programs; after every tool was stopped by
+    its signal, the same programs and kprobe_events as before, and no mount or dm device."""
+    before, during, after = data["attached_before"], data["attached_during"], data["attached_after"]
+    assert len(during["bpf_progs"]) > len(before["bpf_progs"]), f"{fs}: nothing attached while running: {during}"
+    assert after["bpf_progs"] == before["bpf_progs"], f"{fs}: programs left: {after} (before {before})"
+    assert after["kprobe_events"] == before["kprobe_events"], f"{fs}: kprobe_events left: {after['kprobe_events']}"
+    assert data["mounts_after"] == "0" and data["dm_after"] == "0", \
+        f"{fs}: lab mounts {data['mounts_after']}, dm devices {data['dm_after']} left"
+
+
+def verify_mount_point_finds_the_superblock(data: Dict[str, Any], fs: str) -> None:
+    """--mount-point resolves each lab mount to its superblock's dev (what the probe reads),
+    also where stat(2) reports another dev (btrfs: the subvolume's)."""
+    devs = data["devs"][fs]
+    assert devs["mount_point"] == devs["mountinfo"], f"{fs}: --mount-point gave {devs}"
+
+
+def lab_results(data: Dict[str, Any], fs: str) -> Dict[str, Any]:
+    """`probes compat --lab-results` for this kernel and filesystem: per operation the
+    candidate the tool picked and whether it recorded the operation."""
+    run = data["runs"][fs]
+    seen = seen_by_phase(run)
+    return {data["release"]: {op: {"candidate": run["picks"].get(op),
+                                   "ok": op in run["picks"] and seen["plain"].get(op, {}).get("count", 0) > 0}
+                              for op in _ops_of(run)}}
+
+
+RUN_CHECKS: Tuple[Callable[[Dict[str, Any], str], None], ...] = (
+    verify_tool_ran, verify_counts_exact, verify_delay_visible)

@@ -1,0 +1,274 @@
+"""Guest side of the local-filesystem lab checks: fsslower, fsdist and fstop -t FS against a
+known workload, on a filesystem over device-mapper's delay target (dm-delay).
+
+Runs inside a lab guest (root, bcc, xfsprogs, btrfs-progs, dmsetup) from the read-only
+project share. Per filesystem: a loop file under a dm `delay` device, mkfs, mounted at
+/mnt/probekit-FS. Each tool is started once (one at a time, so that two compilers never
+share the guest's memory) and stays attached while every filesystem's phases run:
+`plain` (the workload, no delay) and `delay` (the same after `dmsetup reload` adds
+DELAY_MS to every I/O). One worker process runs every phase's workload (fsdist watches
+its pid alone: the root filesystem is ext4 too); phases are told apart by time, GAP_S
+apart, and the lab file systems are touched by nothing else. Prints one JSON document;
+tests/lab/test_fs_lab.py judges it.
+
+  python3 labs/guest/fs_guest.py [FS:TOOL ...]     (default: RUNS)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Tuple
+
+from probes_guest import (attach_kinds, drop_caches, json_lines, kernel_attachments, picks, stop, tool,
+                          wait_ready)
+from discover.spec import serves_fstype  # noqa: E402  (probes_guest put the share on sys.path)
+from probes.mounts import MountTable, kernel_dev, mount_dev  # noqa: E402
+
+#: which tool proves which filesystem, as issue 13 names them (fsslower at 0 ms: every
+#: operation is a line, so its counts can be exact), and the signal that ends it
+RUNS: Tuple[Tuple[str, str], ...] = (("xfs", "fsslower"), ("ext4", "fsdist"), ("btrfs", "fstop"))
+STOP_SIGNAL = {"fsslower": signal.SIGTERM, "fsdist": signal.SIGINT, "fstop": signal.SIGHUP}
+#: added to every read and write of the device in the `delay` phase: under TCG an undelayed
+#: fsync of a loop device took up to 65 ms and a cold 64 KiB read 190 ms, so 600 ms (log2
+#: bucket 524-1048 ms) stands well apart
+DELAY_MS = 600
+IMAGE_MIB = 512   # mkfs.xfs wants 300 MiB at least
+N_READS, READ_SIZE = 4, 65536
+M_WRITES, WRITE_SIZE = 8, 65536
+K_STATS = 3
+GAP_S = 3.0       # quiet seconds after a phase, so that its last interval is printed
+SPEC_JSON = "/tmp/probekit-{fs}-spec.json"
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True,
+                          universal_newlines=True).stdout.strip()
+
+
+def spec_args(fs: str) -> List[str]:
+    """`-t FS`, or `--spec FILE.json` where this Python reads no TOML (Debian 11)."""
+    for module in ("tomllib", "tomli", "toml"):
+        try:
+            __import__(module)
+            return ["-t", fs]
+        except ImportError:
+            continue
+    return ["--spec", SPEC_JSON.format(fs=fs)]
+
+
+class DelayedFs:
+    """A filesystem on a loop file under a dm `delay` device; set_delay() reloads its table."""
+
+    def __init__(self, fs: str) -> None:
+        self.fs = fs
+        self.image, self.name, self.mount = f"/var/tmp/probekit-{fs}.img", f"probekit-{fs}", f"/mnt/probekit-{fs}"
+        self.loop = ""
+        self.sectors = IMAGE_MIB * 2048
+
+    def __enter__(self) -> "DelayedFs":
+        try:
+            with open(self.image, "wb") as handle:
+                handle.truncate(IMAGE_MIB << 20)
+            self.loop = sh("losetup", "-f", "--show", self.image)
+            sh("dmsetup", "create", self.name, "--table", self._table(0))
+            sh(f"mkfs.{self.fs}", *(["-q"] if self.fs != "btrfs" else ["-q", "-f"]), f"/dev/mapper/{self.name}")
+            os.makedirs(self.mount, exist_ok=True)
+            sh("mount", f"/dev/mapper/{self.name}", self.mount)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _table(self, delay_ms: int) -> str:
+        return f"0 {self.sectors} delay {self.loop} 0 {delay_ms}"
+
+    def set_delay(self, delay_ms: int) -> str:
+        """Every I/O of the device waits delay_ms from now on; returns the table as dm has it."""
+        sh("dmsetup", "suspend", self.name)
+        try:
+            sh("dmsetup", "reload", self.name, "--table", self._table(delay_ms))
+        finally:
+            sh("dmsetup", "resume", self.name)
+        return sh("dmsetup", "table", self.name)
+
+    def __exit__(self, *_exc: Any) -> None:
+        for argv in (["umount", self.mount], ["dmsetup", "remove", self.name], ["losetup", "-d", self.loop]):
+            if argv[-1]:
+                subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with contextlib.suppress(OSError):
+            os.unlink(self.image)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.mount)
+
+
+def devs(fs: str, mount: str) -> Dict[str, int]:
+    """The mount's dev as stat(2) gives it, as mountinfo (the superblock) gives it, and as
+    --mount-point resolves it: the probe compares the superblock's."""
+    table = MountTable(serves=lambda fstype: serves_fstype({"filesystem": fs}, fstype))  # no fstypes key in these specs
+    st = os.stat(mount)
+    with open("/proc/self/mountinfo") as lines:  # the last line of the mount point is the one on top
+        major, minor = [line.split()[2] for line in lines if line.split()[4] == mount][-1].split(":")
+    return {"stat": kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)),
+            "mountinfo": kernel_dev(int(major), int(minor)), "mount_point": mount_dev(mount, table, fs)}
+
+
+def prepare(mount: str) -> str:
+    src = os.path.join(mount, "read.bin")
+    with open(src, "wb") as handle:
+        handle.write(os.urandom(N_READS * READ_SIZE))
+    return src
+
+
+def workload(mount: str, tag: str, src: str) -> Dict[str, int]:
+    """The known operations (run in a child): 3 opens, 4 x 64 KiB reads of a file not in the
+    page cache, 8 x 64 KiB writes with 2 fsyncs, 3 stats."""
+    issued = {"open": 0, "read": 0, "write": 0, "fsync": 0, "getattr": 0, "read_bytes": 0, "write_bytes": 0}
+    fd = os.open(src, os.O_RDONLY)
+    issued["open"] += 1
+    for i in range(N_READS):
+        issued["read_bytes"] += len(os.pread(fd, READ_SIZE, i * READ_SIZE))
+        issued["read"] += 1
+    os.close(fd)
+    os.close(os.open(src, os.O_RDONLY))
+    issued["open"] += 1
+    fd = os.open(os.path.join(mount, f"write-{tag}.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    issued["open"] += 1
+    block = b"w" * WRITE_SIZE
+    for i in range(M_WRITES):
+        issued["write_bytes"] += os.write(fd, block)
+        issued["write"] += 1
+        if i in (M_WRITES // 2 - 1, M_WRITES - 1):
+            os.fsync(fd)
+            issued["fsync"] += 1
+    os.close(fd)
+    for _ in range(K_STATS):
+        os.stat(src)
+        issued["getattr"] += 1
+    return issued
+
+
+class Worker:
+    """A child process that runs the workload when asked (over a pipe), started before the
+    tools so that fsdist can watch its pid alone (-p): the root filesystem is ext4 too, and
+    --mount-point needs the file's superblock, which a 5.10 kprobe without module BTF does
+    not read."""
+
+    def __init__(self) -> None:
+        self.from_parent, self.to_child = os.pipe()
+        self.from_child, self.to_parent = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.to_child)
+            os.close(self.from_child)
+            try:
+                with os.fdopen(self.from_parent) as orders, os.fdopen(self.to_parent, "w") as answers:
+                    for line in orders:
+                        mount, tag, src = json.loads(line)
+                        answers.write(json.dumps(workload(mount, tag, src)) + "\n")
+                        answers.flush()
+            finally:
+                os._exit(0)
+        os.close(self.from_parent)
+        os.close(self.to_parent)
+        self.orders, self.answers = os.fdopen(self.to_child, "w"), os.fdopen(self.from_child)
+
+    def run(self, mount: str, tag: str, src: str) -> Dict[str, int]:
+        self.orders.write(json.dumps([mount, tag, src]) + "\n")
+        self.orders.flush()
+        return json.loads(self.answers.readline())
+
+    def close(self) -> None:
+        self.orders.close()
+        self.answers.close()
+        os.waitpid(self.pid, 0)
+
+
+def phase(worker: Worker, fs: DelayedFs, tag: str, src: str) -> Dict[str, Any]:
+    """One workload run by the worker, caches dropped first, with its wall and monotonic span."""
+    drop_caches()
+    started, mono = time.time(), time.monotonic()
+    issued = worker.run(fs.mount, tag, src)
+    return {"pid": worker.pid, "issued": issued, "start": started, "end": time.time(), "mono_start": mono,
+            "mono_end": time.monotonic()}
+
+
+@contextlib.contextmanager
+def filesystems(names: List[str]) -> Iterator[Dict[str, DelayedFs]]:
+    with contextlib.ExitStack() as stack:
+        yield {fs: stack.enter_context(DelayedFs(fs)) for fs in names}
+
+
+def tool_args(fs: str, name: str, worker: int) -> List[str]:
+    """Each tool as a user would run it on this filesystem (JSON for the judging)."""
+    base = [name] + spec_args(fs) + ["-v", "--json"]
+    if name == "fsslower":
+        return base + ["0"]
+    if name == "fsdist":  # the guest's root is ext4 too: the worker's operations only
+        return base + ["-p", str(worker), "1"]
+    return base + ["-i", "1"]
+
+
+def run(plan: List[Tuple[str, str]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"release": os.uname().release, "runs": {}}
+    with filesystems([fs for fs, _ in plan]) as mounted:
+        sources = {fs: prepare(m.mount) for fs, m in mounted.items()}
+        out["devs"] = {fs: devs(fs, m.mount) for fs, m in mounted.items()}
+        out["attached_before"] = kernel_attachments()
+        procs = {}
+        worker = Worker()
+        try:
+            for fs, name in plan:
+                log = f"/tmp/{name}-{fs}.out"
+                args = tool_args(fs, name, worker.pid)
+                procs[fs] = (name, log, tool(args, log))
+                out["runs"][fs] = {"tool": name, "args": args, "delay_ms": DELAY_MS,
+                                   "ready_s": wait_ready(procs[fs][2], log, timeout=600.0)}
+            out["attached_during"] = kernel_attachments()
+            for fs, _ in plan:
+                phases = {"plain": phase(worker, mounted[fs], "plain", sources[fs])}
+                time.sleep(GAP_S)
+                out["runs"][fs]["table"] = mounted[fs].set_delay(DELAY_MS)
+                phases["delay"] = phase(worker, mounted[fs], "delay", sources[fs])
+                mounted[fs].set_delay(0)
+                time.sleep(GAP_S)
+                out["runs"][fs]["phases"] = phases
+        finally:  # every tool stopped first, whatever failed: nothing may stay attached
+            stopped = {}
+            for fs, (name, log, proc) in procs.items():
+                try:
+                    stopped[fs] = stop(proc, log, STOP_SIGNAL[name])
+                except BaseException:
+                    proc.kill()
+                    raise
+            worker.close()
+        for fs, result in stopped.items():
+            name = procs[fs][0]
+            result["records"] = json_lines(result["lines"], {"fsslower": "lat_us", "fsdist": "ops",
+                                                             "fstop": "processes"}[name])
+            result["picks"] = picks(result["stderr"])
+            result["attach_kinds"] = attach_kinds(result["stderr"])
+            out["runs"][fs].update(result)
+        out["attached_after"] = kernel_attachments()
+    out["mounts_after"] = sh("sh", "-c", "grep -c probekit- /proc/mounts || true")
+    out["dm_after"] = sh("sh", "-c", "dmsetup ls | grep -c probekit- || true")
+    return out
+
+
+def main(argv: List[str]) -> int:
+    os.environ["PATH"] = "/usr/local/sbin:/usr/sbin:/sbin:" + os.environ.get("PATH", "")
+    plan = [tuple(arg.split(":", 1)) for arg in argv[1:]] or list(RUNS)
+    try:
+        result = {"ok": True, "data": run(plan)}  # type: ignore[arg-type]
+    except Exception as exc:  # reported as data: the host test shows it
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,91 @@
+"""Lab tests of fsslower, fsdist and fstop -t FS on ext4, XFS and btrfs (issue 13), on 5.10,
+6.12 and 7.3.
+
+In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client), one guest run
+(labs/guest/fs_guest.py) makes each filesystem on a loop file under a device-mapper `delay`
+device, starts `fsslower -t xfs 0`, `fsdist -t ext4` (its mount only: the root is ext4 too)
+and `fstop -t btrfs` once, and runs a known workload on each filesystem twice, without and
+with 600 ms added to every I/O by dm-delay; the tools end by SIGTERM, SIGINT and SIGHUP.
+labs/fs_checks.py judges it: counts and bytes exact per phase, the delay shown with dm-delay
+and not without, nothing left attached, mounted or mapped. The tools' picks and counts are
+each spec's --lab-results for this kernel, and `probes compat` of the kernel's Debian package
+must agree with them, every operation lab-verified.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+from conftest import guest_run, once_run
+
+from labs import fs_checks as fc
+from labs.base import Lab
+
+pytestmark = pytest.mark.lab
+
+GUEST_SCRIPT = "labs/guest/fs_guest.py"
+FS_KERNELS = ["7.3", "6.12", "5.10"]
+FILESYSTEMS = ["xfs", "ext4", "btrfs"]
+fs_kernels = pytest.mark.parametrize("kernel_lab", FS_KERNELS, indirect=True, ids=lambda k: f"k{k}")
+
+
+@guest_run("fs", fixture="fs_data")
+def run_fs_checks(kernel_lab: Any) -> Dict[str, Any]:
+    lab: Lab = kernel_lab.lab
+    share = getattr(lab, "guest_project_dir", "/opt/probekit")
+    with kernel_lab.timed("fs"):
+        res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT}", timeout=1800)
+    assert res.exit_code == 0, f"fs_guest: exit {res.exit_code}: {res.stderr[-2000:]}"
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    (kernel_lab.artifacts / "fs.json").write_text(json.dumps(out, indent=1))
+    print(f"[fs lab] {kernel_lab.kernel}: {kernel_lab.times['fs']:.0f} s", flush=True)
+    return out
+
+
+@pytest.fixture
+def fs_data(kernel_lab: Any) -> Dict[str, Any]:
+    out = once_run(kernel_lab, "fs")
+    assert out["ok"], out.get("error")
+    return out["data"]
+
+
+@fs_kernels
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+@pytest.mark.parametrize("verify", fc.RUN_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_fs_tool(fs_data: Dict[str, Any], fs: str, verify: Any) -> None:
+    verify(fs_data["runs"][fs], fs)
+
+
+@fs_kernels
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+def test_mount_point_finds_the_superblock(fs_data: Dict[str, Any], fs: str) -> None:
+    fc.verify_mount_point_finds_the_superblock(fs_data, fs)
+
+
+@fs_kernels
+def test_fs_tools_leave_nothing_behind(fs_data: Dict[str, Any]) -> None:
+    fc.verify_nothing_left(fs_data, ",".join(FILESYSTEMS))
+
+
+@fs_kernels
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+def test_fs_static_report_agrees_with_the_lab(kernel_lab: Any, fs_data: Dict[str, Any], fs: str) -> None:
+    """probes compat SPEC for this kernel's Debian package, with this run's lab results."""
+    from probes.compat import build_report, disagreements, render, spec_attach_points, spec_functions
+    from probes.runtime import SPECS_DIR
+    from discover.spec import load_spec
+    from test_probes_lab import static_kernel
+    lab_results = fc.lab_results(fs_data, fs)
+    release = fs_data["release"]
+    assert all(run["ok"] for run in lab_results[release].values()), lab_results
+    spec_path = SPECS_DIR / f"{fs}.toml"
+    spec = load_spec(spec_path)
+    modules = sorted({p.module for p in spec_attach_points(spec) if p.module and p.module != "vmlinux"})
+    kernel = static_kernel(kernel_lab.lab, release, spec_functions(spec), modules)
+    report = build_report(spec, [kernel], kernel, str(spec_path), lab_results)
+    (Path(kernel_lab.artifacts) / f"compat-{fs}-{kernel.label}.txt").write_text(render(report, "table"))
+    (Path(kernel_lab.artifacts) / f"lab-results-{fs}.json").write_text(json.dumps(lab_results, indent=1))
+    assert disagreements(report) == []
+    assert report["lab"] == {kernel.label: {op: "verified" for op in spec["ops"]}}
