@@ -18,7 +18,7 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
 from discover.events import EventPair, find_pairs
@@ -209,6 +209,9 @@ class CallGraphs:
         self.callers: Dict[str, Set[str]] = {}
         #: event -> {(function or OUTSIDE, depth): times seen}
         self.event_sites: Dict[str, Dict[Tuple[str, int], int]] = {}
+        #: (caller, callee) -> the module sets seen above the caller on the paths where it
+        #: made that call (traces only: a path tree; a node-link graph has no paths)
+        self.call_contexts: Dict[Tuple[str, str], Set[FrozenSet[str]]] = {}
         self.files: List[str] = []
 
     @classmethod
@@ -275,6 +278,13 @@ class CallGraphs:
         if tree.is_empty():
             raise UserError(f"{path}: no function_graph calls in this trace")
         self.files.append(path.name)
+        stack = [(node, frozenset()) for node in tree.root.children.values()]
+        while stack:  # each path once: which modules lie above each call
+            node, above = stack.pop()
+            below = above | {node.module} if node.module else above
+            for child in node.children.values():
+                self.call_contexts.setdefault((node.name, child.name), set()).add(above)
+                stack.append((child, below))
         data = to_node_link(to_digraph(tree.root))
         self._add_graph(data["nodes"], data["links"], with_events=False)
 
@@ -293,6 +303,14 @@ class CallGraphs:
 
     def calls(self, caller: str, callee: str) -> bool:
         return callee in self.edges.get(caller, {})
+
+    def calls_outside(self, caller: str, callee: str, modules: Set[str]) -> bool:
+        """Whether caller called callee on a path with no function of `modules` above it (a
+        trace's paths; a node-link graph, without paths, says only that it called it)."""
+        contexts = self.call_contexts.get((caller, callee))
+        if contexts is None:
+            return self.calls(caller, callee)
+        return any(not (above & modules) for above in contexts)
 
 
 def _split_module(name: str) -> Tuple[str, Optional[str]]:
@@ -568,20 +586,17 @@ class Proposer:
     def _entry_functions(self, op: str, know: OpKnowledge) -> Tuple[List[str], str]:
         """Entry functions below VFS; a function called by another entry is not an entry."""
         nested = NESTED.get(self.fs, {})
-        by_name = self._functions(know.entries)
-        by_name = [fn for fn in by_name
-                   if nested.get(fn) not in by_name
-                   and not (fn.startswith("__") and fn[2:] in by_name)
-                   and not (self.graphs and any(self.graphs.calls(other, fn) for other in by_name))]
+        # names that fit, and what the call graph shows VFS calling as the method (xfs_vn_getattr)
+        via_vfs = self._called_by_vfs(know) if self.graphs is not None else []
+        found = self._functions(know.entries)
+        found += [fn for fn in via_vfs if fn not in found]
+        by_name = [fn for fn in found
+                   if nested.get(fn) not in found
+                   and not (fn.startswith("__") and fn[2:] in found)
+                   and not (self.graphs and any(self.graphs.calls(other, fn) for other in found))]
         if self.graphs is None:
             return by_name, ("no call graph given: entry functions found by name in "
                              "available_filter_functions of " + ", ".join(self.modules or ["vmlinux"]))
-        # where no name follows the usual pattern, the call graph names the entry: what VFS
-        # calls as the method (not added beside names found: an nfs helper that finish_open
-        # hands to do_dentry_open inside nfs_atomic_open is called from there too)
-        via_vfs = self._called_by_vfs(know)
-        if not by_name:
-            by_name = via_vfs
         outer = set(self.graphs.outermost(set(self.modules)))
         seen = [fn for fn in by_name if fn in outer or fn in via_vfs]
         callers = [c for c in know.method_callers if any(self.graphs.calls(c, fn) for fn in seen)]
@@ -615,11 +630,13 @@ class Proposer:
 
     def _called_by_vfs(self, know: OpKnowledge) -> List[str]:
         """Traceable functions of the filesystem the call graphs show VFS calling as this
-        operation's method (the entry, whatever the filesystem named it)."""
+        operation's method (the entry, whatever the filesystem named it), on a path where no
+        function of the filesystem was already running: an nfs helper that nfs_atomic_open
+        hands to finish_open reaches do_dentry_open too, but from inside nfs."""
         assert self.graphs is not None
         modules = set(self.modules)
         return [fn for caller in know.method_callers for fn in self.graphs.callees(caller, modules)
-                if self.profile.traceable(fn)]
+                if self.profile.traceable(fn) and self.graphs.calls_outside(caller, fn, modules)]
 
     def candidates(self, op: str) -> List[Candidate]:
         know = KNOWLEDGE[op]
