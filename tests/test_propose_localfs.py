@@ -1,7 +1,8 @@
-"""`discover propose` for ext4, XFS and btrfs from a Debian 6.12 lab guest's captures (issue 13).
+"""`discover propose` for ext4, XFS, btrfs and SMB/CIFS from a Debian 6.12 lab guest's
+captures (issue 13).
 
-Data: tests/fixtures/6.12.117+deb13-amd64/localfs/ (README there: the guest, the script,
-the workload). The specs in probes/specs/ were written from exactly these files; proposing
+Data: tests/fixtures/6.12.117+deb13-amd64/localfs/ and cifs/ (READMEs there: the guest, the
+script, the workload). The specs in probes/specs/ were written from exactly these files; proposing
 again must give the same decisions, and the general rules that found them are asserted
 on what they found: an entry named by the call graph where no name fits the usual
 pattern (xfs_vn_getattr), and a tracepoint pair that fires in the entry function itself
@@ -55,6 +56,29 @@ def test_committed_spec_is_what_propose_writes(fs: str, profile: Any, tmp_path: 
     for op in OPS5:
         first = committed["ops"][op]["candidates"][0]
         assert "called by" in first["evidence"] or first["kind"] == "tracepoint", (op, first["evidence"])
+
+
+CIFS = REPO / "tests" / "fixtures" / "6.12.117+deb13-amd64" / "cifs"
+
+
+def test_cifs_spec_attaches_every_cache_modes_entry(tmp_path: Path) -> None:
+    """Two mounts, cache=strict and cache=loose: VFS calls other cifs functions for each; the
+    first candidate of each operation attaches all it saw, each optional (a kernel or a
+    mount may have one only), and ->atomic_open beside ->open (creates skip ->open)."""
+    (tmp_path / "g").mkdir()
+    for trace in CIFS.glob("cifs-*-ops.events.trace.gz"):
+        shutil.copy(trace, tmp_path / "g")
+    proposer = Proposer(load_profile(CIFS / "profile.json.gz"), "cifs", CallGraphs.load_dir(tmp_path / "g"))
+    spec, left_out = build_spec(proposer, proposer.propose(OPS5))
+    committed = load_spec(SPECS / "cifs.toml")
+    assert left_out == [] and _decisions(spec) == _decisions(committed)
+    firsts = {op: {a["entry"]: a["optional"] for a in committed["ops"][op]["candidates"][0]["attach"]} for op in OPS5}
+    assert firsts == {"read": {"cifs_loose_read_iter": True, "cifs_strict_readv": True},
+                      "write": {"cifs_file_write_iter": True, "cifs_strict_writev": True},
+                      "open": {"cifs_atomic_open": True, "cifs_open": True},
+                      "getattr": {"cifs_getattr": False},
+                      "fsync": {"cifs_fsync": True, "cifs_strict_fsync": True}}
+    assert committed["fstypes"] == ["cifs", "smb3"]
 
 
 def test_an_entry_no_name_pattern_finds_comes_from_the_call_graph(profile: Any, tmp_path: Path) -> None:

@@ -1,46 +1,59 @@
 #!/bin/sh
-# Evidence for `discover propose FS` on local filesystems: for each FS given (ext4, xfs,
-# btrfs), a 512 MiB loop file is made into that filesystem and mounted at /mnt/probekit-FS,
-# and one function_graph capture is taken with the FS's own tracepoints enabled while a
-# known workload runs on it. The graph starts at the VFS functions of the operations a
-# latency tool times (set_graph_function), so the filesystem's entry points are whatever
-# VFS calls there, not names guessed in advance; max_graph_depth 5 keeps the text small.
-# Plain tracefs writes and coreutils, no probekit code. Also writes `discover snapshot`
-# (the kernel profile) and `discover events FS`.
-#   OUT/FS-ops.events.trace  the capture (`cat trace`), .stats and .trace_options beside it
-#   OUT/FS.workload.txt      the workload's commands and output
-#   OUT/profile.json         the kernel profile, OUT/FS.events.json the events
-# Usage: capture_local_fs.sh OUTDIR FS...
+# Evidence for `discover propose FS`: for each filesystem given, one function_graph
+# capture with the filesystem's own tracepoints enabled while a known workload runs on it.
+# ext4, xfs, btrfs: a 512 MiB loop file made into that filesystem, mounted at
+# /mnt/probekit-FS. cifs:CACHE: the lab's SMB share (smb_share.sh) mounted with
+# cache=CACHE at /mnt/probekit-cifs-CACHE (the client enters through other functions per
+# mode). The graph starts at the VFS functions of the operations a latency tool times
+# (set_graph_function), so the filesystem's entry points are whatever VFS calls there,
+# not names guessed in advance; max_graph_depth 5 keeps the text small. Plain tracefs
+# writes and coreutils, no probekit code. Also writes `discover snapshot` (the kernel
+# profile) and `discover events FS`.
+#   OUT/NAME-ops.events.trace  the capture (`cat trace`), .stats and .trace_options beside it
+#   OUT/NAME.workload.txt      the workload's commands and output (NAME: ext4, cifs-strict, ...)
+#   OUT/profile.json           the kernel profile, OUT/FS.events.json the events
+# Usage: capture_fs.sh OUTDIR FS...
 # Every tracefs setting, mount, loop device and file it makes is undone on exit, Ctrl-C
 # and SIGTERM.
 set -eu
 export PATH=/usr/local/sbin:/usr/sbin:/sbin:$PATH
-out=${1:?usage: capture_local_fs.sh OUTDIR FS...}
+out=${1:?usage: capture_fs.sh OUTDIR FS...}
 shift
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
 capture_dir "$out"
 made=""
 cleanup() {
-    for fs in $made; do
-        umount "/mnt/probekit-$fs" 2>/dev/null || true
-        dev=$(losetup -j "/var/tmp/probekit-$fs.img" -O NAME -n 2>/dev/null || true)
-        [ -n "$dev" ] && losetup -d $dev
-        rm -f "/var/tmp/probekit-$fs.img"
-        rmdir "/mnt/probekit-$fs" 2>/dev/null || true
+    for name in $made; do
+        case $name in
+        cifs-*) sh "$here/smb_share.sh" umount "/mnt/probekit-$name" ;;
+        *)
+            umount "/mnt/probekit-$name" 2>/dev/null || true
+            dev=$(losetup -j "/var/tmp/probekit-$name.img" -O NAME -n 2>/dev/null || true)
+            [ -n "$dev" ] && losetup -d $dev
+            rm -f "/var/tmp/probekit-$name.img"
+            rmdir "/mnt/probekit-$name" 2>/dev/null || true
+            ;;
+        esac
     done
     restore
 }
 trap 'cleanup' EXIT
 
 for fs in "$@"; do
-    img=/var/tmp/probekit-$fs.img mnt=/mnt/probekit-$fs
-    made="$made $fs"
-    truncate -s 512M "$img"
-    dev=$(losetup -f --show "$img")
-    mkfs."$fs" -q "$dev" 2>/dev/null || mkfs."$fs" "$dev" > /dev/null
-    mkdir -p "$mnt"
-    mount "$dev" "$mnt"
+    name=$(echo "$fs" | tr : -) mnt=/mnt/probekit-$(echo "$fs" | tr : -)
+    made="$made $name"
+    case $fs in
+    cifs:*) sh "$here/smb_share.sh" mount "$mnt" "${fs#cifs:}" ;;
+    *)
+        img=/var/tmp/probekit-$fs.img
+        truncate -s 512M "$img"
+        dev=$(losetup -f --show "$img")
+        mkfs."$fs" -q "$dev" 2>/dev/null || mkfs."$fs" "$dev" > /dev/null
+        mkdir -p "$mnt"
+        mount "$dev" "$mnt"
+        ;;
+    esac
 done
 cd /opt/probekit
 python3 -m discover snapshot -o "$out/profile.json"
@@ -53,11 +66,11 @@ done
 echo 5 > "$T/max_graph_depth"
 echo 8192 > "$T/buffer_size_kb"
 for fs in "$@"; do
-    mnt=/mnt/probekit-$fs
-    python3 -m discover events "$fs" --json > "$out/$fs.events.json"
+    name=$(echo "$fs" | tr : -) mnt=/mnt/probekit-$(echo "$fs" | tr : -) system=${fs%%:*}
+    [ -f "$out/$system.events.json" ] || python3 -m discover events "$system" --json > "$out/$system.events.json"
     echo function_graph > "$T/current_tracer"
     saved_graph_options=$(cat "$T/trace_options")
-    [ -d "$T/events/$fs" ] && echo 1 > "$T/events/$fs/enable"
+    [ -d "$T/events/$system" ] && echo 1 > "$T/events/$system/enable"
     : > "$T/trace"
     echo 1 > "$T/tracing_on"
     {
@@ -67,12 +80,12 @@ for fs in "$@"; do
         dd if="$mnt/f" of=/dev/null bs=64k 2>&1
         echo "== 2 x 4 KiB O_SYNC"; dd if=/dev/zero of="$mnt/g" bs=4k count=2 oflag=sync 2>&1
         echo "== O_DIRECT read"; dd if="$mnt/f" of=/dev/null bs=64k iflag=direct 2>&1
-    } > "$out/$fs.workload.txt"
+    } > "$out/$name.workload.txt"
     echo 0 > "$T/tracing_on"
-    [ -d "$T/events/$fs" ] && echo 0 > "$T/events/$fs/enable"
-    save_capture "$out" "$fs-ops.events"
+    [ -d "$T/events/$system" ] && echo 0 > "$T/events/$system/enable"
+    save_capture "$out" "$name-ops.events"
     for opt in $saved_graph_options; do echo "$opt" > "$T/trace_options" 2>/dev/null || true; done
     saved_graph_options=""
     echo nop > "$T/current_tracer"
-    echo "$fs: $(wc -l < "$out/$fs-ops.events.trace") lines"
+    echo "$name: $(wc -l < "$out/$name-ops.events.trace") lines"
 done

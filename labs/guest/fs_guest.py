@@ -1,9 +1,11 @@
-"""Guest side of the local-filesystem lab checks: fsslower, fsdist and fstop -t FS against a
-known workload, on a filesystem over device-mapper's delay target (dm-delay).
+"""Guest side of the fs tools' lab checks: fsslower, fsdist and fstop -t FS against a known
+workload, on local filesystems over device-mapper's delay target (dm-delay) and on SMB
+over loopback with netem.
 
-Runs inside a lab guest (root, bcc, xfsprogs, btrfs-progs, dmsetup) from the read-only
-project share. Per filesystem: a loop file under a dm `delay` device, mkfs, mounted at
-/mnt/probekit-FS. Each tool is started once (one at a time, so that two compilers never
+Runs inside a lab guest (root, bcc, xfsprogs, btrfs-progs, dmsetup, samba, cifs-utils)
+from the read-only project share. Per local filesystem: a loop file under a dm `delay`
+device, mkfs, mounted at /mnt/probekit-FS; SMB: the lab's Samba share mounted with
+cache=strict and cache=loose (labs/guest/smb_share.sh), delayed by netem on lo. Each tool is started once (one at a time, so that two compilers never
 share the guest's memory) and stays attached while every filesystem's phases run:
 `plain` (the workload, no delay) and `delay` (the same after `dmsetup reload` adds
 DELAY_MS to every I/O). One worker process runs every phase's workload (fsdist watches
@@ -24,15 +26,19 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Tuple
 
-from probes_guest import (attach_kinds, drop_caches, json_lines, kernel_attachments, picks, stop, tool,
-                          wait_ready)
+from probes_guest import (attach_kinds, json_lines, kernel_attachments, picks, stop, tool, wait_ready,
+                          writes_and_two_fsyncs)
 from discover.spec import serves_fstype  # noqa: E402  (probes_guest put the share on sys.path)
 from probes.mounts import MountTable, kernel_dev, mount_dev  # noqa: E402
 
 #: which tool proves which filesystem, as issue 13 names them (fsslower at 0 ms: every
 #: operation is a line, so its counts can be exact), and the signal that ends it
-RUNS: Tuple[Tuple[str, str], ...] = (("xfs", "fsslower"), ("ext4", "fsdist"), ("btrfs", "fstop"))
+RUNS: Tuple[Tuple[str, str], ...] = (("xfs", "fsslower"), ("ext4", "fsdist"), ("btrfs", "fstop"),
+                                     ("cifs", "fsslower"))
 STOP_SIGNAL = {"fsslower": signal.SIGTERM, "fsdist": signal.SIGINT, "fstop": signal.SIGHUP}
+#: the SMB client enters through other functions per cache mode: both are mounted and worked
+CIFS_MODES = ("strict", "loose")
+SMB_SHARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smb_share.sh")
 #: added to every read and write of the device in the `delay` phase: under TCG an undelayed
 #: fsync of a loop device took up to 65 ms and a cold 64 KiB read 190 ms, so 600 ms (log2
 #: bucket 524-1048 ms) stands well apart
@@ -96,6 +102,19 @@ class DelayedFs:
             sh("dmsetup", "resume", self.name)
         return sh("dmsetup", "table", self.name)
 
+    @property
+    def mounts(self) -> Dict[str, str]:
+        return {"": self.mount}
+
+    @contextlib.contextmanager
+    def delayed(self) -> Iterator[str]:
+        """DELAY_MS on every I/O of the device while the block runs; yields the dm table."""
+        table = self.set_delay(DELAY_MS)
+        try:
+            yield table
+        finally:
+            self.set_delay(0)
+
     def __exit__(self, *_exc: Any) -> None:
         for argv in (["umount", self.mount], ["dmsetup", "remove", self.name], ["losetup", "-d", self.loop]):
             if argv[-1]:
@@ -104,6 +123,36 @@ class DelayedFs:
             os.unlink(self.image)
         with contextlib.suppress(OSError):
             os.rmdir(self.mount)
+
+
+class SmbFs:
+    """The lab's SMB share mounted once per cache mode (labs/guest/smb_share.sh); the delay is
+    netem on lo, half of DELAY_MS each way, so that every request and its reply add DELAY_MS."""
+
+    def __init__(self, fs: str) -> None:
+        self.fs = fs
+        self.mounts = {f"{mode} ": f"/mnt/probekit-cifs-{mode}" for mode in CIFS_MODES}
+
+    def __enter__(self) -> "SmbFs":
+        try:
+            for mode, mount in zip(CIFS_MODES, self.mounts.values()):
+                sh("sh", SMB_SHARE, "mount", mount, mode)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    @contextlib.contextmanager
+    def delayed(self) -> Iterator[str]:
+        sh("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", f"{DELAY_MS // 2}ms")
+        try:
+            yield sh("tc", "qdisc", "show", "dev", "lo")
+        finally:
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], stderr=subprocess.DEVNULL)
+
+    def __exit__(self, *_exc: Any) -> None:
+        for mount in self.mounts.values():
+            subprocess.run(["sh", SMB_SHARE, "umount", mount], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def devs(fs: str, mount: str) -> Dict[str, int]:
@@ -138,13 +187,7 @@ def workload(mount: str, tag: str, src: str) -> Dict[str, int]:
     issued["open"] += 1
     fd = os.open(os.path.join(mount, f"write-{tag}.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     issued["open"] += 1
-    block = b"w" * WRITE_SIZE
-    for i in range(M_WRITES):
-        issued["write_bytes"] += os.write(fd, block)
-        issued["write"] += 1
-        if i in (M_WRITES // 2 - 1, M_WRITES - 1):
-            os.fsync(fd)
-            issued["fsync"] += 1
+    writes_and_two_fsyncs(fd, b"w" * WRITE_SIZE, M_WRITES, issued)
     os.close(fd)
     for _ in range(K_STATS):
         os.stat(src)
@@ -188,19 +231,27 @@ class Worker:
         os.waitpid(self.pid, 0)
 
 
-def phase(worker: Worker, fs: DelayedFs, tag: str, src: str) -> Dict[str, Any]:
-    """One workload run by the worker, caches dropped first, with its wall and monotonic span."""
-    drop_caches()
+def drop_pages() -> None:
+    """Drop the page cache only: the reads must miss it; dentries and inodes stay, as for a
+    user who reads a file again."""
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as handle:
+        handle.write("1\n")
+
+
+def phase(worker: Worker, mount: str, tag: str, src: str) -> Dict[str, Any]:
+    """One workload run by the worker, pages dropped first, with its wall and monotonic span."""
+    drop_pages()
     started, mono = time.time(), time.monotonic()
-    issued = worker.run(fs.mount, tag, src)
+    issued = worker.run(mount, tag.replace(" ", "-"), src)
     return {"pid": worker.pid, "issued": issued, "start": started, "end": time.time(), "mono_start": mono,
             "mono_end": time.monotonic()}
 
 
 @contextlib.contextmanager
-def filesystems(names: List[str]) -> Iterator[Dict[str, DelayedFs]]:
+def filesystems(names: List[str]) -> Iterator[Dict[str, Any]]:
     with contextlib.ExitStack() as stack:
-        yield {fs: stack.enter_context(DelayedFs(fs)) for fs in names}
+        yield {fs: stack.enter_context(SmbFs(fs) if fs == "cifs" else DelayedFs(fs)) for fs in names}
 
 
 def tool_args(fs: str, name: str, worker: int) -> List[str]:
@@ -216,8 +267,8 @@ def tool_args(fs: str, name: str, worker: int) -> List[str]:
 def run(plan: List[Tuple[str, str]]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"release": os.uname().release, "runs": {}}
     with filesystems([fs for fs, _ in plan]) as mounted:
-        sources = {fs: prepare(m.mount) for fs, m in mounted.items()}
-        out["devs"] = {fs: devs(fs, m.mount) for fs, m in mounted.items()}
+        sources = {(fs, label): prepare(mount) for fs, m in mounted.items() for label, mount in m.mounts.items()}
+        out["devs"] = {fs: [devs(fs, mount) for mount in m.mounts.values()] for fs, m in mounted.items()}
         out["attached_before"] = kernel_attachments()
         procs = {}
         worker = Worker()
@@ -229,13 +280,15 @@ def run(plan: List[Tuple[str, str]]) -> Dict[str, Any]:
                 out["runs"][fs] = {"tool": name, "args": args, "delay_ms": DELAY_MS,
                                    "ready_s": wait_ready(procs[fs][2], log, timeout=600.0)}
             out["attached_during"] = kernel_attachments()
-            for fs, _ in plan:
-                phases = {"plain": phase(worker, mounted[fs], "plain", sources[fs])}
-                time.sleep(GAP_S)
-                out["runs"][fs]["table"] = mounted[fs].set_delay(DELAY_MS)
-                phases["delay"] = phase(worker, mounted[fs], "delay", sources[fs])
-                mounted[fs].set_delay(0)
-                time.sleep(GAP_S)
+            for fs, _ in plan:  # phases `plain` and `delay`; per cache mode on SMB (`strict plain`, ...)
+                phases = {}
+                for label, mount in mounted[fs].mounts.items():
+                    phases[f"{label}plain"] = phase(worker, mount, f"{label}plain", sources[(fs, label)])
+                    time.sleep(GAP_S)
+                    with mounted[fs].delayed() as how:
+                        out["runs"][fs]["injected"] = how
+                        phases[f"{label}delay"] = phase(worker, mount, f"{label}delay", sources[(fs, label)])
+                    time.sleep(GAP_S)
                 out["runs"][fs]["phases"] = phases
         finally:  # every tool stopped first, whatever failed: nothing may stay attached
             stopped = {}

@@ -121,6 +121,18 @@ def prepare(mount: str, tag: str) -> None:
         handle.write(os.urandom(N_READS * READ_SIZE))
 
 
+def writes_and_two_fsyncs(fd: int, block: bytes, count: int, issued: Dict[str, int]) -> int:
+    """`count` writes of `block`, an fsync after the half and after the last, added to
+    `issued`; returns the fsyncs made."""
+    for i in range(count):
+        issued["write_bytes"] += os.write(fd, block)
+        issued["write"] += 1
+        if i in (count // 2 - 1, count - 1):
+            os.fsync(fd)
+            issued["fsync"] += 1
+    return 2
+
+
 def workload(mount: str, tag: str) -> Dict[str, int]:
     """Issue a known set of operations on one mount (after prepare); return what was issued."""
     work = os.path.join(mount, "work", f"probes-{tag}")
@@ -147,14 +159,8 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     big = os.path.join(work, f"write-{time.monotonic_ns()}.bin")
     fd = os.open(big, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # open that creates
     issued["open"] += 1
-    block = b"\0" * WRITE_SIZE
-    for i in range(M_WRITES):
-        issued["write_bytes"] += os.write(fd, block)
-        issued["write"] += 1
-        if i in (M_WRITES // 2 - 1, M_WRITES - 1):
-            os.fsync(fd)
-            issued["fsync"] += 1
-            issued["unstable_fsync"] += 1  # flushes 4 MiB > wsize: UNSTABLE writes + COMMIT
+    # each fsync flushes 4 MiB > wsize: UNSTABLE writes + COMMIT
+    issued["unstable_fsync"] += writes_and_two_fsyncs(fd, b"\0" * WRITE_SIZE, M_WRITES, issued)
     os.close(fd)
     for _ in range(K_STATS):
         os.stat(src)

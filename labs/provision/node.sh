@@ -66,9 +66,21 @@ done
 [ -x /usr/local/probekit/bin/pip ] || python3 -m venv --system-site-packages /usr/local/probekit
 
 # servers the tests start themselves: nothing of theirs runs at boot
-for unit in prometheus.service prometheus-node-exporter.service; do
+for unit in prometheus.service prometheus-node-exporter.service smbd.service nmbd.service samba-ad-dc.service; do
     systemctl disable "$unit" >/dev/null 2>&1 || true
 done
+# the SMB share the fs checks mount, and its user (its Samba password is set at run time:
+# labs/guest/smb_share.sh)
+install -d /srv/probekit-smb
+id probekit >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin probekit
+grep -q '^\[probekit\]' /etc/samba/smb.conf 2>/dev/null || cat >> /etc/samba/smb.conf <<'SMB'
+
+[probekit]
+   path = /srv/probekit-smb
+   read only = no
+   valid users = probekit
+   force user = root
+SMB
 
 # QEMU lab shares (absent under Vagrant: nofail keeps boot going)
 install -d /opt/probekit /results

@@ -1,15 +1,17 @@
-"""Lab tests of fsslower, fsdist and fstop -t FS on ext4, XFS and btrfs (issue 13), on 5.10,
-6.12 and 7.3.
+"""Lab tests of fsslower, fsdist and fstop -t FS on ext4, XFS, btrfs and SMB/CIFS (issue 13),
+on 5.10, 6.12 and 7.3.
 
 In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client), one guest run
-(labs/guest/fs_guest.py) makes each filesystem on a loop file under a device-mapper `delay`
-device, starts `fsslower -t xfs 0`, `fsdist -t ext4` (its mount only: the root is ext4 too)
-and `fstop -t btrfs` once, and runs a known workload on each filesystem twice, without and
-with 600 ms added to every I/O by dm-delay; the tools end by SIGTERM, SIGINT and SIGHUP.
-labs/fs_checks.py judges it: counts and bytes exact per phase, the delay shown with dm-delay
-and not without, nothing left attached, mounted or mapped. The tools' picks and counts are
-each spec's --lab-results for this kernel, and `probes compat` of the kernel's Debian package
-must agree with them, every operation lab-verified.
+(labs/guest/fs_guest.py) makes each local filesystem on a loop file under a device-mapper
+`delay` device and mounts the image's Samba share twice (cache=strict, cache=loose), starts
+`fsslower -t xfs 0`, `fsdist -t ext4` (the worker's pid only: the root is ext4 too),
+`fstop -t btrfs` and `fsslower -t cifs 0` once, and runs a known workload on each mount
+twice, without and with 600 ms added to every I/O by dm-delay (every SMB round trip by
+netem on lo); the tools end by SIGTERM, SIGINT and SIGHUP. labs/fs_checks.py judges it:
+counts and bytes exact per phase, the delay shown when injected and not without, nothing
+left attached, mounted or mapped. The tools' picks and counts are each spec's
+--lab-results for this kernel, and `probes compat` of the kernel's Debian package must
+agree with them, every operation lab-verified.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.lab
 
 GUEST_SCRIPT = "labs/guest/fs_guest.py"
 FS_KERNELS = ["7.3", "6.12", "5.10"]
-FILESYSTEMS = ["xfs", "ext4", "btrfs"]
+FILESYSTEMS = ["xfs", "ext4", "btrfs", "cifs"]
 fs_kernels = pytest.mark.parametrize("kernel_lab", FS_KERNELS, indirect=True, ids=lambda k: f"k{k}")
 
 

@@ -1,0 +1,72 @@
+"""The fs lab checks' verdicts (labs/fs_checks.py) on a real 6.12 guest run (README beside it):
+every verdict passes on it as recorded, and fails when one operation is lost or one
+latency is moved across the injected delay."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from labs import fs_checks as fc
+
+RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "fs-lab" / "guest-run.json.gz"
+FILESYSTEMS = ("xfs", "ext4", "btrfs", "cifs")
+
+
+@pytest.fixture
+def data() -> Dict[str, Any]:
+    with gzip.open(RUN, "rt") as handle:
+        out: Dict[str, Any] = json.load(handle)
+    assert out["ok"]
+    return out["data"]
+
+
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+def test_the_recorded_run_passes(data: Dict[str, Any], fs: str) -> None:
+    for verify in fc.RUN_CHECKS:
+        verify(data["runs"][fs], fs)
+    fc.verify_mount_point_finds_the_superblock(data, fs)
+    release = data["release"]
+    assert all(entry["ok"] for entry in fc.lab_results(data, fs)[release].values())
+
+
+def test_the_recorded_run_left_nothing(data: Dict[str, Any]) -> None:
+    fc.verify_nothing_left(data, "all")
+    # btrfs's stat reports the subvolume's dev: --mount-point still found the superblock's
+    btrfs = data["devs"]["btrfs"][0]
+    assert btrfs["stat"] != btrfs["mountinfo"] == btrfs["mount_point"]
+
+
+def _worker_events(run: Dict[str, Any], phase: str, op: str) -> list:
+    span = run["phases"][phase]
+    return [r for r in run["records"] if r["op"] == op and span["mono_start"] <= r["end_us"] / 1e6 <= span["mono_end"]]
+
+
+def test_a_lost_operation_fails_the_count(data: Dict[str, Any]) -> None:
+    run = data["runs"]["xfs"]
+    run["records"].remove(_worker_events(run, "plain", "getattr")[0])
+    with pytest.raises(AssertionError, match="getattr counted 2, issued 3"):
+        fc.verify_counts_exact(run, "xfs")
+
+
+def test_a_slow_operation_without_delay_fails(data: Dict[str, Any]) -> None:
+    run = data["runs"]["cifs"]
+    _worker_events(run, "loose plain", "open")[0]["lat_us"] = run["delay_ms"] * 1000
+    with pytest.raises(AssertionError, match="loose plain: operations at or above"):
+        fc.verify_delay_visible(run, "cifs")
+
+
+def test_a_delayed_fsync_in_a_lower_bucket_fails(data: Dict[str, Any]) -> None:
+    """fsdist: both delayed fsyncs relabelled as ending below the delay (a probe that timed
+    only part of the fsync would put them there)."""
+    run = data["runs"]["ext4"]
+    delay_us = run["delay_ms"] * 1000
+    for record in run["records"]:
+        for bucket in record["ops"]["fsync"]["hist"]:
+            if bucket["interval-end"] >= delay_us:
+                bucket["interval-start"], bucket["interval-end"] = delay_us // 2, delay_us - 1
+    with pytest.raises(AssertionError, match="0 of 2 fsyncs at or above"):
+        fc.verify_delay_visible(run, "ext4")
