@@ -77,10 +77,11 @@ def kernel_profile_cmd(package: Path, output: Path, functions: Tuple[str, ...], 
                                   "(a --kernel value or its label; default: the spec's kernel if given, else the first).")
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "html", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
-@click.option("--lab-results", type=click.Path(dir_okay=False, path_type=Path),
-              help="JSON of lab runs (docs/compat.md) to mark cells verified in a VM.")
+@click.option("--lab-results", "lab_files", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="JSON of lab runs (docs/compat.md) to mark cells verified in a VM (repeatable: one file "
+                   "per lab kernel, as a CI run's kernel artefacts hold them).")
 def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], fmt: str,
-               output: Optional[Path], lab_results: Optional[Path]) -> None:
+               output: Optional[Path], lab_files: Tuple[Path, ...]) -> None:
     """Which attach points of SPEC exist and still mean the same on each kernel.
 
     For every attach point and kernel: ok, absent, only compiler copies (.isra/.constprop/
@@ -96,6 +97,7 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
       probes compat probes/specs/nfs.toml --kernel 5.10 --kernel 6.1 --kernel 6.12 --kernel 7.2
       probes compat probes/specs/nfs.toml --kernel 6.1 --kernel /tmp/lab-6.1.json --reference 6.1 --format md
       probes compat probes/specs/nfs.toml --kernel 6.1 --kernel 7.3 --format html -o nfs-compat.html
+      probes compat probes/specs/ext4.toml --kernel 5.10 --kernel 7.3 --lab-results kernel-5.10/lab-results-ext4.json --lab-results kernel-7.3/lab-results-ext4.json
     """
     from probes.compat import (build_report, load_kernels, render, short_label, spec_events, spec_functions,
                                spec_modules)
@@ -106,7 +108,13 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
     if output is not None and output.is_dir():
         raise UserError(f"-o {output}: is a directory")
     spec_data = load_spec(spec)
-    lab = _read_lab_results(lab_results, spec_data["ops"]) if lab_results else None  # before the slow part
+    lab: Optional[Dict[str, Any]] = None
+    origin: Dict[str, Path] = {}  # which file named each lab kernel
+    for path in lab_files:  # before the slow part
+        for given, per_op in _read_lab_results(path, spec_data["ops"]).items():
+            if given in origin:
+                raise UserError(f"--lab-results {path}: {given}: also in {origin[given]}")
+            lab, origin[given] = {**(lab or {}), given: per_op}, path
     if lab:
         kernels = tuple(lab_kernel_for(value, lab) for value in kernels)
     loaded = load_kernels(kernels, spec_functions(spec_data), spec_modules(spec_data), log=_log,
@@ -129,7 +137,7 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
         known = {short_label(name) for _a, k in loaded for name in (k.label, k.profile.release)}
         for given in lab:
             if short_label(given) not in known:
-                raise UserError(f"{lab_results}: {given}: not one of the --kernel values "
+                raise UserError(f"{origin[given]}: {given}: not one of the --kernel values "
                                 f"({', '.join(sorted(known))})")
     report = build_report(spec_data, [k for _a, k in loaded], ref, str(spec), lab)
     text = render(report, fmt)

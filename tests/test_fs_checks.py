@@ -70,3 +70,30 @@ def test_a_delayed_fsync_in_a_lower_bucket_fails(data: Dict[str, Any]) -> None:
                 bucket["interval-start"], bucket["interval-end"] = delay_us // 2, delay_us - 1
     with pytest.raises(AssertionError, match="0 of 2 fsyncs at or above"):
         fc.verify_delay_visible(run, "ext4")
+
+
+PROFILE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "localfs" / "profile.json.gz"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _compat(*args: str) -> Any:
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", "from probes.cli import main; main()", "compat", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_the_recorded_runs_lab_results_verify_the_compat_report(data: Dict[str, Any], tmp_path: Path) -> None:
+    """`probes compat --lab-results` with this run's file (what CI's kernel artefacts hold) marks
+    every XFS operation lab-verified on the profile of the same kernel; a kernel given by two
+    files is one error line."""
+    results = tmp_path / "lab-results-xfs.json"
+    results.write_text(json.dumps(fc.lab_results(data, "xfs")))
+    res = _compat("probes/specs/xfs.toml", "--kernel", str(PROFILE), "--lab-results", str(results),
+                  "--format", "json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert list(report["lab"].values()) == [{op: "verified" for op in ("read", "write", "open", "getattr", "fsync")}]
+    twice = _compat("probes/specs/xfs.toml", "--kernel", str(PROFILE), "--lab-results", str(results),
+                    "--lab-results", str(results))
+    assert twice.returncode == 1 and twice.stderr.count("\n") == 1 and "also in" in twice.stderr
