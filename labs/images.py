@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -184,12 +185,15 @@ def build_image(kernel: str = "6.1", progress: Progress = print, rebuild: bool =
         for tool in ("mmdebstrap", "mkfs.ext4", "qemu-img"):
             if not shutil.which(tool):
                 raise UserError(f"{tool} not found: run `bash scripts/setup` first")
+        for old in images.glob(f".tmp-{key}-*"):  # a build that was killed: its mounts, then its files
+            unmount_below(old)
+            shutil.rmtree(old, ignore_errors=True)
         work = images / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         try:
             info = _build(suite, packages, key, work, final, private_key, progress)
         finally:
+            unmount_below(work)
             shutil.rmtree(work, ignore_errors=True)
     _check_series(kernel, info)
     return info
@@ -267,16 +271,52 @@ def _check_series(kernel: str, info: ImageInfo) -> None:
                         f"{info.kernel_release}; ask for {info.suite!r} or another version")
 
 
+def unmount_below(path: Path) -> None:
+    """Detach every mount under `path`, deepest first. mmdebstrap mounts /proc, /sys and /dev
+    (the host's /dev/shm among them) in its chroot; a build stopped before it unmounted them
+    would leave them behind, and removing the tree would reach into the host's /dev/shm."""
+    prefix = str(path.resolve()) + "/"
+    with open("/proc/self/mountinfo") as mounts:
+        points = {line.split()[4].replace("\\040", " ") for line in mounts}
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
+
+
+#: how long a stopped build step may take to end by itself (mmdebstrap then unmounts its
+#: chroot) before its session is killed; an apt or dpkg run inside it can ignore SIGTERM
+STOP_GRACE_S = 20.0
+
+
+def _stop_session(proc: subprocess.Popen) -> None:
+    """SIGTERM to the step's session, SIGKILL after STOP_GRACE_S; unmount_below does the rest."""
+    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run_logged(cmd: List[str], log: Path, progress: Progress) -> None:
-    """Run a long build step, keeping its full output in a log and showing its progress."""
+    """Run a long build step, keeping its full output in a log and showing its progress; if
+    this process is stopped meanwhile, the step is stopped too (and waited for)."""
     with log.open("w") as sink:
+        # its own session: when this process is stopped, so is every process of the step
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace")
+                                errors="replace", start_new_session=True)
         assert proc.stdout is not None
-        for line in proc.stdout:
-            sink.write(line)
-            if line.startswith(("I: ", "E: ", "W: ")) or "Setting up linux-image" in line:
-                progress("[image] " + line.rstrip())
+        try:
+            for line in proc.stdout:
+                sink.write(line)
+                if line.startswith(("I: ", "E: ", "W: ")) or "Setting up linux-image" in line:
+                    progress("[image] " + line.rstrip())
+        except BaseException:
+            _stop_session(proc)
+            raise
         code = proc.wait()
     if code != 0:
         kept = log.parent.parent / (log.parent.name.lstrip(".") + ".failed.log")
@@ -303,7 +343,9 @@ class _locked:
 
 
 def _main(argv: List[str]) -> None:
-    """`python -m labs.images KERNEL`: build or show the cached image (for scripts and benches)."""
+    """`python -m labs.images KERNEL`: build or show the cached image (for scripts and benches).
+    SIGTERM (a test session's prebuild being stopped) ends it through its clean-up."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     info = build_image(argv[0] if argv else "6.1", progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(info.to_json(), indent=2))
 

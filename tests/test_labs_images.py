@@ -67,3 +67,25 @@ def test_version_mismatch_is_reported(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="ships 6.12.117"):
         images._check_series("6.1", info)
     assert images.ImageInfo.from_json(info.to_json()) == info
+
+
+def test_unmount_below_detaches_a_killed_builds_mounts_before_removal(tmp_path: Path) -> None:
+    """What a stopped mmdebstrap leaves: its chroot's /proc and a /dev/shm bound from the
+    host. They go first, deepest first, so that removing the tree cannot reach the host's."""
+    import os
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root (CI runs as root)")
+    chroot = tmp_path / ".tmp-key-1" / "root"
+    (chroot / "proc").mkdir(parents=True)
+    (chroot / "dev" / "shm").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "proc", "proc", str(chroot / "proc")], check=True)
+    subprocess.run(["mount", "--bind", "/dev/shm", str(chroot / "dev" / "shm")], check=True)
+    mine = str(tmp_path.resolve()) + "/"
+    try:
+        images.unmount_below(tmp_path / ".tmp-key-1")
+    finally:
+        left = [line.split()[4] for line in open("/proc/self/mountinfo") if line.split()[4].startswith(mine)]
+        for point in sorted(left, reverse=True):
+            subprocess.run(["umount", "--lazy", point], check=False)
+    assert left == []
