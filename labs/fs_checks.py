@@ -9,16 +9,15 @@ asked of it: did it count the workload's operations and bytes exactly, did the d
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Dict, List, Tuple
+
+from labs.guest.probes_guest import interval_in
 
 #: what the workload issues per phase and which operations must show the delay
 BYTES_OPS = ("read", "write")
 #: the operations that wait for the device in every delayed phase: each fsync writes, and
 #: the first read of a file whose pages were dropped reads
 DELAYED_OPS = ("fsync", "read")
-#: how late an interval may be printed after its phase (probes_guest.INTERVAL_LATE_S's reason)
-INTERVAL_LATE_S = 3.0
 
 Seen = Dict[str, Dict[str, Dict[str, float]]]
 
@@ -27,12 +26,10 @@ def _ops_of(run: Dict[str, Any]) -> List[str]:
     return [op for op in next(iter(run["phases"].values()))["issued"] if not op.endswith("_bytes")]
 
 
-def _phase_of_wall(moment: float, phases: Dict[str, Any]) -> str:
-    """The phase an interval printed at wall second `moment` belongs to ("" if none)."""
-    for name, phase in phases.items():
-        if phase["start"] - 1 <= moment <= phase["end"] + INTERVAL_LATE_S:
-            return name
-    return ""
+def _phase_of_interval(ts: str, phases: Dict[str, Any]) -> str:
+    """The phase an interval printed at wall second `ts` belongs to ("" if none), by the NFS
+    checks' own window (probes_guest.interval_in)."""
+    return next((name for name, phase in phases.items() if interval_in(ts, phase)), "")
 
 
 def seen_by_phase(run: Dict[str, Any]) -> Seen:
@@ -56,7 +53,7 @@ def seen_by_phase(run: Dict[str, Any]) -> Seen:
             if phase and record["pid"] in worker:
                 add(phase, record["op"], 1, record["bytes"], record["lat_us"] >= delay_us, record["lat_us"] / 1000.0)
             continue
-        phase = _phase_of_wall(time.mktime(time.strptime(record["ts"], "%Y-%m-%d %H:%M:%S")), run["phases"])
+        phase = _phase_of_interval(record["ts"], run["phases"])
         if not phase:
             continue
         if run["tool"] == "fsdist":

@@ -70,6 +70,11 @@ def find_target(fs_type: Optional[str], spec_path: Optional[str]) -> Target:
     return Target(path, spec, spec_title(spec))
 
 
+def nfs_target(spec_path: Optional[str]) -> Target:
+    """The nfs tools' filesystem: nfs.toml, or the --spec given (any filesystem's)."""
+    return find_target(None if spec_path else "nfs", spec_path)
+
+
 def common(func: Any) -> Any:
     func = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
                         help="Probe spec (default: the filesystem's in probes/specs/).")(func)
@@ -212,7 +217,7 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck."""
-    run_slower("nfsslower", find_target(None if spec_path else "nfs", spec_path), min_ms, pid, as_csv, as_json, stall_interval, show_mount, cgroup, mount_point, ops_text, verbose,
+    run_slower("nfsslower", nfs_target(spec_path), min_ms, pid, as_csv, as_json, stall_interval, show_mount, cgroup, mount_point, ops_text, verbose,
                kprobes_only)
 
 
@@ -249,7 +254,7 @@ def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_cs
     where = Filters(target, cgroup, mount_point)
     tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0,
                 mount_dev=where.mount_dev)
-    session = Session(prog, tool, ops, str(target.spec_path), verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
     cgroups = CgroupNames()
@@ -421,7 +426,7 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
-    run_dist("nfsdist", find_target(None if spec_path else "nfs", spec_path), interval, count, no_timestamp,
+    run_dist("nfsdist", nfs_target(spec_path), interval, count, no_timestamp,
              millis, pid, as_json, per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
 
 
@@ -448,7 +453,7 @@ def run_dist(prog: str, target: Target, interval: int, count: int, no_timestamp:
     tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount,
                 mount_dev=where.mount_dev)
     mounts = where.mounts if per_mount else None
-    session = Session(prog, tool, ops, str(target.spec_path), verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only)
     with session:
         if not as_json:
             print(f"Tracing {target.title} operation latency... Hit Ctrl-C to end.", flush=True)
@@ -624,7 +629,7 @@ def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: b
            kprobes_only: bool) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
-    run_top("nfstop", find_target(None if spec_path else "nfs", spec_path), interval, pid, by, as_json, noclear,
+    run_top("nfstop", nfs_target(spec_path), interval, pid, by, as_json, noclear,
             cgroup, mount_point, ops_text, verbose, kprobes_only)
 
 
@@ -647,7 +652,7 @@ def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: st
     ops = target.ops(ops_text)
     where = Filters(target, cgroup, mount_point)
     tool = Tool(top=True, tgid=pid or 0, inflight=True, per_mount=by == "mount", mount_dev=where.mount_dev)
-    session = Session(prog, tool, ops, str(target.spec_path), verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     clear = not as_json and not noclear and sys.stdout.isatty()
     cgroups = CgroupNames()

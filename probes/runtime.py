@@ -16,7 +16,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from discover.errors import UserError
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event, generate
@@ -251,7 +251,7 @@ def wait_for_modules(modules: Sequence[str], root: Path = Path("/sys/module"), p
 class Session:
     """One attached probe. Use as a context manager: leaving it always detaches."""
 
-    def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec_path: Optional[str],
+    def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec: Union[str, Dict[str, Any], None],
                  verbose: bool, cgroup_dir: Optional[str] = None, fentry: bool = True) -> None:
         self.prog = prog
         #: --cgroup's directory (probes.cgroups.filter_dir): its fd goes into cgroup_filter[0]
@@ -259,7 +259,8 @@ class Session:
         tool = tool._replace(cgroup_filter=cgroup_dir is not None)
         self.verbose = verbose
         self.tool = tool
-        spec = load_spec(Path(spec_path) if spec_path else DEFAULT_SPEC)
+        if not isinstance(spec, dict):  # a path (None: nfs.toml); a tool that checked its -t passes the spec read
+            spec = load_spec(Path(spec) if spec else DEFAULT_SPEC)
         #: how banners and messages name the filesystem (`NFS`, `ext4`)
         self.title = spec_title(spec)
         facts = KernelFacts.live()
