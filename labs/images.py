@@ -65,6 +65,8 @@ class ImageInfo(NamedTuple):
     ssh_private_key: Path    # key pair accepted for `vagrant` and root
     ssh_public_key: Path
     packages: List[str]
+    #: kernel suite -> uname -r of every kernel the image carries (the fields above: the base suite's)
+    kernels: Dict[str, str] = {}
 
     def to_json(self) -> Dict[str, object]:
         out = {k: (str(v) if isinstance(v, Path) else v) for k, v in self._asdict().items()}
@@ -109,16 +111,23 @@ def base_suite(suite: str) -> str:
     return suite[:-len(BACKPORTS)] if suite.endswith(BACKPORTS) else suite
 
 
+def image_suites(suite: str) -> List[str]:
+    """The kernel suites one image carries: its base suite's kernel and the backports kernel
+    KERNEL_SUITES names for that base (trixie's 6.12 and trixie-backports' 7.3 share one
+    image: one build, one package download, the same userland either way)."""
+    base = base_suite(suite)
+    return [base] + [s for s in dict.fromkeys(KERNEL_SUITES.values()) if s == base + BACKPORTS]
+
+
 def read_package_list(suite: str) -> List[str]:
-    """packages.txt + packages-<base suite>.txt + the kernel image and headers (from
-    backports, as ``name/<suite>``, for a backports suite)."""
+    """packages.txt + packages-<base suite>.txt + the base suite's kernel image and headers
+    (a backports kernel is installed beside it by the build: image_suites)."""
     names: List[str] = []
     for path in (PROVISION_DIR / "packages.txt", PROVISION_DIR / f"packages-{base_suite(suite)}.txt"):
         if path.exists():
             for line in path.read_text().splitlines():
                 names.extend(line.split("#", 1)[0].split())
-    pin = f"/{suite}" if suite != base_suite(suite) else ""
-    names += [f"linux-image-amd64{pin}", f"linux-headers-amd64{pin}"]
+    names += ["linux-image-amd64", "linux-headers-amd64"]
     return sorted(set(names))
 
 
@@ -136,9 +145,11 @@ def ensure_ssh_key(progress: Progress = print) -> Path:
 
 
 def image_key(suite: str, packages: List[str], pubkey: bytes) -> str:
-    """Hash of every build input: same inputs, same cached image."""
+    """Hash of every build input: same inputs, same cached image (one key for the suites
+    of one image)."""
     digest = hashlib.sha256()
-    for part in (BUILDER_VERSION, suite, " ".join(packages)):
+    suite = base_suite(suite)
+    for part in (BUILDER_VERSION, "+".join(image_suites(suite)), " ".join(packages)):
         digest.update(part.encode() + b"\0")
     for path in sorted(PROVISION_DIR.rglob("*")):
         if path.is_file():
@@ -156,7 +167,7 @@ def cached_image(kernel: str) -> Optional[ImageInfo]:
     key = image_key(suite, read_package_list(suite), key_path.read_bytes())
     info_file = cache_root() / "images" / key / "image.json"
     if info_file.exists():
-        return ImageInfo.from_json(json.loads(info_file.read_text()))
+        return _for_suite(ImageInfo.from_json(json.loads(info_file.read_text())), suite)
     return None
 
 
@@ -176,7 +187,7 @@ def build_image(kernel: str = "6.1", progress: Progress = print, rebuild: bool =
     images.mkdir(parents=True, exist_ok=True)
     with _locked(images / f"{key}.lock"):
         if final.exists() and (final / "image.json").exists() and not rebuild:
-            info = ImageInfo.from_json(json.loads((final / "image.json").read_text()))
+            info = _for_suite(ImageInfo.from_json(json.loads((final / "image.json").read_text())), suite)
             progress(f"[image] cached {key} (kernel {info.kernel_release})")
             _check_series(kernel, info)
             return info
@@ -191,7 +202,7 @@ def build_image(kernel: str = "6.1", progress: Progress = print, rebuild: bool =
         work = images / f".tmp-{key}-{os.getpid()}"
         work.mkdir()
         try:
-            info = _build(suite, packages, key, work, final, private_key, progress)
+            info = _for_suite(_build(suite, packages, key, work, final, private_key, progress), suite)
         finally:
             unmount_below(work)
             shutil.rmtree(work, ignore_errors=True)
@@ -214,21 +225,23 @@ def _build(suite: str, packages: List[str], key: str, work: Path, final: Path,
         "--include=" + ",".join(packages),
         f"--customize-hook=mkdir -p \"$1{guest_provision}\"",
         f"--customize-hook=cp -a {PROVISION_DIR}/. \"$1{guest_provision}/\"",
+        *(f"--customize-hook=chroot \"$1\" apt-get install -y -q -t {extra} linux-image-amd64 linux-headers-amd64"
+          for extra in image_suites(suite)[1:]),
         f"--customize-hook=cp {private_key.with_suffix('.pub')} \"$1/tmp/lab_key.pub\"",
         f"--customize-hook=chroot \"$1\" sh {guest_provision}/node.sh /tmp/lab_key.pub",
         "--customize-hook=rm -f \"$1/tmp/lab_key.pub\"",
         base_suite(suite), str(root), mirror,
     ]
-    if suite != base_suite(suite):
-        cmd.append(f"deb {mirror} {suite} main")
+    cmd += [f"deb {mirror} {extra} main" for extra in image_suites(suite)[1:]]
     _run_logged(cmd, work / "mmdebstrap.log", progress)
     progress(f"[image] mmdebstrap done in {time.monotonic() - started:.0f} s")
 
-    release = _kernel_release(root)
+    kernels = _kernel_releases(root, image_suites(suite))
     out = work / "image"
     out.mkdir()
-    shutil.copy2(root / "boot" / f"vmlinuz-{release}", out / "vmlinuz")
-    shutil.copy2(root / "boot" / f"initrd.img-{release}", out / "initrd.img")
+    for release in kernels.values():
+        shutil.copy2(root / "boot" / f"vmlinuz-{release}", out / f"vmlinuz-{release}")
+        shutil.copy2(root / "boot" / f"initrd.img-{release}", out / f"initrd.img-{release}")
     used = int(subprocess.run(["du", "-sb", str(root)], check=True, capture_output=True,
                               text=True).stdout.split()[0])
     size_mib = used * 13 // 10 // (1 << 20) + 1536   # headroom for workloads and traces
@@ -242,23 +255,41 @@ def _build(suite: str, packages: List[str], key: str, work: Path, final: Path,
     raw.unlink()
     shutil.copy2(work / "mmdebstrap.log", out / "mmdebstrap.log")
 
-    info = ImageInfo(key=key, suite=suite, kernel_release=release, directory=final,
-                     rootfs=final / "rootfs.qcow2", vmlinuz=final / "vmlinuz",
-                     initrd=final / "initrd.img", ssh_private_key=private_key,
-                     ssh_public_key=private_key.with_suffix(".pub"), packages=packages)
+    base = kernels[base_suite(suite)]
+    info = ImageInfo(key=key, suite=base_suite(suite), kernel_release=base, directory=final,
+                     rootfs=final / "rootfs.qcow2", vmlinuz=final / f"vmlinuz-{base}",
+                     initrd=final / f"initrd.img-{base}", ssh_private_key=private_key,
+                     ssh_public_key=private_key.with_suffix(".pub"), packages=packages, kernels=kernels)
     (out / "image.json").write_text(json.dumps(info.to_json(), indent=2) + "\n")
     if final.exists():
         shutil.rmtree(final)
     os.rename(out, final)
-    progress(f"[image] built {key} (kernel {release}) in {time.monotonic() - started:.0f} s")
+    progress(f"[image] built {key} (kernels {', '.join(kernels.values())}) in {time.monotonic() - started:.0f} s")
     return info
 
 
-def _kernel_release(root: Path) -> str:
-    kernels = sorted(p.name[len("vmlinuz-"):] for p in (root / "boot").glob("vmlinuz-*"))
-    if len(kernels) != 1:
-        raise UserError(f"expected one kernel in the image, found {kernels or 'none'}")
-    return kernels[0]
+def _release_order(release: str) -> List[int]:
+    return [int(n) for n in re.findall(r"\d+", release)]
+
+
+def _kernel_releases(root: Path, suites: List[str]) -> Dict[str, str]:
+    """suite -> uname -r of its kernel in the built tree: the base suite's is the oldest, a
+    backports suite's the newest (backports only ever carries a newer series)."""
+    kernels = sorted((p.name[len("vmlinuz-"):] for p in (root / "boot").glob("vmlinuz-*")), key=_release_order)
+    if len(kernels) != len(suites):
+        raise UserError(f"expected {len(suites)} kernel(s) in the image ({', '.join(suites)}), "
+                        f"found {kernels or 'none'}")
+    return dict(zip(suites, kernels))
+
+
+def _for_suite(info: ImageInfo, suite: str) -> ImageInfo:
+    """The image as seen by one of its kernel suites: that kernel's release and boot files
+    (an image of one kernel, as images before BUILDER_VERSION 2's layout, is itself)."""
+    release = info.kernels.get(suite, info.kernel_release)
+    if release == info.kernel_release:
+        return info._replace(suite=suite)
+    return info._replace(suite=suite, kernel_release=release, vmlinuz=info.directory / f"vmlinuz-{release}",
+                         initrd=info.directory / f"initrd.img-{release}")
 
 
 def _check_series(kernel: str, info: ImageInfo) -> None:

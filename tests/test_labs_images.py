@@ -30,15 +30,32 @@ def test_package_list_has_the_kernel_headers_and_suite_names() -> None:
     assert packages == sorted(set(packages))
 
 
-def test_backports_suite_takes_its_kernel_from_backports() -> None:
-    """A backports kernel is not the suite's default: both kernel packages are pinned to it,
-    everything else is the base suite's list."""
-    packages = images.read_package_list("trixie-backports")
-    assert {"linux-image-amd64/trixie-backports", "linux-headers-amd64/trixie-backports"} <= set(packages)
-    assert "linux-image-amd64" not in packages
-    assert set(packages) - {p for p in packages if "/" in p} == \
-        set(images.read_package_list("trixie")) - {"linux-image-amd64", "linux-headers-amd64"}
+def test_a_backports_kernel_shares_its_base_suites_image(tmp_path: Path) -> None:
+    """trixie's 6.12 and trixie-backports' 7.3 come from one image (one build, one key): the
+    package list is the base suite's, and each request sees its own kernel's boot files."""
+    assert images.image_suites("trixie-backports") == images.image_suites("trixie") == ["trixie", "trixie-backports"]
+    assert images.image_suites("bookworm") == ["bookworm"] and images.image_suites("sid") == ["sid"]
+    assert images.read_package_list("trixie-backports") == images.read_package_list("trixie")
+    packages = images.read_package_list("trixie")
+    assert images.image_key("trixie-backports", packages, b"k") == images.image_key("trixie", packages, b"k")
     assert images.base_suite("trixie-backports") == "trixie" and images.base_suite("sid") == "sid"
+    boot = tmp_path / "root" / "boot"
+    boot.mkdir(parents=True)
+    for release in ("7.3.4+deb13-amd64", "6.12.117+deb13-amd64"):
+        (boot / f"vmlinuz-{release}").touch()
+    kernels = images._kernel_releases(tmp_path / "root", ["trixie", "trixie-backports"])
+    assert kernels == {"trixie": "6.12.117+deb13-amd64", "trixie-backports": "7.3.4+deb13-amd64"}
+    info = images.ImageInfo(key="k", suite="trixie", kernel_release=kernels["trixie"], directory=tmp_path,
+                            rootfs=tmp_path / "r", vmlinuz=tmp_path / f"vmlinuz-{kernels['trixie']}",
+                            initrd=tmp_path / f"initrd.img-{kernels['trixie']}", ssh_private_key=tmp_path / "k",
+                            ssh_public_key=tmp_path / "k.pub", packages=[], kernels=kernels)
+    seven = images._for_suite(info, "trixie-backports")
+    assert (seven.kernel_release, seven.vmlinuz.name, seven.initrd.name) == \
+        ("7.3.4+deb13-amd64", "vmlinuz-7.3.4+deb13-amd64", "initrd.img-7.3.4+deb13-amd64")
+    assert images._for_suite(info, "trixie") == info
+    images._check_series("7.3", seven)
+    with pytest.raises(UserError, match="expected 1 kernel"):
+        images._kernel_releases(tmp_path / "root", ["bookworm"])
 
 
 def test_key_follows_every_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
