@@ -50,6 +50,24 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "probekit"
 
 
+def _in_cache(filename: Any) -> bool:
+    """Whether an OSError's file is in the cache, or a directory made on the way to it (~/.cache)."""
+    if not isinstance(filename, (str, Path)):
+        return False
+    root, path = os.path.abspath(cache_root()), os.path.abspath(filename)
+    return os.path.commonpath([root, path]) in (root, path)
+
+
+def _cache_problem(exc: OSError) -> str:
+    """Why the cache cannot be used, naming it and the variable that moves it: a HOME that is
+    read-only, full or not a directory otherwise shows as a bare "Permission denied"."""
+    moved = bool(os.environ.get("PROBEKIT_CACHE"))
+    how = ("point PROBEKIT_CACHE at a writable directory" if moved
+           else "set PROBEKIT_CACHE to a writable directory to move it")
+    return (f"cannot use the cache directory {cache_root()}{' (PROBEKIT_CACHE)' if moved else ''}: "
+            f"{exc.strerror or exc}: {exc.filename}; {how}")
+
+
 def one_line(text: str) -> str:
     """`text` as one printable line: control characters (a newline in a file name) escaped, cut at MAX_LINE."""
     out = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
@@ -136,27 +154,72 @@ def run_child(argv: Sequence[str], input: Optional[bytes] = None,
 
 
 def write_file(path: Union[str, Path], data: Union[str, bytes]) -> None:
-    """Write a command's output file; any failure is one UserError naming the path, and a
-    file this call created is not left half-written."""
+    """Write a command's output file; any failure is one UserError naming the path.
+
+    A regular file is written beside itself and renamed into place, so a full device or
+    an interrupted write leaves the previous file whole and no partial one; a device or
+    FIFO (/dev/stdout, /dev/full) is written directly."""
     path = Path(path)
-    existed = path.exists()
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    if path.exists() and not path.is_file():
+        try:
+            with open(path, "wb") as fh:
+                fh.write(raw)
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
+    real = Path(os.path.realpath(path))  # through a symlink, as an in-place write would go
+    tmp = real.with_name(f".{real.name}.{os.getpid()}.partial")
     try:
-        if isinstance(data, bytes):
-            path.write_bytes(data)
-        else:
-            path.write_text(data, encoding="utf-8")
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(raw)
+            if real.exists():
+                os.chmod(tmp, real.stat().st_mode & 0o7777)
+            os.replace(tmp, real)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
     except OSError as exc:
-        if not existed and path.is_file():
-            path.unlink()
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def same_file(a: Union[str, Path], b: Union[str, Path]) -> bool:
-    """Whether two paths name one existing file (an output that would overwrite an input)."""
+    """Whether two paths name one existing file (symlinks and hard links resolved)."""
     try:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def check_output(path: Union[str, Path], inputs: Sequence[Union[str, Path]] = (), option: str = "-o",
+                 make_parents: bool = False) -> None:
+    """Refuse an output path before any work (a capture, a download, a long analysis) is done
+    for it: one that names an input (it would be overwritten), a directory, a path under a
+    regular file, a missing directory (unless make_parents), a directory the user cannot
+    write in, or a full device. The checks a write itself would make, made first."""
+    path = Path(path)
+    for given in inputs:
+        if same_file(path, given):
+            raise UserError(f"{option} {path}: is the input {given} (it would be overwritten); write elsewhere")
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a directory; name a file")
+    if path.exists() and not path.is_file():  # /dev/stdout, /dev/full, a FIFO: written as they are
+        return
+    parent = path.parent
+    existing = parent
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "a file, not a directory" if existing.is_file() else "not a directory"
+        raise UserError(f"{option} {path}: the parent {existing} is {what}")
+    if existing != parent and not make_parents:
+        raise UserError(f"{option} {path}: no directory {parent}; create it first")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: cannot write in {existing} (permission denied)")
+    disk = os.statvfs(existing)
+    if disk.f_blocks and (disk.f_bfree if os.geteuid() == 0 else disk.f_bavail) == 0:
+        raise UserError(f"{option} {path}: no space left on the device holding {existing}")
 
 
 # -- the boundary ----------------------------------------------------------------------
@@ -205,6 +268,8 @@ def _message(exc: BaseException) -> tuple:
     if isinstance(exc, UnicodeError):
         return EXIT_ERROR, f"error: {exc}"
     if isinstance(exc, OSError):  # e.g. an output path in a missing directory: say which file
+        if _in_cache(exc.filename):
+            return EXIT_ERROR, f"error: {_cache_problem(exc)}"
         path = f": {exc.filename}" if exc.filename is not None else ""
         return EXIT_ERROR, f"error: {exc.strerror or exc}{path}"
     return None, None

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -139,3 +139,62 @@ def test_run_child_ends_its_group_on_error() -> None:
         errors.run_child(["sh", "-c", "sleep 30 & sleep 30; wait"], timeout=0.5)
     out = subprocess.run(["pgrep", "-f", "sleep 30 & sleep 30"], capture_output=True, text=True).stdout
     assert not out.strip()
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 16 KiB tmpfs (a device that fills up), unmounted after the test; root only."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_device_keeps_the_old_file_whole(tiny_tmpfs: Path) -> None:
+    """Written beside and renamed: ENOSPC leaves the previous output as it was, and no partial file."""
+    out = tiny_tmpfs / "p.json"
+    out.write_text("old\n")
+    with pytest.raises(errors.UserError, match=f"cannot write {out}: No space left on device"):
+        errors.write_file(out, "x" * 100000)
+    assert out.read_text() == "old\n" and sorted(p.name for p in tiny_tmpfs.iterdir()) == ["p.json"]
+
+
+def test_snapshot_to_a_full_device_is_refused_before_it_starts(tiny_tmpfs: Path, tmp_path: Path) -> None:
+    """No progress lines first: the device is full before any section is read."""
+    for i in range(64):  # fill it
+        try:
+            (tiny_tmpfs / f"fill{i}").write_bytes(b"x" * 4096)
+        except OSError:
+            break
+    tracefs = tmp_path / "tracefs"
+    tracefs.mkdir()
+    (tracefs / "available_events").write_text("")
+    env = dict(os.environ, PROBEKIT_TRACEFS=str(tracefs), PROBEKIT_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=str(REPO))
+    res = subprocess.run([sys.executable, "-m", "discover", "snapshot", "-o", str(tiny_tmpfs / "p.json")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert res.stderr == f"discover: error: -o {tiny_tmpfs}/p.json: no space left on the device holding {tiny_tmpfs}\n"
+
+
+def test_check_output_refusals(tmp_path: Path) -> None:
+    """The shared pre-check of every -o: inputs (also through a symlink), directories, a
+    regular file in the path, missing directories unless they are to be made."""
+    (tmp_path / "in.json").write_text("{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "in.json")
+    cases = {
+        (tmp_path / "link.json", False): f"-o {tmp_path}/link.json: is the input {tmp_path}/in.json",
+        (tmp_path, False): f"-o {tmp_path}: is a directory",
+        (tmp_path / "in.json" / "sub", False): f"the parent {tmp_path}/in.json is a file, not a directory",
+        (tmp_path / "no" / "x", False): f"no directory {tmp_path}/no; create it first",
+    }
+    for (path, make), line in cases.items():
+        with pytest.raises(errors.UserError, match=re.escape(line)):
+            errors.check_output(path, [tmp_path / "in.json"], make_parents=make)
+    errors.check_output(tmp_path / "no" / "x", [tmp_path / "in.json"], make_parents=True)
+    errors.check_output("/dev/null")
