@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import networkx as nx
 
-from discover.errors import run_child
+from discover.errors import UserError, run_child
 from discover.funcgraph import CallNode
 
 FORMAT_VERSION = 1
@@ -513,11 +513,16 @@ class ChromeTrace:
 def load_json(text: str, origin: str = "<call graph>") -> nx.DiGraph:
     """Read a graph written by to_json ("links", or networkx 3.4's "edges"); ValueError when
     it is not JSON, UserError naming the first bad field when it is not a probekit call graph."""
-    from discover.schema import CALLGRAPH_LINK, CALLGRAPH_NODE, OneOf, Record, node_link_parts, validate
+    from discover.schema import (CALLGRAPH_LINK, CALLGRAPH_NODE, AtLeast, OneOf, Record, node_link_parts,
+                                 validate)
 
     data = json.loads(text)
-    validate(data, Record({"graph": Record({"format": OneOf("probekit-callgraph")})}), origin,
-             "not a probekit call graph JSON (write one with `discover callgraph --format json`)")
+    validate(data, Record({"graph": Record({"format": OneOf("probekit-callgraph")}, {"version": AtLeast(int, 1)})}),
+             origin, "not a probekit call graph JSON (write one with `discover callgraph --format json`)")
+    version = data["graph"].get("version", FORMAT_VERSION)
+    if version > FORMAT_VERSION:
+        raise UserError(f"{origin}: call graph format version {version} is newer than this probekit reads "
+                        f"(version {FORMAT_VERSION}); upgrade probekit, or write the graph with this one")
     nodes, links = node_link_parts(data, origin, CALLGRAPH_NODE, CALLGRAPH_LINK, closed=True)
     graph = nx.DiGraph(**data["graph"])
     for node in nodes:
