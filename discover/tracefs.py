@@ -127,6 +127,10 @@ def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
             for cand in candidates:
                 if _is_tracefs(cand):
                     return cand
+    if host.is_real and host.euid != 0:  # first what this user lacks: root would find (or mount) tracefs
+        raise UserError(f"tracing needs root (running as uid {host.euid}; tracefs is root-only"
+                        f"{' and mounting it needs root' if mount else ''}; or CAP_BPF, CAP_PERFMON and "
+                        f"CAP_SYS_ADMIN): run with sudo{hint}")
     how = "mount it" if mount else "this command does not mount it"
     raise UserError("tracefs not found at /sys/kernel/tracing or /sys/kernel/debug/tracing "
                     f"(kernel without CONFIG_FTRACE, or {how}: mount -t tracefs nodev /sys/kernel/tracing){hint}")
