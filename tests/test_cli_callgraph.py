@@ -1,10 +1,12 @@
 """`discover callgraph` / `discover diff` from the command line, on the real captures."""
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -126,3 +128,47 @@ def test_live_branch_on_a_fake_tracefs_matches_from_file(tmp_path):
     assert {e: d["calls"] for e, d in a.edges.items()} == {e: d["calls"] for e, d in b.edges.items()}
     assert a.nodes["nfs_file_read"]["calls"] == b.nodes["nfs_file_read"]["calls"] == 17
     fake_tracefs.assert_restored(before, tracefs)
+
+
+def _fifo_writer(fifo: str, data: bytes) -> threading.Thread:
+    """A writer that feeds the whole capture, then closes (as `<(trace-cmd report)` does)."""
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+#: a capture smaller than a pipe's buffer (the writer is done before the reader opens again)
+#: and one larger (the writer still writes: a second open lost the first read's buffer)
+SMALL = REPO / "tests" / "fixtures" / "6.1.0-50-amd64" / "function_graph" / "hrtimer_nanosleep.default.trace"
+
+
+@pytest.mark.parametrize("trace", [SMALL, READ], ids=["small", "large"])
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_from_file_reads_a_fifo_once_to_its_end(tmp_path, trace, compress):
+    """A FIFO can be read once: a peek for the gzip magic and a second open hung after the
+    writer closed (and lost the first buffer while it still wrote)."""
+    expected = run("callgraph", "--from-file", str(trace), "--format", "folded")
+    assert expected.returncode == 0, expected.stderr
+    fifo = tmp_path / "trace"
+    os.mkfifo(fifo)
+    data = trace.read_bytes()
+    writer = _fifo_writer(str(fifo), gzip.compress(data) if compress else data)
+    got = run("callgraph", "--from-file", str(fifo), "--format", "folded")  # 120 s timeout: a hang fails
+    writer.join(5)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == expected.stdout
+
+
+def test_from_file_dev_stdin_from_a_pipe():
+    expected = run("callgraph", "--from-file", str(READ), "--format", "folded").stdout
+    with open(READ, "rb") as trace:
+        feeder = subprocess.Popen(["cat"], stdin=trace, stdout=subprocess.PIPE)
+        got = subprocess.run([sys.executable, "-m", "discover", "callgraph", "--from-file", "/dev/stdin",
+                              "--format", "folded"], cwd=REPO, stdin=feeder.stdout, capture_output=True, text=True,
+                             timeout=120)
+        feeder.wait(10)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == expected

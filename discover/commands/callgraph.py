@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 import click
 
 from discover import callgraph as cg
-from discover.errors import UserError, same_file, write_file
+from discover.errors import UserError, check_output, write_file
 from discover.funcgraph import CallHook, CallTree, FuncgraphParser
 
 FORMATS = ("tree", "profile", "json", "dot", "svg", "folded", "chrome")
@@ -42,11 +42,12 @@ def parse_saved(path: str, pid: Optional[int], comm: Optional[str],
     if os.path.isdir(path):
         raise UserError(f"{path}: is a directory, not a trace file")
     parser = FuncgraphParser(pid=pid, comm=comm, on_call=on_call)
+    gzipped = False
     try:
+        # opened once and never sought: a FIFO (`<(trace-cmd report)`, /dev/stdin) can be read only once
         with open(path, "rb") as fh:
-            gzipped = fh.read(2) == b"\x1f\x8b"
-        with (gzip.open if gzipped else open)(path, "rb") as fh:  # type: ignore[operator]
-            parser.feed(fh)
+            gzipped = fh.peek(2)[:2] == b"\x1f\x8b"
+            parser.feed(gzip.GzipFile(fileobj=fh) if gzipped else fh)
     except (OSError, EOFError, zlib.error) as exc:
         raise UserError(f"{path}: {'corrupt gzip: ' if gzipped else ''}{getattr(exc, 'strerror', None) or exc}") from None
     tree = parser.finish()
@@ -192,8 +193,8 @@ def callgraph(functions: Tuple[str, ...], workload: Optional[str], duration: Opt
         raise UserError("give --pid or --comm, not both")
     if fmt == "svg" and output is None and sys.stdout.isatty():
         raise UserError("SVG is binary: use -o FILE.svg")
-    if from_file is not None and output is not None and same_file(from_file, output):
-        raise UserError(f"-o {output} is the --from-file trace: it would be overwritten")
+    if output is not None:  # before a capture: its output has to be writable
+        check_output(output, [from_file] if from_file is not None else [])
     chrome = cg.ChromeTrace(functions if from_file is not None else ()) if fmt == "chrome" else None
     if from_file is not None:
         if workload is not None or duration is not None or force:
