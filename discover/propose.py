@@ -214,13 +214,19 @@ class CallGraphs:
         self.call_contexts: Dict[Tuple[str, str], Set[FrozenSet[str]]] = {}
         self.files: List[str] = []
 
+    @staticmethod
+    def graph_files(directory: Path) -> List[Path]:
+        """The files of a --callgraphs directory that are read (call graphs JSON, traces)."""
+        if not directory.is_dir():
+            return []
+        return sorted(p for p in directory.iterdir() if p.name.endswith((".json", ".trace", ".trace.gz")))
+
     @classmethod
     def load_dir(cls, directory: Path) -> "CallGraphs":
         graphs = cls()
         if not directory.is_dir():
             raise UserError(f"{directory}: no such call-graph directory")
-        files = sorted(p for p in directory.iterdir()
-                       if p.name.endswith((".json", ".trace", ".trace.gz")))
+        files = cls.graph_files(directory)
         if not files:
             raise UserError(f"{directory}: no call graphs (*.json from `discover callgraph --format json`, "
                             f"or function_graph *.trace files)")
@@ -346,6 +352,14 @@ def check_filesystem(profile: KernelProfile, fs: str) -> List[str]:
 
 
 KNOWN_FILESYSTEMS = {"nfs", "ext4", "xfs", "btrfs", "f2fs", "cifs", "fuse", "ceph", "zfs"}
+
+
+def check_fs_name(fs: str) -> None:
+    """FS must be a filesystem type's name before it is made into patterns and advice:
+    an empty one otherwise reads as "module  is not loaded (`modprobe `...)"."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", fs):
+        raise UserError(f"FS {fs!r}: not a filesystem type name (letters, digits, _; as /proc/filesystems "
+                        f"lists them: {', '.join(sorted(KNOWN_FILESYSTEMS))})")
 
 
 class Proposer:

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import click
 
-from discover.errors import UserError, run_cli, write_file
+from discover.errors import UserError, check_output, run_cli, write_file
 
 
 def _log(msg: str) -> None:
@@ -62,6 +62,7 @@ def kernel_profile_cmd(package: Path, output: Path, functions: Tuple[str, ...], 
     """
     from discover.profile import dump_profile
     from probes.kernelpkg import profile_from_package
+    check_output(output, [package])
     data = profile_from_package([package], functions, modules)
     dump_profile(data, output)
     for note in data["package"]["notes"]:
@@ -105,8 +106,8 @@ def compat_cmd(spec: Path, kernels: Tuple[str, ...], reference: Optional[str], f
     for value in kernels:
         if not value.strip():
             raise UserError("--kernel: empty value (a version such as 6.12, a .deb or directory, a profile, or live)")
-    if output is not None and output.is_dir():
-        raise UserError(f"-o {output}: is a directory")
+    if output is not None:  # every file it reads: the spec, lab results, kernels given as files
+        check_output(output, [spec, *lab_files, *kernels])
     spec_data = load_spec(spec)
     lab: Optional[Dict[str, Any]] = None
     origin: Dict[str, Path] = {}  # which file named each lab kernel
@@ -162,16 +163,9 @@ def lab_kernel_for(value: str, lab: Dict[str, Any]) -> str:
 
 def _read_lab_results(path: Path, ops: Dict[str, Any]) -> Dict[str, Any]:
     """The --lab-results file, checked (shape, operation names) before any kernel is analysed."""
-    import json
-
-    from discover.schema import LAB_RESULTS, did_you_mean, validate
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise UserError(f"--lab-results {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not lab results JSON ({str(exc).splitlines()[0][:80]})") from None
-    validate(data, LAB_RESULTS, str(path), "lab results")
+    from discover.schema import did_you_mean
+    from probes.compat import load_lab_results
+    data = load_lab_results(path)
     for kernel, per_op in data.items():
         for op in per_op:
             if op not in ops:

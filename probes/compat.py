@@ -54,6 +54,20 @@ class AttachPoint(NamedTuple):
     exit_args: Dict[str, str]  # role -> exit.FIELD expressions (tracepoints, read at the exit event)
 
 
+def load_lab_results(path: Path) -> Dict[str, Any]:
+    """A lab results file (`labs test --lab-results`: kernel release -> operation -> run), its
+    shape checked; every problem is one line naming the file."""
+    from discover.schema import LAB_RESULTS, validate
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise UserError(f"--lab-results {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: not lab results JSON ({str(exc).splitlines()[0][:80]})") from None
+    validate(data, LAB_RESULTS, str(path), "lab results")
+    return data
+
+
 # --------------------------------------------------------------------------- spec walking
 
 def spec_attach_points(spec: Dict[str, Any]) -> List[AttachPoint]:

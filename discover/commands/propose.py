@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from discover.errors import write_file
+from discover.errors import check_output, write_file
 from discover.profile import KernelProfile, load_profile
-from discover.propose import CallGraphs, Candidate, Proposer, build_spec
+from discover.propose import CallGraphs, Candidate, Proposer, build_spec, check_fs_name
 from discover.snapshot import build_profile, find_live_tracefs, host_paths
 from discover.spec import OPS, dumps_spec, parse_ops
 
@@ -68,7 +68,12 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     atomic-open path together), then deeper points. Every candidate says why: stability,
     coverage, module, traceability, what falls in the timed window, and the evidence.
     """
+    check_fs_name(fs)
     ops = parse_ops("all" if ops_text is None else ops_text)
+    if output is not None:  # the spec's directory is made if missing (probes/specs/ of a new tree)
+        inputs = [Path(profile_path)] if profile_path else []
+        check_output(output, inputs + (CallGraphs.graph_files(Path(graphs_dir)) if graphs_dir else []),
+                     make_parents=True)
     if profile_path is not None:
         profile = load_profile(Path(profile_path))
     else:

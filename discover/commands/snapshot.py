@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import click
 
+from discover.errors import check_output
 from discover.profile import dump_profile
 from discover.snapshot import DEFAULT_VMLINUX_GLOBS, build_profile, find_live_tracefs, host_paths
 
@@ -38,6 +39,7 @@ def snapshot(output: str, btf_modules: Tuple[str, ...], btf_globs: Tuple[str, ..
     def progress(section: str) -> None:
         click.echo(f"snapshot: reading {section}", err=True)
 
+    check_output(output)  # before the sections are read and their progress printed
     modules: Optional[Tuple[str, ...]] = btf_modules or None
     data = build_profile(find_live_tracefs(), **host_paths(), btf_modules=modules,
                          vmlinux_globs=btf_globs or DEFAULT_VMLINUX_GLOBS, progress=progress)
