@@ -27,6 +27,7 @@ import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
+from probes.commands import nfs_target
 from probes.generate import Tool
 from probes.mounts import GONE_GRACE_S, MountTable
 from probes.runtime import NothingToTrace, Session, import_bpf, wait_for_modules
@@ -302,6 +303,11 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
         raise click.BadParameter(str(exc).replace("--ops: ", "", 1), param_hint="--ops") from None
     if cgroup_label and cgroup2_root() is None:
         raise UserError("--cgroup-label needs the cgroup v2 hierarchy, and none is mounted")
+    spec = nfs_target(spec_path).spec  # read once, before the port is taken
+    if spec["filesystem"] != "nfs":
+        raise UserError(f"--spec {spec_path}: a spec for {spec['filesystem']}; nfs-exporter serves NFS only "
+                        "(its series are labelled by NFS export, server and version): use an NFS spec, or "
+                        f"fsdist -t {spec['filesystem']} for this filesystem")
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -323,7 +329,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
         print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
         while stop_signal is None:
             try:
-                session = Session("nfs-exporter", tool, ops, spec_path, verbose)
+                session = Session("nfs-exporter", tool, ops, spec, verbose)
             except NothingToTrace as exc:
                 if not exc.modules:
                     raise
