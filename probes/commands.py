@@ -346,7 +346,7 @@ FS_DIST_EXAMPLES = """
 Examples:
   fsdist -t ext4           # summarize ext4 operation latency as a histogram per operation
   fsdist -t xfs 1 10       # print 1 second summaries, 10 times
-  fsdist -t btrfs -mT 1    # 1s summaries, milliseconds, no timestamp lines
+  fsdist -t btrfs -mT 1    # 1s summaries, milliseconds, and timestamps (libbpf-tools' -T)
   fsdist -t ext4 -p 181    # trace PID 181 only
   fsdist -t ext4 --mount-point /srv/data --json 5 1   # one mount, one 5 s summary as JSON
   fsdist -t xfs --per-mount 10 1   # one histogram per operation per mount
@@ -400,13 +400,12 @@ def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[
 
 
 def dist_options(func: Any) -> Any:
-    """nfsdist's and fsdist's arguments and options (bcc's and libbpf-tools' are the same)."""
+    """nfsdist's and fsdist's arguments and options but -T (bcc's and libbpf-tools' agree on
+    the others; -T is bcc nfsdist's "no timestamp" and libbpf-tools fsdist's "timestamp")."""
     func = common(func)
     for option in reversed((
             click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False),
             click.argument("count", type=click.IntRange(min=1), default=99999999, required=False),
-            click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
-                         help="No HH:MM:SS: line before each output (bcc prints one by default too)."),
             click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds."),
             click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
             click.option("--json", "as_json", is_flag=True, help="One JSON object per interval."),
@@ -417,6 +416,8 @@ def dist_options(func: Any) -> Any:
 
 
 @click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
+              help="No HH:MM:SS: line before each output (bcc nfsdist's -T; the line is printed by default).")
 @dist_options
 def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
             per_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
@@ -426,24 +427,26 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
-    run_dist("nfsdist", nfs_target(spec_path), interval, count, no_timestamp,
+    run_dist("nfsdist", nfs_target(spec_path), interval, count, not no_timestamp,
              millis, pid, as_json, per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
 
 
 @click.command("fsdist", epilog=FS_DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @fs_type_option
+@click.option("-T", "--timestamp/--notimestamp", "timestamp", default=False,
+              help="An HH:MM:SS: line before each output (libbpf-tools fsdist's -T; none by default).")
 @dist_options
-def fsdist(fs_type: Optional[str], interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int],
+def fsdist(fs_type: Optional[str], timestamp: bool, interval: int, count: int, millis: bool, pid: Optional[int],
            as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
            ops_text: Optional[str], verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
     """Summarize a filesystem's operation latency (read, write, open, fsync, getattr) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     -t FS picks the spec (probes/specs/FS.toml). Only completed operations are counted."""
-    run_dist("fsdist", find_target(fs_type, spec_path), interval, count, no_timestamp, millis, pid, as_json,
+    run_dist("fsdist", find_target(fs_type, spec_path), interval, count, timestamp, millis, pid, as_json,
              per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
 
 
-def run_dist(prog: str, target: Target, interval: int, count: int, no_timestamp: bool, millis: bool,
+def run_dist(prog: str, target: Target, interval: int, count: int, timestamp: bool, millis: bool,
              pid: Optional[int], as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
              ops_text: Optional[str], verbose: bool, kprobes_only: bool) -> None:
     """nfsdist and fsdist: a log2 histogram per operation (per mount too) every interval."""
@@ -468,7 +471,7 @@ def run_dist(prog: str, target: Target, interval: int, count: int, no_timestamp:
             if as_json:
                 print(_dist_json(session, data, unit, mounts), flush=True)
                 continue
-            clock = None if no_timestamp else time.strftime("%H:%M:%S")
+            clock = time.strftime("%H:%M:%S") if timestamp else None
             print("\n".join(dist_text(_dist_sections(data, mounts), unit, clock)), flush=True)
 
 

@@ -10,6 +10,9 @@ import re
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import pytest
+from click.testing import CliRunner
+
 from probes.commands import SLOWER_HEADER, dist_text, slower_row, stall_row
 from probes.inflight import Stall
 from probes.histogram import buckets, format_log2, percentile, stars
@@ -104,3 +107,19 @@ def test_stall_lines_keep_bccs_columns_and_are_marked() -> None:
     assert len(line.split(None, 7)) == len(SLOWER_HEADER.split())
     rpc = stall._replace(comm="kworker/u4:9", op="rpc", file="SEQUENCE", rpc="SEQUENCE", server=None)
     assert stall_row("22:27:43", rpc, "P").endswith(">1765.03 SEQUENCE (RPC in flight)")
+
+
+def test_minus_t_means_what_each_original_tool_means(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bcc nfsdist's -T drops the timestamp line it prints by default; libbpf-tools fsdist's
+    -T adds the line it leaves out by default (--notimestamp keeps it out explicitly)."""
+    import probes.commands as commands
+    seen: List[bool] = []
+    monkeypatch.setattr(commands, "run_dist",
+                        lambda prog, target, interval, count, timestamp, *_: seen.append(timestamp))
+    for tool, args, expected in ((commands.nfsdist, [], True), (commands.nfsdist, ["-T"], False),
+                                 (commands.fsdist, ["-t", "ext4"], False), (commands.fsdist, ["-t", "ext4", "-T"], True),
+                                 (commands.fsdist, ["-t", "ext4", "--timestamp"], True),
+                                 (commands.fsdist, ["-t", "ext4", "--notimestamp"], False)):
+        seen.clear()
+        result = CliRunner().invoke(tool, args)
+        assert result.exit_code == 0 and seen == [expected], (tool.name, args, result.output)
