@@ -51,14 +51,14 @@ class Case:
     argv: List[str]                                         # script name first
     code: int = 1                                           # expected exit status
     files: Dict[str, Content] = field(default_factory=dict)  # made in the case directory first
-    env: Dict[str, str] = field(default_factory=dict)
-    match: Optional[str] = None                             # substring of the stderr line
+    env: Dict[str, str] = field(default_factory=dict)       # {cwd} in a value: the case directory
+    match: Optional[str] = None                             # substring of the stderr line ({cwd}, {home})
     keep: Sequence[str] = ()                                # files the command may create
     lines: Optional[int] = 1                                # stderr lines (None: any, for exit 0)
     fifo: Optional[Tuple[str, bytes, int]] = None           # (name, data, signal once the reader is in)
     signal_on_file: Optional[Tuple[str, int]] = None        # (file that appears, signal to send)
     signal_after: Optional[Tuple[float, int]] = None        # (seconds after start, signal to send)
-    timeout: float = 60.0
+    timeout: float = 300.0                                  # a hang's bound, not a verdict: CI runs beside guests
 
 
 @dataclass
@@ -69,6 +69,7 @@ class Result:
     left_files: List[str]
     left_processes: List[str]
     seconds: float
+    cwd: str = ""
 
 
 def shared_inputs(root: Path) -> Dict[str, Path]:
@@ -153,9 +154,7 @@ def run_case(case: Case, base: Path) -> Result:
     env = dict(os.environ, HOME=str(home), PROBEKIT_CACHE=str(home / "cache"), PYTHONPATH=str(REPO),
                **{MARKER: case.id})
     env.pop("COLUMNS", None)
-    env.update(case.env)
-    if "PATH" in case.env:
-        env["PATH"] = case.env["PATH"].replace("{cwd}", str(cwd))
+    env.update({key: value.replace("{cwd}", str(cwd)) for key, value in case.env.items()})
     argv = [str(BIN / case.argv[0])] + [a.replace("{cwd}", str(cwd)) for a in case.argv[1:]]
     started = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -191,7 +190,7 @@ def run_case(case: Case, base: Path) -> Result:
             pass
     allowed = before | {f"cwd/{k}" for k in case.keep}
     extra = sorted(f for f in _files(home) - allowed if not any(f.startswith(f"cwd/{k}/") for k in case.keep))
-    return Result(proc.returncode, out, err.decode("utf-8", "replace"), extra, left, seconds)
+    return Result(proc.returncode, out, err.decode("utf-8", "replace"), extra, left, seconds, str(cwd))
 
 
 def _killpg(proc: "subprocess.Popen[bytes]", signum: int) -> None:
@@ -251,7 +250,8 @@ def check(case: Case, result: Result) -> None:
         if case.lines:
             assert lines[-1].split(":")[0] == case.argv[0], where
     if case.match is not None:
-        assert case.match in result.stderr, where
+        expected = case.match.replace("{cwd}", result.cwd).replace("{home}", str(Path(result.cwd).parent))
+        assert expected in result.stderr, where
     assert not result.left_files, f"{where}\nleft behind: {result.left_files}"
     assert not result.left_processes, f"{where}\nstill running: {result.left_processes}"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import signal
 from pathlib import Path
@@ -317,6 +318,12 @@ def state_cases() -> Iterator[bi.Case]:
     # a stale marker is recoverable: `labs down` clears it (and then `labs up` is not refused)
     yield bi.Case("state/down-clears-stale", ["labs", "down", "--name", "x"], code=0, lines=0,
                   files={"../cache/labs/x.backend": "qemu\n", "../cache/labs/x/state.json": "{"})
+    # a marker without state (a `labs up` killed before it wrote any): not "run `labs up`", which refuses
+    for command in (["status"], ["run", "--", "true"], ["shell"]):
+        yield bi.Case(f"state/{command[0]}/stale-marker", ["labs", command[0], "--name", "x"] + command[1:],
+                      files={"../cache/labs/x.backend": "qemu\n"},
+                      match="labs: error: lab 'x' is not running: {home}/cache/labs/x.backend is left from a "
+                            "`labs up` that did not finish; `labs down --name x` clears it")
 
 
 def option_cases() -> Iterator[bi.Case]:
@@ -470,9 +477,92 @@ def package_signal_cases() -> Iterator[bi.Case]:
                       code=code, signal_after=(4.0, signum), match="stopped and cleaned up")
 
 
+def output_cases() -> Iterator[bi.Case]:
+    """-o (and --lab-results) refused before any work: naming an input (the same file, a
+    symlink to it, a hard link), under a regular file, in a missing directory. Each line exact."""
+    p, s = _fill(["{profile}"])[0], str(bi.SPEC)
+    spec, profile = bi.SPEC.read_text(), bi.small_profile()
+    over = "(it would be overwritten); write elsewhere"
+    cases = {
+        "propose-over-profile": (["discover", "propose", "nfs", "--kernel-profile", "p.json", "-o", "p.json"],
+                                 {"p.json": json.dumps(profile)},
+                                 f"discover: error: -o p.json: is the input p.json {over}"),
+        "propose-over-profile-symlink": (["discover", "propose", "nfs", "--kernel-profile", "p.json", "-o", "l.toml"],
+                                         {"p.json": json.dumps(profile), "l.toml": lambda path: path.symlink_to("p.json")},
+                                         f"discover: error: -o l.toml: is the input p.json {over}"),
+        "propose-over-callgraph": (["discover", "propose", "nfs", "--kernel-profile", p, "--callgraphs", "graphs",
+                                    "-o", "graphs/g.json"], {"graphs/g.json": _real("graph")},
+                                   f"discover: error: -o graphs/g.json: is the input graphs/g.json {over}"),
+        "propose-under-file": (["discover", "propose", "nfs", "--kernel-profile", p, "-o", "afile/nfs.toml"],
+                               {"afile": "x"},
+                               "discover: error: -o afile/nfs.toml: the parent afile is a file, not a directory"),
+        "compat-over-spec": (["probes", "compat", "s.toml", "--kernel", p, "-o", "s.toml"], {"s.toml": spec},
+                             f"probes: error: -o s.toml: is the input s.toml {over}"),
+        "compat-over-spec-hardlink": (["probes", "compat", "s.toml", "--kernel", p, "-o", "h.toml"],
+                                      {"s.toml": spec, "h.toml": lambda path: os.link(path.with_name("s.toml"), path)},
+                                      f"probes: error: -o h.toml: is the input s.toml {over}"),
+        "compat-over-lab": (["probes", "compat", s, "--kernel", p, "--lab-results", "lab.json", "-o", "./lab.json"],
+                            {"lab.json": _real("lab")}, f"probes: error: -o lab.json: is the input lab.json {over}"),
+        "compat-over-kernel-profile": (["probes", "compat", s, "--kernel", "p.json", "-o", "p.json"],
+                                       {"p.json": json.dumps(profile)},
+                                       f"probes: error: -o p.json: is the input p.json {over}"),
+        "compat-under-file": (["probes", "compat", s, "--kernel", p, "-o", "afile/r.txt"], {"afile": "x"},
+                              "probes: error: -o afile/r.txt: the parent afile is a file, not a directory"),
+        "kernel-profile-over-package": (["probes", "kernel-profile", "k.deb", "-o", "k.deb"], {"k.deb": b"!<arch>\n"},
+                                        f"probes: error: -o k.deb: is the input k.deb {over}"),
+        "callgraph-under-file": (["discover", "callgraph", "--from-file", str(bi.TRACE), "-o", "afile/sub"],
+                                 {"afile": "x"}, "discover: error: -o afile/sub: the parent afile is a file, not a directory"),
+        "callgraph-under-file-deeper": (["discover", "callgraph", "--from-file", str(bi.TRACE), "-o", "afile/a/b"],
+                                        {"afile": "x"},
+                                        "discover: error: -o afile/a/b: the parent afile is a file, not a directory"),
+        "labs-test-results-under-file": (["labs", "test", "--lab-results", "afile/lab.json"], {"afile": "x"},
+                                         "labs: error: --lab-results afile/lab.json: the parent afile is a file, "
+                                         "not a directory"),
+    }
+    for label, (argv, files, line) in cases.items():
+        yield bi.Case(f"output/{label}", argv, files=files, match=line)
+    # snapshot on a (minimal) tracefs: without the pre-check it printed ten progress lines first
+    tracefs = {"tracefs/available_events": "", "tracefs/available_tracers": "nop\n"}
+    for label, out, files, line in (
+            ("snapshot-missing-dir", "no/dir/p.json", {}, "discover: error: -o no/dir/p.json: no directory no/dir; "
+                                                            "create it first"),
+            ("snapshot-under-file", "afile/p.json", {"afile": "x"},
+             "discover: error: -o afile/p.json: the parent afile is a file, not a directory")):
+        yield bi.Case(f"output/{label}", ["discover", "snapshot", "-o", out], files={**tracefs, **files},
+                      env={"PROBEKIT_TRACEFS": "{cwd}/tracefs"}, match=line)
+
+
+def refusal_cases() -> Iterator[bi.Case]:
+    """Values that were taken as good and misled later: each refused in one exact line."""
+    p = _fill(["{profile}"])[0]
+    names = "btrfs, ceph, cifs, ext4, f2fs, fuse, nfs, xfs, zfs"
+    for label, fs in (("empty", ""), ("blank", " "), ("path", "../nfs")):
+        yield bi.Case(f"refuse/propose-fs-{label}", ["discover", "propose", fs, "--kernel-profile", p],
+                      match=f"discover: error: FS {fs!r}: not a filesystem type name (letters, digits, _; as "
+                            f"/proc/filesystems lists them: {names})")
+    graph = json.loads((ROOT["inputs"] / "graph.json").read_text())
+    yield bi.Case("refuse/diff-graph-newer-version", ["discover", "diff", "g.json", _fill(["{graph_b}"])[0]],
+                  files={"g.json": json.dumps(_set(graph, ["graph", "version"], 2))},
+                  match="discover: error: g.json: call graph format version 2 is newer than this probekit reads "
+                        "(version 1); upgrade probekit, or write the graph with this one")
+    xfs = bi.REPO / "probes" / "specs" / "xfs.toml"
+    yield bi.Case("refuse/exporter-spec-not-nfs", ["nfs-exporter", "--spec", str(xfs)],
+                  match=f"nfs-exporter: error: --spec {xfs}: a spec for xfs; nfs-exporter serves NFS only (its series "
+                        "are labelled by NFS export, server and version): use an NFS spec, or fsdist -t xfs for "
+                        "this filesystem")
+    # a HOME that cannot hold the cache (here: a file): the line names the cache and the variable
+    for argv in (["probes", "fetch-kernel", "6.1"], ["labs", "down", "--name", "x"]):
+        yield bi.Case(f"refuse/cache-in-unusable-home/{argv[0]}", argv, files={"home": "not a directory"},
+                      env={"HOME": "{cwd}/home", "PROBEKIT_CACHE": ""},
+                      match="error: cannot use the cache directory {cwd}/home/.cache/probekit: Not a directory: ")
+        yield bi.Case(f"refuse/cache-unusable/{argv[0]}", argv, files={"cache": "not a directory"},
+                      env={"PROBEKIT_CACHE": "{cwd}/cache"},
+                      match="error: cannot use the cache directory {cwd}/cache (PROBEKIT_CACHE): Not a directory: ")
+
+
 def all_cases() -> List[bi.Case]:
     return [*file_cases(), *graph_cases(), *profile_cases(), *spec_cases(), *lab_cases(), *state_cases(),
-            *option_cases(), *signal_cases(), *package_signal_cases()]
+            *option_cases(), *output_cases(), *refusal_cases(), *signal_cases(), *package_signal_cases()]
 
 
 def _inputs_dir() -> Path:
