@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from discover.errors import UserError, run_cli, write_file
+from discover.errors import UserError, check_output, run_cli, write_file
 from labs.base import CLIENT, Lab
 
 BACKENDS = ("qemu", "vagrant")
@@ -38,16 +38,41 @@ def make_lab(backend: str, kernel: str, topology: str, name: str = "default") ->
     raise UserError(f"unknown backend {backend!r} ({', '.join(BACKENDS)})")
 
 
+def _require_access(name: str, write: bool) -> None:
+    """A lab another user started (`sudo labs up` with a shared cache) has files this user
+    cannot read or remove: say whose lab it is, not a bare "Permission denied", and not
+    "`labs down` clears it" when this user's `labs down` cannot."""
+    from labs.qemu import lab_state_dir
+    marker, state_dir = _state_file(name), lab_state_dir(name)
+    needs = [(marker, os.R_OK), (state_dir / "state.json", os.R_OK)]
+    if write:
+        needs += [(marker.parent, os.W_OK | os.X_OK), (state_dir, os.W_OK | os.X_OK)]
+    for path, mode in needs:
+        if path.exists() and not os.access(path, mode):
+            import pwd
+            uid = path.stat().st_uid
+            try:
+                owner = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                owner = f"uid {uid}"
+            raise UserError(f"{path}: not {'writable' if mode != os.R_OK else 'readable'} by uid {os.geteuid()}: "
+                            f"lab {name!r} belongs to {owner}; run `labs` as {owner} (sudo)")
+
+
 def attach_lab(name: str = "default") -> Lab:
     """The running lab recorded by `labs up`."""
     marker = _state_file(name)
     if not marker.exists():
         raise UserError(f"no lab {name!r} is up (run `labs up` first)")
+    _require_access(name, write=False)
     backend = marker.read_text(errors="replace").strip()
     if backend not in BACKENDS:
         raise UserError(f"{marker}: unknown backend {backend[:40]!r}; `labs down --name {name}` clears it")
     if backend == "qemu":
-        from labs.qemu import QemuLab
+        from labs.qemu import QemuLab, lab_state_dir
+        if not (lab_state_dir(name) / "state.json").exists():  # `labs up` refuses while the marker is there
+            raise UserError(f"lab {name!r} is not running: {marker} is left from a `labs up` that did not "
+                            f"finish; `labs down --name {name}` clears it")
         return QemuLab.attach(name, progress=_progress)
     try:
         from labs.vagrant import VagrantLab  # type: ignore[import-not-found]
@@ -163,6 +188,7 @@ def status(name: str, as_json: bool) -> None:
 def down(name: str) -> None:
     """Stop the lab's guests and remove their overlays, sockets and state."""
     marker = _state_file(name)
+    _require_access(name, write=True)
     try:
         lab = attach_lab(name)
     except UserError:  # no marker, or a marker/state a crash left behind: clear what is there
@@ -202,7 +228,8 @@ def _clear_stale(name: str) -> bool:
               show_default=True, help="Where call graphs, tracefs metadata and reports go.")
 @click.option("--lab-results", type=click.Path(dir_okay=False, path_type=Path),
               help="Also run the generated NFS probes; write per kernel and operation the candidate "
-                   "used and whether it recorded the operation (input of `probes compat --lab-results`). "
+                   "used and whether it recorded the operation (input of `probes compat --lab-results`); "
+                   "an existing file keeps its other kernels (merged per kernel release). "
                    "On a pair: the probe checks on the client and the fault checks (server stopped, "
                    "packet loss, nfs-server restart, nfsv4 loaded late) too. And the exporter checks: "
                    "nfs-exporter scraped by Debian's Prometheus beside node_exporter, the scraped texts "
@@ -214,12 +241,15 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
     Exit code 0 only when every check on every kernel passed.
     """
     from labs.integration import run_integration
-    if lab_results is not None and not lab_results.parent.is_dir():  # before any guest boots
-        raise UserError(f"--lab-results {lab_results}: no directory {lab_results.parent}")
+    merged: Dict[str, Any] = {}  # kernel release -> results: an earlier run's other kernels are kept
+    if lab_results is not None:  # before any guest boots
+        check_output(lab_results, option="--lab-results")
+        if lab_results.exists():
+            from probes.compat import load_lab_results
+            merged = load_lab_results(lab_results)
     if artifacts.exists() and not artifacts.is_dir():
         raise UserError(f"--artifacts {artifacts}: not a directory")
     failed = 0
-    merged: Dict[str, Any] = {}
     for kernel in kernels:
         lab = make_lab(backend, kernel, topology, name=f"test-{backend}-{kernel}")
         report = run_integration(lab, artifacts, progress=_progress, probes=lab_results is not None,

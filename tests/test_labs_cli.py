@@ -1,6 +1,7 @@
 """`labs` command line without a VM: one-line errors, state handling, help with examples."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from click.testing import CliRunner, Result
 
 
 def labs(args: List[str], cache: Path) -> subprocess.CompletedProcess:
@@ -45,3 +47,46 @@ def test_every_command_help_ends_with_examples(tmp_path: Path, command: str) -> 
     examples = text.index("Examples:")
     assert examples > text.index("Options:")
     assert "  labs " + command in text[examples:]
+
+
+class _Report:
+    """What labs.integration.run_integration returns, for one kernel, without booting it."""
+
+    def __init__(self, release: str) -> None:
+        self.passed = True
+        self.lab_results = {release: {"read": {"candidate": 0, "ok": True}}}
+
+    def text(self) -> str:
+        return "PASS"
+
+
+def _labs_test(args: List[str], monkeypatch: pytest.MonkeyPatch, booted: List[str]) -> Result:
+    import labs.cli
+    import labs.integration
+    monkeypatch.setattr(labs.cli, "make_lab", lambda backend, kernel, topology, name: kernel)
+    monkeypatch.setattr(labs.integration, "run_integration",
+                        lambda lab, artifacts, **_: booted.append(lab) or _Report(f"{lab}.0-1-amd64"))
+    return CliRunner().invoke(labs.cli.labs, ["test", *args])
+
+
+def test_lab_results_of_two_runs_are_merged_per_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`labs test --kernel 6.12 --lab-results f` then `--kernel 7.3` into the same f: both kernels
+    (the second run used to overwrite the first's)."""
+    out = tmp_path / "lab.json"
+    booted: List[str] = []
+    for kernel in ("6.12", "7.3", "6.12"):
+        res = _labs_test(["--kernel", kernel, "--lab-results", str(out), "--artifacts", str(tmp_path / "a")],
+                         monkeypatch, booted)
+        assert res.exit_code == 0, res.output
+    assert booted == ["6.12", "7.3", "6.12"]
+    assert sorted(json.loads(out.read_text())) == ["6.12.0-1-amd64", "7.3.0-1-amd64"]
+
+
+def test_lab_results_that_are_not_lab_results_are_refused_before_a_boot(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "lab.json"
+    out.write_text("[]")
+    booted: List[str] = []
+    res = _labs_test(["--lab-results", str(out)], monkeypatch, booted)
+    assert res.exit_code == 1 and booted == [] and out.read_text() == "[]"
+    assert str(res.exception) == f"{out}: lab results: (top level): expected an object, got []"
