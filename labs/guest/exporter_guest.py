@@ -27,14 +27,13 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import (GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed, interval_in,  # noqa: E402
-                          json_lines, kernel_attachments, netem, netem_delay, nfs_server, prepare, route_device,
-                          mount_v42, slice_path, spec_args, stop, tool, user_env, wait_ready, workload)
-
-
+from probes_guest import (EVIDENCE_WAIT_S, GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed,  # noqa: E402
+                          interval_in, json_lines, kernel_attachments, netem, netem_delay, nfs_server, prepare,
+                          route_device, mount_v42, slice_path, spec_args, stop, tool, user_env, wait_flushed,
+                          wait_ready, workload)
 
 PORT, NODE_PORT, PROM_PORT = 19910, 9100, 9090
 SCRAPE_S = 2
@@ -67,19 +66,32 @@ PHASE_QUANTILE = ('histogram_quantile({q}, sum by (le) ({series} @ {end}) - sum 
 QUANTILE_SERIES = f'probekit_nfs_op_latency_seconds_bucket{{op="{QUANTILE_OP}",mountpoint="{MOUNTS["nfs3"]}"}}'
 
 
+def fetch(url: str, what: str) -> str:
+    """An HTTP answer from one of the check's servers, however slow a loaded guest makes it
+    (a direct scrape took over 30 s at load 10 on the 2-core host): EVIDENCE_WAIT_S at most."""
+    try:
+        return urllib.request.urlopen(url, timeout=EVIDENCE_WAIT_S).read().decode()
+    except OSError as exc:
+        raise RuntimeError(f"{what} never answered {url} (waited {EVIDENCE_WAIT_S:.0f} s): {exc}") from exc
+
+
 def scrape(port: int) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    return fetch(f"http://127.0.0.1:{port}/metrics", "the exporter" if port == PORT else "node_exporter")
 
 
-def promql(query: str) -> List[Dict[str, Any]]:
-    url = f"http://127.0.0.1:{PROM_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-    answer = json.loads(urllib.request.urlopen(url, timeout=30).read().decode())
+def promql(query: str, at: Optional[float] = None) -> List[Dict[str, Any]]:
+    """An instant query, evaluated now or at `at` (epoch seconds)."""
+    params = {"query": query}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    url = f"http://127.0.0.1:{PROM_PORT}/api/v1/query?" + urllib.parse.urlencode(params)
+    answer = json.loads(fetch(url, "Prometheus"))
     if answer.get("status") != "success":
         raise RuntimeError(f"PromQL {query!r}: {answer}")
     return answer["data"]["result"]
 
 
-def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = EVIDENCE_WAIT_S) -> None:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if proc.poll() is not None:
@@ -89,7 +101,7 @@ def wait_http(url: str, what: str, proc: subprocess.Popen, timeout: float = 120)
             return
         except OSError:
             time.sleep(0.5)
-    raise RuntimeError(f"{what} not answering at {url} after {timeout} s")
+    raise RuntimeError(f"{what} never answered at {url} (waited {timeout:.0f} s)")
 
 
 def service(argv: List[str], log: str) -> subprocess.Popen:
@@ -168,25 +180,41 @@ def start(port: int, log: str, extra: List[str]) -> subprocess.Popen:
 def wait_attached(proc: subprocess.Popen, log: str, times: int) -> float:
     """Seconds until the exporter has said `times` times that its probe is attached."""
     started = time.monotonic()
-    while time.monotonic() - started < 400:
+    while time.monotonic() - started < EVIDENCE_WAIT_S:
         if proc.poll() is not None:
             raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {open(log).read()}")
         if open(log).read().count(ATTACHED) >= times:
             return round(time.monotonic() - started, 1)
         time.sleep(0.5)
-    raise RuntimeError(f"nfs-exporter: probe not attached {times} times after 400 s: {open(log).read()[-1000:]}")
+    raise RuntimeError(f"nfs-exporter: probe never attached {times} times (waited {EVIDENCE_WAIT_S:.0f} s): "
+                       f"{open(log).read()[-1000:]}")
 
 
-def prometheus_counts(issued: Dict[str, Dict[str, int]]) -> List[Dict[str, Any]]:
-    """PromQL per-op, per-mount counts once Prometheus has scraped past the workload (up to 60 s)."""
-    want = {(op, mount): issued[tag][op] for tag, mount in MOUNTS.items() for op in EXACT}
-    deadline = time.monotonic() + 60
+def scrapes(job: str, window: str = "20m") -> List[Tuple[float, bool]]:
+    """(timestamp, succeeded) of each scrape of a job Prometheus holds from the last `window`:
+    its `up` samples, stamped with the scrape's start like every sample of that scrape."""
+    return [(float(stamp), value == "1") for row in promql(f'up{{job="{job}"}}[{window}]')
+            for stamp, value in row["values"]]
+
+
+def scraped_after(moment: float, what: str, jobs: Tuple[str, ...] = ("probekit",)) -> float:
+    """The first evaluation time at which each job's last scrape succeeded and started after
+    `moment`, once Prometheus holds it: PromQL there sees every operation that ended by `moment`,
+    and no series made stale by a failed scrape (a loaded 1-vCPU guest can miss the scrape
+    timeout, and `@` a stale time gave []). Waits at most EVIDENCE_WAIT_S; its expiry raises,
+    saying the scrape never came."""
+    deadline = time.monotonic() + EVIDENCE_WAIT_S
     while True:
-        rows = promql(QUERIES["counts"])
-        got = {(r["metric"]["op"], r["metric"]["mountpoint"]): int(float(r["value"][1])) for r in rows}
-        if all(got.get(key) == value for key, value in want.items()) or time.monotonic() > deadline:
-            return rows
-        time.sleep(SCRAPE_S)
+        held = {job: scrapes(job) for job in jobs}
+        for at in sorted({stamp for job in jobs for stamp, ok in held[job] if ok and stamp > moment}):
+            last = {job: max((s for s in held[job] if s[0] <= at), default=(0.0, False)) for job in jobs}
+            if all(ok and stamp > moment for stamp, ok in last.values()):
+                return at
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Prometheus never held a successful scrape of {' and '.join(jobs)} after {what} "
+                               f"(waited {EVIDENCE_WAIT_S:.0f} s; its last scrapes: "
+                               f"{ {job: held[job][-3:] for job in jobs} })")
+        time.sleep(SCRAPE_S / 2)
 
 
 def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]) -> Tuple[Dict[str, int], str]:
@@ -197,7 +225,7 @@ def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]
     unit = f"probekit-exporter-{tag}-{time.monotonic_ns()}"
     child = in_scope(slice_name, unit, [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                      "probes_guest.py"), "workload-on", mount, tag,
-                                        "3600"], stdout=subprocess.PIPE)
+                                        f"/tmp/{unit}.leave"], stdout=subprocess.PIPE)
     units.append(child)
     line = child.stdout.readline() if child.stdout else ""
     if not line:
@@ -205,26 +233,29 @@ def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]
     return json.loads(line), f"{slice_path(slice_name)}/{unit}.scope"
 
 
-def timed_workload(mount: str, tag: str) -> Dict[str, Any]:
-    """The workload between two quiet gaps: what it issued and the wall times a PromQL `@` and
-    nfsdist's interval stamps can be taken at (Prometheus scrapes every SCRAPE_S < GAP_S, so
-    the last sample before `start` and before `end` bracket exactly this workload)."""
+def timed_workload(mount: str, tag: str, dist_log: str) -> Dict[str, Any]:
+    """The workload after a quiet gap, bracketed by evidence: `at_start`, a successful scrape
+    Prometheus holds from after the gap began and before the workload, and `end`, the first one
+    after the workload ended (the times of PromQL's `@`); `flushed`, when nfsdist had printed
+    the interval holding its last operations (wall times, for its interval stamps)."""
     time.sleep(GAP_S)
+    at_start = scraped_after(time.time() - GAP_S, f"the quiet gap before the {tag} phase")
     start = time.time()
     issued = workload(mount, tag)
     end_ops = time.time()
-    time.sleep(GAP_S)
-    return {"issued": issued, "start": start, "end_ops": end_ops, "end": time.time()}
+    return {"issued": issued, "at_start": at_start, "start": start, "end_ops": end_ops,
+            "end": scraped_after(end_ops, f"the {tag} phase's workload"),
+            "flushed": wait_flushed([dist_log], end_ops, f"the {tag} phase's workload")}
 
 
 def phase_quantiles(phase: Dict[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
-    return {str(q): promql(PHASE_QUANTILE.format(q=q, series=QUANTILE_SERIES, start=f"{phase['start']:.3f}",
-                                                 end=f"{phase['end']:.3f}")) for q in QUANTILES}
+    return {str(q): promql(PHASE_QUANTILE.format(q=q, series=QUANTILE_SERIES, start=f"{phase['at_start']:.3f}",
+                                                 end=f"{phase['end']:.3f}"), at=phase["end"]) for q in QUANTILES}
 
 
 def nfsdist_phase_hist(intervals: List[Dict[str, Any]], phase: Dict[str, Any]) -> Dict[str, int]:
     """nfsdist's QUANTILE_OP histogram (interval-start usecs -> count) over one phase's intervals."""
-    window = {"start": phase["start"], "end": phase["end_ops"]}
+    window = {"start": phase["start"], "flushed": phase["flushed"]}
     hist: Dict[str, int] = {}
     for interval in intervals:
         if interval_in(interval["ts"], window):
@@ -237,7 +268,9 @@ def nfsdist_phase_hist(intervals: List[Dict[str, Any]], phase: Dict[str, Any]) -
 
 def gone_mount(mount: str) -> Dict[str, Any]:
     """umount a mount the exporter has series of: which mount points the scrapes label right
-    after, and after the grace; then mount it again (the boot's later checks use it)."""
+    after, and after the grace (the first scrape past it that no longer labels the mount, or,
+    when none did within EVIDENCE_WAIT_S, the last one); then mount it again (the boot's later
+    checks use it)."""
     source = next(line.split()[0] for line in open("/proc/mounts") if line.split()[1] == mount)
 
     def seen() -> Dict[str, Any]:
@@ -246,10 +279,17 @@ def gone_mount(mount: str) -> Dict[str, Any]:
                 "unlabelled": sum(v for key, v in ops.items() if key.split(" ", 1)[1] == "")}
     out: Dict[str, Any] = {"before": seen()}
     subprocess.run(["umount", mount], check=True)
+    gone = time.monotonic()
     try:
         out["just_after"] = seen()
-        time.sleep(GRACE_S + 2 * SCRAPE_S)
-        out["after_grace"] = seen()
+        time.sleep(GRACE_S)
+        # the grace has passed: scrape until one no longer labels the mount (EVIDENCE_WAIT_S at most)
+        while True:
+            out["after_grace"] = seen()
+            if mount not in out["after_grace"]["mountpoints"] or time.monotonic() - gone > GRACE_S + EVIDENCE_WAIT_S:
+                break
+            time.sleep(SCRAPE_S / 2)
+        out["left_after_s"] = round(time.monotonic() - gone, 1)
     finally:
         subprocess.run(["mount", "-t", "nfs", "-o", "vers=4.2", source, mount], check=True)
     return out
@@ -291,6 +331,7 @@ def main(argv: List[str]) -> Dict[str, Any]:
             time.sleep(GAP_S)
             first = scrape(PORT)
             issued, cgroup = unit_workload(unit, mount, tag, units)
+            workloads_end = time.time()
             time.sleep(GAP_S)
             text = scrape(PORT)
             moved: Dict[str, Dict[str, float]] = {}
@@ -304,25 +345,28 @@ def main(argv: List[str]) -> Dict[str, Any]:
             a, b = op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total")
             out["phases"][tag] = {"issued": issued, "moved": moved, "cgroup": cgroup,
                                   "missed": {op: n - a.get(op, 0) for op, n in b.items() if n != a.get(op, 0)}}
-        out["promql"] = {"counts": prometheus_counts({tag: p["issued"] for tag, p in out["phases"].items()})}
-        out["promql"].update({name: promql(query) for name, query in QUERIES.items() if name != "counts"})
+        # PromQL once Prometheus holds a successful scrape of both targets after the last workload
+        out["promql_at"] = scraped_after(workloads_end, "the mounts' workloads", ("probekit", "node"))
+        out["promql"] = {name: promql(query, at=out["promql_at"]) for name, query in QUERIES.items()}
         # quantiles of one phase, plain and with netem delay, from Prometheus and from nfsdist
         device = route_device(nfs_server())
         rtt_delay_ms, delay_ms = netem_delay(device)
         quantile: Dict[str, Any] = {"op": QUANTILE_OP, "rtt_delay_ms": rtt_delay_ms, "device": device,
-                                    "phases": {"plain": timed_workload(MOUNTS["nfs3"], "nfs3")}}
+                                    "phases": {"plain": timed_workload(MOUNTS["nfs3"], "nfs3", dist_log)}}
         with netem(device, delay_ms):
-            quantile["phases"]["delay"] = timed_workload(MOUNTS["nfs3"], "nfs3")
-        time.sleep(2 * SCRAPE_S)  # Prometheus has scraped past the last phase's end
+            quantile["phases"]["delay"] = timed_workload(MOUNTS["nfs3"], "nfs3", dist_log)
         for phase in quantile["phases"].values():
             phase["promql"] = phase_quantiles(phase)
         out["quantile"] = quantile
         out["texts"] = {"probekit": scrape(PORT), "node": scrape(NODE_PORT)}
+        # how many of Prometheus' scrapes of each target failed (a loaded guest misses the timeout)
+        out["scrapes"] = {job: {"all": len(held), "failed": sum(not ok for _, ok in held)}
+                          for job in ("probekit", "node") for held in [scrapes(job, "30m")]}
         out["gone"] = gone_mount(MOUNTS["nfs42"])
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(120)
+            proc.wait(EVIDENCE_WAIT_S)
         if dist is not None:
             out["nfsdist"] = stop(dist, dist_log, signal.SIGINT)
         for server in servers:

@@ -55,22 +55,28 @@ def user_env() -> Dict[str, str]:
 
 
 def tool(args: List[str], log: str) -> subprocess.Popen:
-    """Start one of our tools, as installed; it is ready once its stdout has its first line."""
-    out = open(log, "w")
+    """Start one of our tools, as installed; it is ready once its stdout has its first line. Its
+    stderr goes to LOG.err, where what it says while it runs can be waited for (wait_said)."""
     return subprocess.Popen([installed(args[0])] + args[1:], cwd="/", env=user_env(),
-                            stdout=out, stderr=subprocess.PIPE, universal_newlines=True)
+                            stdout=open(log, "w"), stderr=open(log + ".err", "w"), universal_newlines=True)
 
 
-def wait_ready(proc: subprocess.Popen, log: str, timeout: float = 400.0) -> float:
+def said(log: str) -> str:
+    """What a tool started by tool() has written to its stderr so far."""
+    with open(log + ".err") as handle:
+        return handle.read()
+
+
+def wait_ready(proc: subprocess.Popen, log: str, timeout: float = 600.0) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"{log}: tool exited {proc.returncode}: {proc.stderr.read()}")
+            raise RuntimeError(f"{log}: tool exited {proc.returncode}: {said(log)}")
         with open(log) as handle:
             if handle.readline().endswith("\n"):
                 return time.monotonic() - started
         time.sleep(0.5)
-    raise RuntimeError(f"{log}: not ready after {timeout} s")
+    raise RuntimeError(f"{log}: the tool never printed its first line (waited {timeout:.0f} s)")
 
 
 #: BPF program types a tracing tool loads (systemd's cgroup programs come and go by themselves)
@@ -96,10 +102,10 @@ def kernel_attachments() -> Dict[str, List[Any]]:
 
 def stop(proc: subprocess.Popen, log: str, sig: int = signal.SIGTERM) -> Dict[str, Any]:
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    proc.wait(timeout=EVIDENCE_WAIT_S)
     with open(log) as handle:
         lines = handle.read().splitlines()
-    return {"rc": proc.returncode, "stderr": err, "lines": lines}
+    return {"rc": proc.returncode, "stderr": said(log), "lines": lines}
 
 
 def json_lines(lines: List[str], key: str) -> List[Dict[str, Any]]:
@@ -260,17 +266,67 @@ def kernel_facts() -> Dict[str, Any]:
             "spec": spec_args()[1:] or ["default"]}
 
 
-#: how late after a phase's end a tool may print the interval that holds its last operations:
-#: on a loaded 7.3 pair client two intervals were printed 1.7 s and 1.8 s after their phases
-#: ended, holding each phase's last round (counted, but labelled "gap"); phases are >= 5 s apart
+#: runs recorded before phases kept their "flushed" evidence: how late after a phase's end a
+#: tool printed the interval that held its last operations (1.7 s and 1.8 s seen on a loaded
+#: 7.3 pair client); new runs wait for the evidence instead (wait_flushed)
 INTERVAL_LATE_S = 3.0
+#: upper bound of every wait on evidence (a tool's interval, a scrape, a marker): its expiry is
+#: reported as what never happened, never taken as a verdict
+EVIDENCE_WAIT_S = 600.0
+
+
+def wall(ts: str) -> float:
+    """A tool's interval stamp (local wall second) as epoch seconds."""
+    return time.mktime(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
 
 
 def interval_in(ts: str, phase: Dict[str, Any]) -> bool:
-    """A tool's interval printed at wall second `ts` covers about ts-1..ts: did it fall inside
-    the phase (wall-clock "start" and "end"), with INTERVAL_LATE_S of slack after?"""
-    moment = time.mktime(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
-    return phase["start"] - 1 <= moment <= phase["end"] + INTERVAL_LATE_S
+    """Did a tool's interval stamped `ts` fall inside the phase? An interval is stamped when it is
+    printed, after its counts were read, so one stamped before start - 1 holds none of the phase;
+    every interval holding the phase's operations was printed by phase["flushed"] (wait_flushed),
+    or, in runs recorded before that evidence was kept, by end + INTERVAL_LATE_S."""
+    last = phase["flushed"] if "flushed" in phase else phase["end"] + INTERVAL_LATE_S
+    return phase["start"] - 1 <= wall(ts) <= last
+
+
+def printed_intervals(log: str) -> List[Dict[str, Any]]:
+    """The complete JSON interval records (with a "ts") a tool has printed to its log so far."""
+    with open(log) as handle:
+        return [json.loads(line) for line in handle.read().splitlines(keepends=True)
+                if line.startswith("{") and line.endswith("\n") and '"ts"' in line]
+
+
+def wait_said(logs: List[str], text: str, what: str) -> None:
+    """Wait until each tool (started by tool()) has said `text` on its stderr: EVIDENCE_WAIT_S at
+    most, whose expiry raises, saying which tool never said it."""
+    deadline = time.monotonic() + EVIDENCE_WAIT_S
+    for log in logs:
+        while text not in said(log):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{log}: the tool never said {text!r} after {what} (waited {EVIDENCE_WAIT_S:.0f} s)")
+            time.sleep(0.2)
+
+
+def wait_flushed(logs: List[str], moment: float, what: str) -> float:
+    """Wait until each interval tool (nfsdist, fsdist, nfstop, fstop: one JSON record per interval)
+    has printed an interval that read its counts after `moment`; return the wall time then.
+
+    A tool reads its counts, stamps the interval and prints it, then reads the next: so the
+    interval after the first one stamped later than `moment` read after it, and every operation
+    that ended by `moment` is in an interval printed by the returned time. Waits at most
+    EVIDENCE_WAIT_S; its expiry raises, saying which tool never printed it."""
+    deadline = time.monotonic() + EVIDENCE_WAIT_S
+    for log in logs:
+        while True:
+            stamps = [wall(record["ts"]) for record in printed_intervals(log)]
+            later = [i for i, stamp in enumerate(stamps) if stamp > moment]
+            if later and later[0] + 1 < len(stamps):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{log}: the tool never printed an interval read after {what} "
+                                   f"(waited {EVIDENCE_WAIT_S:.0f} s; last stamps {stamps[-3:]})")
+            time.sleep(0.2)
+    return time.time()
 
 
 def phase_of(moment: float, starts: List[Tuple[str, float]]) -> str:
@@ -285,15 +341,16 @@ def phase_of(moment: float, starts: List[Tuple[str, float]]) -> str:
 def label_phases(result: Dict[str, Any], phases: Dict[str, Any]) -> None:
     """Label nfsslower events (monotonic end time) and nfsdist intervals (wall second) by phase.
 
-    Phases are GAP_S apart and nothing else touches NFS, so an interval printed at wall
-    second T (covering about T-1..T+1) belongs to the phase started by T + 1.
+    Nothing else touches NFS, and each phase starts GAP_S after nfsdist printed the interval
+    that holds the last operations of the one before (wait_flushed), so an interval stamped at
+    wall second T (printed before T + 1) belongs to the phase started by T + 1.
     """
     mono = sorted(((name, p["mono_start"]) for name, p in phases.items()), key=lambda item: item[1])
-    wall = sorted(((name, p["start"] - 1) for name, p in phases.items()), key=lambda item: item[1])
+    starts = sorted(((name, p["start"] - 1) for name, p in phases.items()), key=lambda item: item[1])
     for event in result["nfsslower"]["events"]:
         event["phase"] = phase_of(event["end_us"] / 1e6, mono)
     for interval in result["nfsdist"]["intervals"]:
-        interval["phase"] = phase_of(time.mktime(time.strptime(interval["ts"], "%Y-%m-%d %H:%M:%S")), wall)
+        interval["phase"] = phase_of(wall(interval["ts"]), starts)
 
 
 def phase_totals(intervals: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -387,6 +444,7 @@ def check_main() -> Dict[str, Any]:
                 phases[tag] = timed_phase(mount, tag, work)
         else:
             phases[tag] = timed_phase(mount, tag, work)
+        phases[tag]["flushed"] = wait_flushed([dist_log], phases[tag]["end"], f"the {tag} phase")
         time.sleep(GAP_S)
     result = {"delay_ms": delay_ms, "rtt_delay_ms": rtt_delay_ms, "netem_device": device,
               "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
@@ -476,7 +534,8 @@ def check_v3only() -> Dict[str, Any]:
                                  stdout=subprocess.PIPE, universal_newlines=True)
         out["issued"] = json.loads(child.communicate()[0])
         out["child_pid"] = child.pid
-        time.sleep(2.5)
+        # nfstop refreshed after the child's exit: its last operations are in a printed interval
+        wait_flushed(["/tmp/v3only-nfstop.out"], time.time(), "the v3-only workload")
         out["results"] = {name: stop(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
     return out
 
@@ -521,11 +580,17 @@ def check_identity() -> Dict[str, Any]:
         units: Dict[str, Any] = {}
         for name, (slice_name, mount) in IDENTITY_UNITS.items():
             unit = f"probekit-wl-{name}-{stamp}"
-            # the unit stays a little after its workload, as a service does: a cgroup removed
-            # before nfstop's next refresh could only be shown by its id (docs/probes.md)
+            # the unit stays after its workload, as a service does, until nfstop has refreshed
+            # past it: a cgroup removed before that could only be shown by its id (docs/probes.md)
+            leave = f"/tmp/probekit-leave-{name}-{stamp}"
             child = in_scope(slice_name, unit, [sys.executable, os.path.abspath(__file__), "workload-on",
-                                                MOUNTS[mount], f"identity-{name}", "2.5"], stdout=subprocess.PIPE)
-            issued = json.loads(child.communicate()[0])
+                                                MOUNTS[mount], f"identity-{name}", leave], stdout=subprocess.PIPE)
+            line = child.stdout.readline() if child.stdout else ""
+            if line:
+                wait_flushed(["/tmp/identity-nfstop.out"], time.time(), f"unit {name}'s workload")
+            with open(leave, "w"):
+                pass
+            issued = json.loads(line + child.communicate()[0])
             units[name] = {"pid": child.pid, "mount": MOUNTS[mount], "issued": issued, "rc": child.returncode,
                            "cgroup": f"{slice_path(slice_name)}/{unit}.scope"}
             time.sleep(GAP_S)
@@ -550,9 +615,11 @@ def main(argv: List[str]) -> int:
     if what == "workload-child":
         print(json.dumps(workload(MOUNTS["nfs3"], "v3only")))
         return 0
-    if what == "workload-on":  # MOUNT TAG LINGER_S
+    if what == "workload-on":  # MOUNT TAG LEAVE_FILE: stays until LEAVE_FILE exists (an hour at most)
         print(json.dumps(workload(argv[2], argv[3])), flush=True)
-        time.sleep(float(argv[4]))
+        deadline = time.monotonic() + 3600
+        while not os.path.exists(argv[4]) and time.monotonic() < deadline:
+            time.sleep(0.2)
         return 0
     checks = {"main": check_main, "v3only": check_v3only, "identity": check_identity, "picks": check_picks}
     if what not in checks:
