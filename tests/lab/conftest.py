@@ -1,28 +1,24 @@
 """One lab guest (or pair) per CI kernel for all of tests/lab: each kernel boots once per run.
 
-`kernel_lab` is session-scoped and parametrized over KERNELS; pytest groups the tests of
-every module by its param, so a kernel's discovery, probe and fault checks share one boot,
-and the hook below runs every kernel_lab test after the others (the Vagrant pair, which
-boots its own VMs, never runs beside a QEMU lab). Kernels in PAIR_KERNELS boot a server and
-a client guest on a socket link, the others one guest that is both: the probe checks run
-on the client either way (netem goes on the client's interface to the server), the fault
-checks need a server to stop and so run on the pair kernels only.
+Which kernel runs which check is MATRIX's choice (docs/ci.md): in CI each check runs where it
+proves something the others do not; PROBEKIT_LAB_MATRIX=full runs each check on every kernel it
+has passed on (a release's run). `kernel_lab` is session-scoped and parametrized over
+KERNELS; a test module narrows it with `on_kernels(CHECK)`.
 
-On a machine without cached images, the images of the kernels the session will boot are
-built in the background from its start, one at a time in boot order, while the Vagrant pair
-and the unit tests run (labs/images.py's flock makes a boot wait for a build under way).
-
-Each kernel's boot and guest runs (the functions the test modules register with
-@guest_run, in the order its tests ask for them) are a job done in a thread, two jobs at a
-time (LANES: the host's two cores, one vCPU per guest), longest first; a kernel's tests
-wait for its job and find its results done. Every guest has one vCPU: two 2-vCPU TCG guests
-of 7.2 oopsed on an int3, once under function_graph and once while booting (code patched
-with int3 seen half-patched by the other vCPU's thread); two 1-vCPU guests use the same
-two cores without that.
+Each kernel's boot, its guest runs (the functions the test modules register with
+@guest_run, in the order its tests ask for them) and its lab's end are a job; so is the
+Vagrant smoke (@lane_job). The jobs start when collection ends, LANES at a time (the host's
+two cores, one vCPU per guest), in JOB_ORDER (longest first), while the unit tests run in the
+main thread; each job takes its guests down as soon as its runs are done, and a kernel's tests
+wait for its job and judge what it brought back. Images a job needs that no lane is building
+are built ahead in the background (labs/images.py's flock makes a boot wait for a build under
+way). Every guest has one vCPU: two 2-vCPU TCG guests of 7.2 oopsed on an int3, once under
+function_graph and once while booting (code patched with int3 seen half-patched by the other
+vCPU's thread); two 1-vCPU guests use the same two cores without that.
 
 A guest that panics, oopses or stops answering fails its kernel's tests with one line
-(kernel, console log), and the other kernels' jobs go on. PROBEKIT_LAB_KERNELS=6.12,7.3
-narrows the run; PROBEKIT_LAB_ARTIFACTS keeps the artefacts (else a pytest temp dir).
+(kernel, console log), and the other jobs go on. PROBEKIT_LAB_KERNELS=6.12,7.3,vagrant narrows
+the run; PROBEKIT_LAB_ARTIFACTS keeps the artefacts (else a temp dir, named at the start).
 """
 from __future__ import annotations
 
@@ -30,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -44,23 +41,61 @@ from labs.console import GuestFailure
 from labs.integration import install_tools
 from labs.qemu import QemuLab
 
-#: the CI kernels, each from its Debian suite's cached image (labs/images.py), longest job
-#: first (two lanes finish soonest so: 7.3 about 10 min, 6.1 and 6.12 8, 7.2 7, 5.10 4)
+#: the CI kernels, each from its Debian suite's cached image (labs/images.py)
 KERNELS: Tuple[str, ...] = ("7.3", "6.1", "6.12", "7.2", "5.10")
-#: booted as a server/client pair (the fault checks' kernels); the others as one guest
-PAIR_KERNELS = frozenset({"6.12", "7.3"})
-#: kernel jobs running at once
+#: kernel jobs and the Vagrant smoke, longest first (two lanes finish soonest so: 7.3 about 12 min,
+#: 6.1 10, 6.12 9, the Vagrant pair 6, 5.10 7, 7.2 6)
+JOB_ORDER: Tuple[str, ...] = ("7.3", "6.1", "6.12", "vagrant", "5.10", "7.2")
+#: jobs running at once
 LANES = 2
 
+#: per check, the kernels that prove something the others do not (docs/ci.md says why):
+#: probes everywhere (each kernel's attach points, bcc 0.18/0.26 kprobes vs 0.31+ fentry, no
+#: module BTF on 5.10, the backports kernel, compat agreement); tracefs coexistence on the global
+#: tracer (6.1) and in a private instance (6.11+); the exporter on kprobes with bookworm's
+#: Prometheus (6.1) and on fentry with the cgroup label and a late nfsv4 (7.3); faults on the
+#: pair; the fs tools on kprobes without module BTF (5.10) and on fentry (6.12); identity where
+#: module BTF names the file and no fault run is planned; `labs test`'s integration once.
+CI_MATRIX: Dict[str, Tuple[str, ...]] = {
+    "probes": KERNELS, "coexist": ("6.1", "6.12"), "exporter": ("6.1", "7.3"), "faults": ("7.3",),
+    "fs": ("6.12", "5.10"), "identity": ("7.2",), "integration": ("6.1",),
+}
+#: a release's run: each check on every kernel it has passed on (CI's matrix until 2026-12-03:
+#: 6.12 and 7.3 as pairs, coexistence, faults and fs tools on both)
+FULL_MATRIX: Dict[str, Tuple[str, ...]] = {
+    "probes": KERNELS, "coexist": ("7.3", "6.1", "6.12"), "exporter": ("7.3", "6.1"), "faults": ("7.3", "6.12"),
+    "fs": ("7.3", "6.12", "5.10"), "identity": ("7.2",), "integration": ("6.1",),
+}
 
-def lab_kernels() -> List[str]:
-    """KERNELS, or the subset PROBEKIT_LAB_KERNELS names (comma-separated)."""
+
+def matrix() -> Dict[str, Tuple[str, ...]]:
+    """CI_MATRIX, or FULL_MATRIX with PROBEKIT_LAB_MATRIX=full."""
+    wanted = os.environ.get("PROBEKIT_LAB_MATRIX", "ci")
+    if wanted not in ("ci", "full"):
+        raise pytest.UsageError(f"PROBEKIT_LAB_MATRIX: {wanted!r} is neither 'ci' nor 'full'")
+    return FULL_MATRIX if wanted == "full" else CI_MATRIX
+
+
+def pair_kernels() -> frozenset:
+    """Kernels booted as a server/client pair: the fault run's (it stops the server); the others
+    boot one guest that is both."""
+    return frozenset(matrix()["faults"])
+
+
+def on_kernels(check: str) -> Any:
+    """The parametrize mark that runs a test module's tests on the kernels of `check`."""
+    return pytest.mark.parametrize("kernel_lab", [k for k in KERNELS if k in matrix()[check]], indirect=True,
+                                   ids=lambda k: f"k{k}")
+
+
+def lab_jobs() -> List[str]:
+    """JOB_ORDER, or the subset PROBEKIT_LAB_KERNELS names (comma-separated kernels, `vagrant`)."""
     wanted = [k.strip() for k in os.environ.get("PROBEKIT_LAB_KERNELS", "").split(",") if k.strip()]
-    unknown = sorted(set(wanted) - set(KERNELS))
+    unknown = sorted(set(wanted) - set(JOB_ORDER))
     if unknown:
         raise pytest.UsageError(f"PROBEKIT_LAB_KERNELS: unknown kernel(s) {', '.join(unknown)} "
-                                f"(known: {', '.join(KERNELS)})")
-    return [k for k in KERNELS if not wanted or k in wanted]
+                                f"(known: {', '.join(JOB_ORDER)})")
+    return [k for k in JOB_ORDER if not wanted or k in wanted]
 
 
 class KernelLab:
@@ -82,7 +117,8 @@ class KernelLab:
         """compute() the first time a key is asked for in this boot, its result (or its error) after.
 
         After a GuestFailure (the guest crashed or went silent) nothing more is tried in this
-        boot: every later test fails at once with that one line."""
+        boot: every later test fails at once with that one line. A key no job computed (its
+        guest is down by then) is an error of the plan, said so."""
         if key not in self._done and self.dead is not None:
             self._done[key] = (False, self.dead)
         if key not in self._done:
@@ -111,7 +147,7 @@ class KernelLab:
 
 
 #: guest runs by key (a test module's function of the KernelLab), and the key each test
-#: module's fixture stands for: what a kernel run beside another computes ahead
+#: module's fixture stands for: what a kernel's job computes before its guests go down
 GUEST_RUNS: Dict[str, Callable[[KernelLab], Any]] = {}
 RUN_OF_FIXTURE: Dict[Tuple[str, str], str] = {}
 
@@ -127,24 +163,55 @@ def guest_run(key: str, fixture: str) -> Callable[[Callable[[KernelLab], Any]], 
 
 
 def once_run(kernel_lab: KernelLab, key: str) -> Any:
-    return kernel_lab.once(key, lambda: GUEST_RUNS[key](kernel_lab))
+    return kernel_lab.once(key, lambda: _planned_only(kernel_lab, key))
+
+
+def _planned_only(kernel_lab: KernelLab, key: str) -> Any:
+    if kernel_lab.kernel in _JOBS and _JOBS[kernel_lab.kernel].done.is_set():
+        raise AssertionError(f"guest run {key!r} was not planned for kernel {kernel_lab.kernel} "
+                             "(its guest is down): a fixture missing from RUN_OF_FIXTURE")
+    return GUEST_RUNS[key](kernel_lab)
 
 
 #: per kernel, the guest runs its selected tests need, in the order they will ask (filled at collection)
 PLAN: Dict[str, List[str]] = {}
 
 
-class KernelJob:
-    """One kernel's boot and planned guest runs, done by a lane ahead of its tests; its
-    fixture waits for `done` and hands over its KernelLab (or its boot failure)."""
+class Job:
+    """One lane's piece of work: run() once in a lane thread; its tests wait for `done`."""
 
-    def __init__(self, kernel: str, artifacts_root: Path) -> None:
-        self.kernel, self.root = kernel, artifacts_root
-        self.lab = new_lab(kernel)
-        self.the: Optional[KernelLab] = None
+    name = ""
+
+    def __init__(self) -> None:
         self.failure: Optional[str] = None
         self.started_at = 0.0
         self.done = threading.Event()
+
+    def image_kernel(self) -> str:
+        """The kernel whose image this job boots."""
+        raise NotImplementedError
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """The session was cut short: take this job's guests down, ending its run."""
+        raise NotImplementedError
+
+
+class KernelJob(Job):
+    """One kernel's boot, planned guest runs and lab end; its fixture waits for `done` and hands
+    over its KernelLab (or its boot failure)."""
+
+    def __init__(self, kernel: str, artifacts_root: Path) -> None:
+        super().__init__()
+        self.name = self.kernel = kernel
+        self.root = artifacts_root
+        self.lab = new_lab(kernel)
+        self.the: Optional[KernelLab] = None
+
+    def image_kernel(self) -> str:
+        return self.kernel
 
     def run(self) -> None:
         self.started_at = time.monotonic()
@@ -160,18 +227,40 @@ class KernelJob:
         except Exception as exc:  # a bug of the harness: said the same way, not lost in the thread
             self.failure = f"kernel {self.kernel} ({self.lab.topology}): {type(exc).__name__}: {exc}"
         finally:
+            times = self.the.times if self.the else {}
+            down_started = time.monotonic()
+            self.lab.down()
+            times["down"] = round(time.monotonic() - down_started, 1)
+            times["total"] = round(time.monotonic() - self.started_at, 1)
+            print(f"[lab] kernel {self.kernel} ({self.lab.topology}): {times}", flush=True)
+            _record_times(self.root, self.kernel, times)
             self.done.set()
+
+    def stop(self) -> None:
+        self.lab.down()
+
+
+#: other lane jobs (the Vagrant smoke), by name: a factory of the Job and the test module it serves
+LANE_JOBS: Dict[str, Tuple[Callable[[Path], Job], str]] = {}
+
+
+def lane_job(name: str, module: str) -> Callable[[Callable[[Path], Job]], Callable[[Path], Job]]:
+    """Register a Job factory `make(artifacts_root)` as the lane job `name` of test module `module`."""
+    def register(make: Callable[[Path], Job]) -> Callable[[Path], Job]:
+        LANE_JOBS[name] = (make, module)
+        return make
+    return register
 
 
 class Lanes:
-    """LANES threads taking the session's kernel jobs in KERNELS order."""
+    """LANES threads taking the session's jobs in JOB_ORDER."""
 
-    def __init__(self, kernels: List[str], artifacts_root: Path) -> None:
-        self.jobs = {kernel: KernelJob(kernel, artifacts_root) for kernel in kernels}
-        self.queue = list(kernels)
+    def __init__(self, jobs: List[Job]) -> None:
+        self.jobs = jobs
+        self.queue = list(jobs)
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._lane, name=f"lab-lane-{i}", daemon=True)
-                        for i in range(min(LANES, len(kernels)))]
+                        for i in range(min(LANES, len(jobs)))]
         for thread in self.threads:
             thread.start()
 
@@ -180,24 +269,25 @@ class Lanes:
             with self.lock:
                 if not self.queue:
                     return
-                kernel = self.queue.pop(0)
-            self.jobs[kernel].run()
+                job = self.queue.pop(0)
+            job.run()
 
     def stop(self) -> None:
         """A session cut short: the queue empties and every guest goes, ending the runs in flight."""
         with self.lock:
             self.queue.clear()
-        for job in self.jobs.values():
-            job.lab.down()
+        for job in self.jobs:
+            job.stop()
         for thread in self.threads:
             thread.join(120)
 
 
 _LANES: List[Lanes] = []
+_JOBS: Dict[str, Job] = {}
 
 
 def new_lab(kernel: str) -> QemuLab:
-    return QemuLab(kernel=kernel, topology="pair" if kernel in PAIR_KERNELS else "single", name=f"pytest-{kernel}",
+    return QemuLab(kernel=kernel, topology="pair" if kernel in pair_kernels() else "single", name=f"pytest-{kernel}",
                    ssh=False, progress=lambda message: print(message, flush=True))
 
 
@@ -213,81 +303,90 @@ def boot(lab: QemuLab, kernel: str, root: Path, started: float) -> KernelLab:
     return the
 
 
+_ARTIFACTS: List[Path] = []
+
+
+def artifacts_root() -> Path:
+    """PROBEKIT_LAB_ARTIFACTS, else a temporary directory made once (said at the start)."""
+    if not _ARTIFACTS:
+        env = os.environ.get("PROBEKIT_LAB_ARTIFACTS")
+        path = Path(env) if env else Path(tempfile.mkdtemp(prefix="probekit-lab-"))
+        path.mkdir(parents=True, exist_ok=True)
+        _ARTIFACTS.append(path)
+    return _ARTIFACTS[0]
+
+
 @pytest.fixture(scope="session")
-def lab_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    env = os.environ.get("PROBEKIT_LAB_ARTIFACTS")
-    path = Path(env) if env else tmp_path_factory.mktemp("lab")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def lab_artifacts() -> Path:
+    return artifacts_root()
 
 
 #: this session's per-kernel times, for the terminal summary (CI shows where its minutes went)
 SESSION_TIMES: Dict[str, Dict[str, float]] = {}
+_TIMES_LOCK = threading.Lock()
 
 
 def _record_times(root: Path, kernel: str, times: Dict[str, float]) -> None:
-    """times.json: per kernel, seconds per part (merged with earlier kernels of the run)."""
-    SESSION_TIMES[kernel] = times
-    path = root / "times.json"
-    try:
-        every = json.loads(path.read_text())
-    except (OSError, ValueError):
-        every = {}
-    every[kernel] = times
-    path.write_text(json.dumps(every, indent=1) + "\n")
+    """times.json: per job, seconds per part (merged with the run's other jobs)."""
+    with _TIMES_LOCK:
+        SESSION_TIMES[kernel] = times
+        path = root / "times.json"
+        try:
+            every = json.loads(path.read_text())
+        except (OSError, ValueError):
+            every = {}
+        every[kernel] = times
+        path.write_text(json.dumps(every, indent=1) + "\n")
 
 
-@pytest.fixture(scope="session", params=lab_kernels(), ids=lambda kernel: f"k{kernel}")
-def kernel_lab(request: pytest.FixtureRequest, lab_artifacts: Path) -> Iterator[KernelLab]:
+def wait_for_job(name: str) -> Job:
+    """The job's end (started at collection; a test run without them is a harness bug)."""
     assert os.geteuid() == 0, "lab tests build images and boot QEMU: run them as root"
-    kernel: str = request.param
-    if not _LANES:  # the first kernel's tests: every selected kernel's job starts, two at a time
-        _LANES.append(Lanes([k for k in KERNELS if k in PLAN], lab_artifacts))
-    job = _LANES[0].jobs[kernel]
-    try:
-        job.done.wait()
-        if job.failure:
-            pytest.fail(job.failure, pytrace=False)
-        assert job.the is not None
-        yield job.the
-    finally:
-        times = job.the.times if job.the else {}
-        down_started = time.monotonic()
-        job.lab.down()
-        times["down"] = round(time.monotonic() - down_started, 1)
-        times["total"] = round(time.monotonic() - job.started_at, 1)
-        print(f"[lab] kernel {kernel} ({job.lab.topology}): {times}", flush=True)
-        _record_times(lab_artifacts, kernel, times)
+    job = _JOBS[name]
+    job.done.wait()
+    if job.failure:
+        pytest.fail(job.failure, pytrace=False)
+    return job
 
 
-def _kernel_of(item: pytest.Item) -> int:
+@pytest.fixture(scope="session", params=[k for k in lab_jobs() if k in KERNELS], ids=lambda kernel: f"k{kernel}")
+def kernel_lab(request: pytest.FixtureRequest) -> KernelLab:
+    job = wait_for_job(request.param)
+    assert isinstance(job, KernelJob) and job.the is not None
+    return job.the
+
+
+def _job_of(item: pytest.Item) -> int:
+    """The item's place in JOB_ORDER: -1 for a unit test, else its job's."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or "kernel_lab" not in callspec.params:
-        return -1
-    return KERNELS.index(callspec.params["kernel_lab"])
+    if callspec is not None and "kernel_lab" in callspec.params:
+        return JOB_ORDER.index(callspec.params["kernel_lab"])
+    for name, (_make, module) in LANE_JOBS.items():
+        if item.module is not None and item.module.__name__ == module:
+            return JOB_ORDER.index(name)
+    return -1
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """Tests without kernel_lab first (order kept), then every kernel's tests together, in
-    KERNELS order (pytest groups them already; this also holds across modules that select
-    a few kernels with an indirect parametrize). Kernels left out by PROBEKIT_LAB_KERNELS
-    are deselected there too."""
-    wanted = {KERNELS.index(kernel) for kernel in lab_kernels()}
-    dropped = [item for item in items if _kernel_of(item) not in wanted | {-1}]
+    """Unit tests first (order kept), then each job's tests together, in JOB_ORDER (the main thread
+    judges each job's results as the lanes bring them). Jobs left out by PROBEKIT_LAB_KERNELS
+    are deselected."""
+    wanted = {JOB_ORDER.index(name) for name in lab_jobs()} | {-1}
+    dropped = [item for item in items if _job_of(item) not in wanted]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = sorted((item for item in items if _kernel_of(item) in wanted | {-1}), key=_kernel_of)
+    items[:] = sorted((item for item in items if _job_of(item) in wanted), key=_job_of)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line per kernel booted: minutes in all, then seconds per part."""
+    """One line per job: minutes in all, then seconds per part."""
     if not SESSION_TIMES:
         return
     terminalreporter.section("lab time per kernel")
     for kernel, times in SESSION_TIMES.items():
         parts = ", ".join(f"{part} {seconds:.0f} s" for part, seconds in times.items() if part != "total")
-        terminalreporter.write_line(f"{kernel:>5}: {times.get('total', 0) / 60:.1f} min ({parts})")
+        terminalreporter.write_line(f"{kernel:>7}: {times.get('total', 0) / 60:.1f} min ({parts})")
 
 
 class Prebuild(threading.Thread):
@@ -331,10 +430,10 @@ def _plan(items: List[pytest.Item]) -> Dict[str, List[str]]:
     """Per kernel, the guest runs its items need, in item order (RUN_OF_FIXTURE)."""
     plan: Dict[str, List[str]] = {}
     for item in items:
-        index = _kernel_of(item)
-        if index < 0:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "kernel_lab" not in callspec.params:
             continue
-        keys = plan.setdefault(KERNELS[index], [])
+        keys = plan.setdefault(callspec.params["kernel_lab"], [])
         for fixture in getattr(item, "fixturenames", ()):
             key = RUN_OF_FIXTURE.get((item.module.__name__, fixture))
             if key and key not in keys:
@@ -342,20 +441,38 @@ def _plan(items: List[pytest.Item]) -> Dict[str, List[str]]:
     return plan
 
 
+def _image_of(kernel: str) -> str:
+    from labs.images import base_suite, suite_for_kernel
+    return base_suite(suite_for_kernel(kernel))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Plan each kernel's guest runs; start building the images this session's lab tests
-    boot, in the order they boot."""
+    """Plan each kernel's guest runs and start the jobs, LANES at a time; build ahead the images
+    of the jobs no lane has started, in the order they will boot."""
     PLAN.update(_plan(session.items))
     if os.geteuid() != 0 or session.config.option.collectonly:
         return
-    wanted = {_kernel_of(item) for item in session.items} - {-1}
-    kernels = [KERNELS[i] for i in sorted(wanted)]
-    if any(item.path.name == "test_vagrant_pair.py" for item in session.items):
-        kernels = ["6.1"] + [k for k in kernels if k != "6.1"]  # the box is made from 6.1's image
-    if kernels:
+    names = {JOB_ORDER[i] for i in {_job_of(item) for item in session.items} - {-1}}
+    jobs: List[Job] = []
+    for name in JOB_ORDER:
+        if name in names:
+            make = LANE_JOBS[name][0] if name in LANE_JOBS else (lambda root, k=name: KernelJob(k, root))
+            jobs.append(make(artifacts_root()))
+    if not jobs:
+        return
+    print(f"\n[lab] jobs {', '.join(job.name for job in jobs)}, {LANES} at a time; artefacts in {artifacts_root()}",
+          flush=True)
+    _JOBS.update({job.name: job for job in jobs})
+    ahead, seen = [], {_image_of(job.image_kernel()) for job in jobs[:LANES]}
+    for job in jobs[LANES:]:
+        if _image_of(job.image_kernel()) not in seen:
+            seen.add(_image_of(job.image_kernel()))
+            ahead.append(job.image_kernel())
+    if ahead:
         from discover.errors import cache_root
-        _PREBUILD.append(Prebuild(kernels, cache_root() / "images" / "prebuild.log"))
+        _PREBUILD.append(Prebuild(ahead, cache_root() / "images" / "prebuild.log"))
         _PREBUILD[0].start()
+    _LANES.append(Lanes(jobs))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

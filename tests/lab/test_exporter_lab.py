@@ -18,16 +18,15 @@ import json
 from typing import Any, Callable, Dict, Tuple
 
 import pytest
-from conftest import guest_run, once_run
+from conftest import guest_run, on_kernels, once_run
 
 from labs import exporter_checks as ec
 from labs.base import Lab
 
 #: kernel -> the guest side's options: on 7.3 the exporter runs with the cgroup label and starts
-#: before nfsv4 is loaded (it must attach again); on 6.1 as installed, with every module there
-EXPORTER_KERNELS = {"6.1": "", "7.3": "--cgroup-label --late-nfsv4"}
-pytestmark = [pytest.mark.lab,
-              pytest.mark.parametrize("kernel_lab", list(EXPORTER_KERNELS), indirect=True, ids=lambda k: f"k{k}")]
+#: before nfsv4 is loaded (it must attach again); elsewhere as installed, with every module there
+EXPORTER_OPTIONS = {"7.3": "--cgroup-label --late-nfsv4"}
+pytestmark = [pytest.mark.lab, on_kernels("exporter")]
 
 
 @guest_run("exporter", fixture="results")
@@ -35,7 +34,7 @@ def run_guest_check(kernel_lab: Any) -> Dict[str, Any]:
     lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
     with kernel_lab.timed("exporter"):
-        res = lab.run(f"cd {share} && python3 {ec.GUEST_SCRIPT} {EXPORTER_KERNELS[kernel_lab.kernel]}",
+        res = lab.run(f"cd {share} && python3 {ec.GUEST_SCRIPT} {EXPORTER_OPTIONS.get(kernel_lab.kernel, '')}",
                       timeout=1200)
     assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr[-2000:]}"
     out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])

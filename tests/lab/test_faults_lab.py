@@ -1,6 +1,6 @@
 """Lab tests: the tools on the client of a QEMU pair while the server fails (labs/faults.py).
 
-On the pair kernels of tests/lab/conftest.py (6.12 and 7.3), in the same boot as their
+On the pair kernels of tests/lab/conftest.py (7.3 in CI), in the same boot as their
 probe checks: one nfsslower (--ops all, threshold 2 s, stall interval 5 s), one nfsdist and
 one nfstop watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
 phases: plain, 20% netem loss on the link, the server's QEMU stopped for 30 s, nfs-server
@@ -15,13 +15,12 @@ import json
 from typing import Any, Callable, Dict
 
 import pytest
-from conftest import guest_run, once_run
+from conftest import guest_run, on_kernels, once_run
 
 from labs.faults import (run_faults, verify_loss, verify_nfstop_process, verify_pause_completes,
                          verify_pause_stalls, verify_restart, verify_silent_guest, verify_v4late)
 
-pytestmark = [pytest.mark.lab,
-              pytest.mark.parametrize("kernel_lab", ["6.12", "7.3"], indirect=True, ids=lambda k: f"k{k}")]
+pytestmark = [pytest.mark.lab, on_kernels("faults")]
 
 
 @guest_run("faults", fixture="faults")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import guest_run, once_run
+from conftest import guest_run, on_kernels, once_run
 
 from labs.integration import CALLGRAPH_TARGETS, Report, run_integration
 
 #: discovery is kernel-neutral code: one kernel proves the checks (the probe checks run on all)
-pytestmark = [pytest.mark.lab, pytest.mark.parametrize("kernel_lab", ["6.1"], indirect=True, ids=lambda k: f"k{k}")]
+pytestmark = [pytest.mark.lab, on_kernels("integration")]
 
 
 @guest_run("integration", fixture="report")
