@@ -11,13 +11,11 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
-from labs.probe_checks import counted_once
+from labs.probe_checks import WORKLOAD_EXACT as EXACT, counted_once
 from probes.exporter import BUCKET_SLOTS
 
 GUEST_SCRIPT = "labs/guest/exporter_guest.py"
 MOUNT_POINTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
-#: operations the workload issues an exact number of (commit is the kernel's choice)
-EXACT = ("read", "write", "open", "getattr", "fsync")
 
 
 def keep_results(out: Dict[str, Any], artifacts: Path) -> None:

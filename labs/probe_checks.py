@@ -39,6 +39,17 @@ def mean_bucket(hist: Dict[int, int]) -> float:
     return sum(start * count for start, count in hist.items()) / max(sum(hist.values()), 1)
 
 
+#: operations the known workload issues an exact number of (commit is the kernel's choice)
+WORKLOAD_EXACT = ("read", "write", "open", "getattr", "fsync")
+
+
+def phase_time_us(intervals: List[Dict[str, Any]], phase: str) -> int:
+    """A floor of the time the workload's operations took in one phase: the sum of their log2
+    bucket starts. Delay on every round trip moves it by that delay per RPC waited for; the
+    host's load moves both phases alike."""
+    return sum(start * count for op in WORKLOAD_EXACT for start, count in phase_hist(intervals, phase, op).items())
+
+
 def counted_once(what: str, counted: int, issued: int, missed: int) -> str:
     """Every operation the workload issued is counted once, or the tool reported it missed (the
     kernel skipped its probe; docs/probes.md, "Missed operations"): never counted twice, never
@@ -112,8 +123,8 @@ def verify_nfsslower_reports_injected_latency(results: Results) -> None:
     assert events and all(threshold_us <= e["lat_us"] < 3600 * 10**6 for e in events)
     delayed = [e for e in events if e["phase"] == "delay"]
     plain = [e for e in events if e["phase"] == "nfs3"]  # the same workload and mount, no delay
-    # netem adds a delay to every round trip (in one guest 100 ms: 50 ms on each loopback packet;
-    # on a pair, 400 ms on the client's packets over the link): an uncached read waits for a
+    # netem adds a delay to every round trip (400 ms: in one guest 200 ms on each loopback
+    # packet; on a pair, on the client's packets over the link): an uncached read waits for a
     # READ RPC, so the read that sent it is reported at or above the added round trip. A read
     # that finds its pages under a readahead READ already on the wire waits only for the rest
     # of it (CI on 5.10: 109 ms and 95.5 ms with 100 ms added, threshold 90 ms)
@@ -138,10 +149,9 @@ def verify_nfsslower_reports_injected_latency(results: Results) -> None:
         assert sum(1 for e in fsyncs if e["file"].startswith("write-")) == \
             lat["phases"]["delay"]["issued"]["unstable_fsync"], [e["file"] for e in fsyncs]
     assert all(e["file"].startswith(("write-", "sync.bin", "[ino ")) for e in fsyncs), [e["file"] for e in fsyncs]
-    # without the delay the same reads stay below the threshold, and fewer ops cross it
-    # (TCG alone makes a 4 MiB fsync slow, so fsync is compared in nfsdist, not here)
-    assert not [e for e in plain if e["op"] == "read"]
-    assert len(delayed) > len(plain)
+    # without the delay fewer operations cross the threshold: a comparison, as the host's load
+    # alone can push an undelayed read past any fixed threshold (373 ms beside two CPU hogs)
+    assert len(delayed) > len(plain), (len(delayed), len(plain))
 
 
 def verify_nfsdist_histogram_moves_with_delay(results: Results) -> None:
@@ -154,12 +164,16 @@ def verify_nfsdist_histogram_moves_with_delay(results: Results) -> None:
         for op in ("read", "write", "open", "getattr", "fsync"):
             seen = sum(phase_hist(intervals, phase, op).values())
             assert seen == lat["phases"][phase]["issued"][op], f"{phase} {op}: {seen}"
-    reads_plain, reads_delay = phase_hist(intervals, "nfs3", "read"), phase_hist(intervals, "delay", "read")
-    # the slowest read (>= the added round trip) moves up into a log2 bucket starting at or
-    # above half of it; without the delay TCG's slowest read stays in a lower bucket
-    assert max(reads_delay) >= rtt_us / 2 and max(reads_delay) > max(reads_plain)
-    plain, delayed = phase_hist(intervals, "nfs3", "read"), phase_hist(intervals, "delay", "read")
-    assert mean_bucket(delayed) > mean_bucket(plain), f"read: {plain} -> {delayed}"
+    reads_delay = phase_hist(intervals, "delay", "read")
+    # the read that sent a READ (>= the added round trip) is in a log2 bucket starting at or
+    # above half of it
+    assert max(reads_delay) >= rtt_us / 2, f"read with delay: {reads_delay}"
+    # the workload's operations took longer with the delay than without, taken together: a few
+    # operations of either phase can be slowed alike by the host's load (a 6.12 guest beside two
+    # CPU hogs: plain reads {128 us, 8, 65, 262 ms}), the delay adds to every one that waits on
+    # the server
+    plain_us, delay_us = phase_time_us(intervals, "nfs3"), phase_time_us(intervals, "delay")
+    assert delay_us > plain_us, f"the delayed phase's operations took {delay_us} us, the plain one's {plain_us} us"
     # every fsync waits for at least one round trip (WRITE or COMMIT): none of the delayed phase
     # stays below half of it. (Its mean is no good here: a 4 MiB flush under TCG on a busy host
     # takes 0.1-1 s by itself, 5.10 in CI: {8 ms, 0.5 s, 1 s} plain, {131 ms, 2 x 0.5 s} delayed.)
