@@ -4,12 +4,16 @@ Runs inside a lab guest as root from /opt/probekit (Python 3.9+, stdlib only; th
 discover it runs is the share's). Prints one JSON object. Steps:
 
 1. `trace-cmd record -p function -l 'nfs_*'` starts on the global buffer (the filter
-   keeps the function tracer affordable under TCG); snapshot A of tracefs once it runs.
+   keeps the function tracer affordable under TCG); snapshot A of tracefs once trace-cmd
+   says it records ("Hit Ctrl^C to stop recording", printed after it turned tracing on).
 2. A stale instance is made as a killed run would leave it (instances/probekit-<a PID
    that is not running>).
-3. `discover callgraph FUNCTION --workload 'workload.sh read MOUNT'` runs; while it
+3. `discover callgraph FUNCTION --workload 'workload.sh read MOUNT; <wait>'` runs; while it
    captures, the global tracer and the instance list are sampled, and a second
-   discover (another function) is started to see what it does.
+   discover (another function) is started to see what it does. The workload then waits
+   for a marker file written once the second discover has ended (not for a fixed time: on
+   a loaded host a 20 s window closed before the second discover ran), up to
+   SECOND_WAIT_S, after which the JSON says the second discover never ended.
 4. Snapshot B once discover ended, trace-cmd still recording: B must equal A (nothing
    of trace-cmd's changed, the stale and our own instance gone).
 5. trace-cmd is stopped and its report counted; when discover refused to share (the
@@ -31,6 +35,13 @@ from kill_check import TRACEFS, graph_tracer_on, tracefs_state
 
 SHARE = "/opt/probekit"
 WORKLOAD = f"{SHARE}/labs/guest/workload.sh"
+#: written once the second discover has ended; the first one's workload waits for it
+SECOND_DONE = "/tmp/coexist-second.done"
+#: upper bound of that wait (and of every wait here): its expiry is reported, never judged
+SECOND_WAIT_S = 600
+TRACECMD_LOG = "/tmp/coexist-trace-cmd.log"
+#: what trace-cmd record prints once tracing is on and its recorders run
+TRACECMD_RECORDING = "Hit Ctrl^C to stop recording"
 
 
 def read(name: str) -> str:
@@ -75,34 +86,70 @@ def wait_for(test: Any, seconds: float) -> bool:
     return False
 
 
+def until_second_done(bound_s: int) -> str:
+    """sh that waits for SECOND_DONE, polling 5 times a second, at most bound_s."""
+    return (f"i=0; while [ ! -e {SECOND_DONE} ] && [ $i -lt {bound_s * 5} ]; do sleep 0.2; i=$((i + 1)); done; "
+            f"[ -e {SECOND_DONE} ] || echo 'coexist: the second discover never ended' >&2")
+
+
 def run_discover(function: str, mount: str, output: str, second: str) -> Dict[str, Any]:
-    """discover with the workload; samples taken while it captures; the second discover's outcome."""
-    # the sleep keeps the capture open while the second discover starts (seconds under TCG)
-    proc = discover([function, "--workload", f"sh {WORKLOAD} read {mount}; sleep 20", "--format", "json",
-                     "-o", output])
+    """discover with the workload; samples taken while it captures; the second discover's outcome.
+
+    The workload keeps the capture open until the second discover has ended (SECOND_DONE),
+    so the second one provably starts while the first captures."""
+    if os.path.exists(SECOND_DONE):
+        os.unlink(SECOND_DONE)
+    proc = discover([function, "--workload", f"sh {WORKLOAD} read {mount}; {until_second_done(SECOND_WAIT_S)}",
+                     "--format", "json", "-o", output])
     samples: List[Dict[str, Any]] = []
-    second_result: Dict[str, Any] = {}
-    while proc.poll() is None:
-        if graph_tracer_on():
-            samples.append({"global_tracer": read("current_tracer"), "instances": instances()})
-            if not second_result:
-                other = discover([second, "--duration", "2", "--format", "json", "-o", "/tmp/coexist2.json"])
-                out, err = other.communicate(timeout=300)
-                second_result = {"exit_code": other.returncode, "stderr": err[-600:]}
-        time.sleep(0.3)
+    second_result: Dict[str, Any] = {"exit_code": None,
+                                     "stderr": "the second discover never started: function_graph was not seen "
+                                               "on while the first discover ran"}
+    started_second = False
+    try:
+        while proc.poll() is None:
+            if graph_tracer_on():
+                samples.append({"global_tracer": read("current_tracer"), "instances": instances()})
+                if not started_second:
+                    started_second = True
+                    other = discover([second, "--duration", "2", "--format", "json", "-o", "/tmp/coexist2.json"])
+                    try:
+                        _, err = other.communicate(timeout=SECOND_WAIT_S)
+                        second_result = {"exit_code": other.returncode, "stderr": err[-600:]}
+                    except subprocess.TimeoutExpired:
+                        other.kill()
+                        other.communicate()
+                        second_result = {"exit_code": None,
+                                         "stderr": f"the second discover never ended (killed after {SECOND_WAIT_S} s)"}
+                    with open(SECOND_DONE, "w"):
+                        pass
+            time.sleep(0.3)
+    finally:
+        with open(SECOND_DONE, "w"):
+            pass  # whatever happened, the first discover's workload may end
     out, err = proc.communicate()
     return {"exit_code": proc.returncode, "stderr": err[-1500:], "calls": calls_of(output, function),
             "samples": samples[:20], "second": second_result}
+
+
+def tracecmd_says_recording() -> bool:
+    try:
+        with open(TRACECMD_LOG) as handle:
+            return TRACECMD_RECORDING in handle.read()
+    except OSError:
+        return False
 
 
 def main(function: str, mount: str) -> None:
     started = time.monotonic()
     subprocess.run(["sh", WORKLOAD, "prepare", mount], check=True)
     initial = tracefs_state()
-    tracecmd = subprocess.Popen(["trace-cmd", "record", "-p", "function", "-l", "nfs_*", "-o", "/tmp/coexist.dat"],
-                                cwd="/tmp", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    recording = wait_for(lambda: read("current_tracer") == "function" and read("tracing_on") == "1", 180)
-    time.sleep(1.0)
+    # stdbuf: trace-cmd's stdout is a file here, line-buffered so that its "recording" line shows at once
+    tracecmd = subprocess.Popen(["stdbuf", "-oL", "trace-cmd", "record", "-p", "function", "-l", "nfs_*",
+                                 "-o", "/tmp/coexist.dat"],
+                                cwd="/tmp", stdout=open(TRACECMD_LOG, "w"), stderr=subprocess.STDOUT, text=True)
+    recording = wait_for(lambda: tracecmd_says_recording() or tracecmd.poll() is not None, SECOND_WAIT_S) and \
+        tracecmd_says_recording() and read("current_tracer") == "function" and read("tracing_on") == "1"
     with_tracecmd = tracefs_state()
     stale = os.path.join(TRACEFS, "instances", f"probekit-{dead_pid()}")
     os.mkdir(stale)
@@ -110,10 +157,12 @@ def main(function: str, mount: str) -> None:
     after_discover = tracefs_state()
     tracecmd.send_signal(signal.SIGINT)
     try:
-        tc_out, _ = tracecmd.communicate(timeout=300)
+        tracecmd.wait(timeout=SECOND_WAIT_S)
     except subprocess.TimeoutExpired:
         tracecmd.kill()
-        tc_out, _ = tracecmd.communicate()
+        tracecmd.wait()
+    with open(TRACECMD_LOG) as handle:
+        tc_out = handle.read()
     report = subprocess.run(["trace-cmd", "report", "-i", "/tmp/coexist.dat"], capture_output=True, text=True)
     tc_calls = sum(1 for line in report.stdout.splitlines()
                    if "function:" in line and line.split("function:", 1)[1].split()[:1] == [function])

@@ -5,7 +5,8 @@
 #   write    256 KiB in 64 KiB blocks + fsync, then 8 x 4 KiB O_SYNC writes
 # PROBEKIT_WORKLOAD_BLOCKS (default 4) sets the number of 64 KiB blocks written and read.
 #   read     drop caches, then read read.bin in 64 KiB blocks
-#   stat     5 x stat small.txt
+#   stat     5 x stat small.txt, each asking the server (statx AT_STATX_FORCE_SYNC: nfs_getattr
+#            revalidates with a GETATTR whatever the attribute cache holds)
 #   open     3 x cat small.txt
 #   all      write, read, stat, open
 set -eu
@@ -33,7 +34,7 @@ read)
     dd if="$d/read.bin" of=/dev/null bs=64k status=none
     ;;
 stat)
-    for i in 1 2 3 4 5; do stat "$d/small.txt" > /dev/null; done
+    for i in 1 2 3 4 5; do stat --cached=never "$d/small.txt" > /dev/null; done
     ;;
 open)
     for i in 1 2 3; do cat "$d/small.txt" > /dev/null; done
