@@ -19,7 +19,7 @@ EXAMPLES = """
 \b
 Examples:
   discover propose nfs                                   # live kernel, every operation it has
-  discover propose nfs --ops read,write -o probes/specs/nfs.toml
+  discover propose nfs --ops read,write -o /tmp/nfs.toml # review, diff with probes/specs/nfs.toml
   discover propose nfs --kernel-profile 6.1.json         # another kernel, no tracefs needed
   discover propose nfs --callgraphs graphs/ --kernel-profile 6.1.json
 """
