@@ -357,10 +357,12 @@ def kernel_lab(request: pytest.FixtureRequest) -> KernelLab:
 
 
 def _job_of(item: pytest.Item) -> int:
-    """The item's place in JOB_ORDER: -1 for a unit test, else its job's."""
+    """The item's place in JOB_ORDER: -1 for a unit test, else its job's (-2: no kernel at all,
+    PROBEKIT_LAB_KERNELS left kernel_lab none)."""
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "kernel_lab" in callspec.params:
-        return JOB_ORDER.index(callspec.params["kernel_lab"])
+        kernel = callspec.params["kernel_lab"]
+        return JOB_ORDER.index(kernel) if kernel in JOB_ORDER else -2
     for name, (_make, module) in LANE_JOBS.items():
         if item.module is not None and item.module.__name__ == module:
             return JOB_ORDER.index(name)
@@ -452,7 +454,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     PLAN.update(_plan(session.items))
     if os.geteuid() != 0 or session.config.option.collectonly:
         return
-    names = {JOB_ORDER[i] for i in {_job_of(item) for item in session.items} - {-1}}
+    names = {JOB_ORDER[i] for i in {_job_of(item) for item in session.items} if i >= 0}
     jobs: List[Job] = []
     for name in JOB_ORDER:
         if name in names:
