@@ -154,8 +154,9 @@ def netem_loss(device: str, percent: int) -> None:
 
 
 def label(intervals: List[Dict[str, Any]], phases: Dict[str, Any]) -> None:
-    """An nfsdist interval printed at wall second T covers about T-1..T: it belongs to the phase
-    running then, and to "gap" between phases (mounts, module loads, late COMMITs)."""
+    """An nfsdist interval belongs to the phase whose window holds its stamp (from the phase's
+    start to the moment nfsdist had printed the interval with its last operations: pg.interval_in),
+    and to "gap" between phases (mounts, module loads)."""
     for interval in intervals:
         interval["phase"] = next((name for name, p in phases.items() if pg.interval_in(interval["ts"], p)), "gap")
 
@@ -194,12 +195,17 @@ def run() -> Dict[str, Any]:
                 if name == "v4late":
                     subprocess.run(["modprobe", "nfsv4"], check=True)
                     pg.mount_v42(server)
-                    time.sleep(pg.GAP_S)  # the tools' chance to notice the module before the workload
+                    # the workload starts once every tool has noticed the module
+                    pg.wait_said([slower_log, dist_log, top_log], "module nfsv4 loaded after the start",
+                                 "modprobe nfsv4")
                 try:
                     phases[name] = phase(name, pg.MOUNTS[mount], host_action)
                 finally:
                     if name == "loss":
                         subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
+                # the next phase starts (pg.GAP_S later) once both interval tools printed this one's end
+                phases[name]["flushed"] = pg.wait_flushed([dist_log, top_log], phases[name]["end"],
+                                                          f"the {name} phase")
             time.sleep(pg.GAP_S)
         finally:
             out["nfsslower"] = pg.stop(slower, slower_log)

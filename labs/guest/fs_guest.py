@@ -9,9 +9,11 @@ cache=strict and cache=loose (labs/guest/smb_share.sh), delayed by netem on lo. 
 share the guest's memory) and stays attached while every filesystem's phases run:
 `plain` (the workload, no delay) and `delay` (the same after `dmsetup reload` adds
 DELAY_MS to every I/O). One worker process runs every phase's workload (fsdist watches
-its pid alone: the root filesystem is ext4 too); phases are told apart by time, GAP_S
-apart, and the lab file systems are touched by nothing else. Prints one JSON document;
-tests/lab/test_fs_lab.py judges it.
+its pid alone: the root filesystem is ext4 too); phases are told apart by time: fsslower's
+events by their own timestamps, the interval tools' records by stamp, each phase ending
+once the tool has printed the interval read after its workload (probes_guest.wait_flushed)
+and the next starting GAP_S later; the lab file systems are touched by nothing else.
+Prints one JSON document; tests/lab/test_fs_lab.py judges it.
 
   python3 labs/guest/fs_guest.py [FS:TOOL ...]     (default: RUNS)
 """
@@ -26,8 +28,8 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Tuple
 
-from probes_guest import (attach_kinds, json_lines, kernel_attachments, picks, stop, tool, wait_ready,
-                          writes_and_two_fsyncs)
+from probes_guest import (attach_kinds, json_lines, kernel_attachments, picks, stop, tool, wait_flushed,
+                          wait_ready, writes_and_two_fsyncs)
 from discover.spec import serves_fstype  # noqa: E402  (probes_guest put the share on sys.path)
 from probes.mounts import MountTable, kernel_dev, mount_dev  # noqa: E402
 
@@ -47,7 +49,9 @@ IMAGE_MIB = 512   # mkfs.xfs wants 300 MiB at least
 N_READS, READ_SIZE = 4, 65536
 M_WRITES, WRITE_SIZE = 8, 65536
 K_STATS = 3
-GAP_S = 3.0       # quiet seconds after a phase, so that its last interval is printed
+GAP_S = 3.0       # quiet seconds between a phase's end (its intervals printed) and the next one
+#: the tools that print a record per interval (their phases wait for the one after the workload)
+INTERVAL_TOOLS = ("fsdist", "fstop")
 SPEC_JSON = "/tmp/probekit-{fs}-spec.json"
 
 
@@ -239,13 +243,17 @@ def drop_pages() -> None:
         handle.write("1\n")
 
 
-def phase(worker: Worker, mount: str, tag: str, src: str) -> Dict[str, Any]:
-    """One workload run by the worker, pages dropped first, with its wall and monotonic span."""
+def phase(worker: Worker, mount: str, tag: str, src: str, tool_name: str, log: str) -> Dict[str, Any]:
+    """One workload run by the worker, pages dropped first, with its wall and monotonic span; an
+    interval tool's phase also waits until the tool printed the interval read after it (`flushed`)."""
     drop_pages()
     started, mono = time.time(), time.monotonic()
     issued = worker.run(mount, tag.replace(" ", "-"), src)
-    return {"pid": worker.pid, "issued": issued, "start": started, "end": time.time(), "mono_start": mono,
-            "mono_end": time.monotonic()}
+    out: Dict[str, Any] = {"pid": worker.pid, "issued": issued, "start": started, "end": time.time(),
+                           "mono_start": mono, "mono_end": time.monotonic()}
+    if tool_name in INTERVAL_TOOLS:
+        out["flushed"] = wait_flushed([log], out["end"], f"the {tag} phase")
+    return out
 
 
 @contextlib.contextmanager
@@ -282,12 +290,14 @@ def run(plan: List[Tuple[str, str]]) -> Dict[str, Any]:
             out["attached_during"] = kernel_attachments()
             for fs, _ in plan:  # phases `plain` and `delay`; per cache mode on SMB (`strict plain`, ...)
                 phases = {}
+                name, log, _ = procs[fs]
                 for label, mount in mounted[fs].mounts.items():
-                    phases[f"{label}plain"] = phase(worker, mount, f"{label}plain", sources[(fs, label)])
+                    phases[f"{label}plain"] = phase(worker, mount, f"{label}plain", sources[(fs, label)], name, log)
                     time.sleep(GAP_S)
                     with mounted[fs].delayed() as how:
                         out["runs"][fs]["injected"] = how
-                        phases[f"{label}delay"] = phase(worker, mount, f"{label}delay", sources[(fs, label)])
+                        phases[f"{label}delay"] = phase(worker, mount, f"{label}delay", sources[(fs, label)], name,
+                                                        log)
                     time.sleep(GAP_S)
                 out["runs"][fs]["phases"] = phases
         finally:  # every tool stopped first, whatever failed: nothing may stay attached
