@@ -467,8 +467,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _JOBS.update({job.name: job for job in jobs})
     ahead, seen = [], {_image_of(job.image_kernel()) for job in jobs[:LANES]}
     for job in jobs[LANES:]:
-        if _image_of(job.image_kernel()) not in seen:
-            seen.add(_image_of(job.image_kernel()))
+        image = _image_of(job.image_kernel())
+        if image not in seen:
+            seen.add(image)
             ahead.append(job.image_kernel())
     if ahead:
         from discover.errors import cache_root
