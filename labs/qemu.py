@@ -36,7 +36,10 @@ from labs.images import ImageInfo, build_image, cache_root
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 GUEST_PROVISION = "/usr/local/lib/probekit/provision"
 LAB_SUBNET_PREFIX = "10.77.0."
+#: a TCG boot is stuck after this long without a console line (a busy host only slows it)
 BOOT_TIMEOUT_TCG = 480.0
+#: seconds between two asks of a booting guest's agent
+READY_POLL_S = 3.0
 KVM_STALL_SECONDS = 40.0
 #: a kernel that reached userspace (or the KVM fast path is working)
 REACHED_USERSPACE = re.compile(r"systemd\[1\]|Welcome to |Run /sbin/init|Freeing unused kernel")
@@ -336,11 +339,18 @@ class QemuLab(Lab):
         return False
 
     def _wait_ready(self, timeout: float) -> None:
-        """Wait until every guest's agent answers and its 9p shares are mounted."""
-        deadline = time.monotonic() + timeout
+        """Wait until every guest's agent answers and its 9p shares are mounted.
+
+        The wait ends on evidence: a guest whose console still prints is booting, however slow
+        the host; only `timeout` seconds without a console line (or a panic, or QEMU gone) fail."""
         for node in self.nodes:
+            log = self.console_log(node.name)
+            printed, deadline = -1, 0.0
             while True:
                 self._check_node(node.name)
+                size = log.stat().st_size if log.exists() else 0
+                if size != printed:
+                    printed, deadline = size, time.monotonic() + timeout
                 try:
                     res = run_command(self.agent_socket(node.name),
                                       ["/bin/sh", "-c", "mountpoint -q /opt/probekit && mountpoint -q /results"
@@ -351,9 +361,9 @@ class QemuLab(Lab):
                 except (AgentError, OSError):
                     pass
                 if time.monotonic() > deadline:
-                    raise failure(self.label(node.name), f"not ready after {timeout:.0f} s (guest agent silent or "
-                                             f"shares/nfs-server missing)", self.watches.get(node.name))
-                time.sleep(3.0)
+                    raise failure(self.label(node.name), f"not ready: console silent for {timeout:.0f} s (guest "
+                                             f"agent silent or shares/nfs-server missing)", self.watches.get(node.name))
+                time.sleep(READY_POLL_S)
 
     def _provision_nfs(self) -> None:
         """Run the shared provision scripts: exports on the server, mounts on the client."""

@@ -68,3 +68,43 @@ def test_a_stopped_qemu_is_reported_at_once(tmp_path: Path, monkeypatch: pytest.
     finally:
         guest.kill()
         guest.wait()
+
+
+def test_a_slow_boot_waits_while_the_console_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readiness waits on evidence, not the host's speed: a guest that keeps printing is
+    booting however long it takes; silence for the timeout is a stuck guest, said in one line."""
+    import threading
+    import time
+
+    import labs.qemu
+    from labs.console import GuestFailure
+    monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(labs.qemu, "READY_POLL_S", 0.05)
+    guest = subprocess.Popen([sys.executable, "-c", SLEEPER])
+    lab = QemuLab(kernel="6.1", topology="single", name="slow", ssh=False)
+    lab.nodes = lab.plan_nodes()
+    lab.pids = {"lab": guest.pid}
+    lab.state_dir.mkdir(parents=True)
+    log = lab.console_log("lab")
+    stop_printing = time.monotonic() + 2.0
+
+    def boot_messages() -> None:
+        with open(log, "a") as console:
+            while time.monotonic() < stop_printing:
+                console.write("[    1.0] still booting\n")
+                console.flush()
+                time.sleep(0.1)
+
+    printer = threading.Thread(target=boot_messages)
+    printer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(GuestFailure) as failed:
+            lab._wait_ready(0.5)
+        assert time.monotonic() - started >= 2.0, "failed while the console was still printing"
+        assert "not ready: console silent" in str(failed.value)
+        assert "\n" not in str(failed.value)
+    finally:
+        printer.join()
+        guest.kill()
+        guest.wait()

@@ -1,4 +1,4 @@
-"""Lab tests of nfsslower / nfsdist / nfstop on real NFS traffic, on every CI kernel (5.10 .. 7.3).
+"""Lab tests of nfsslower / nfsdist / nfstop on real NFS traffic, on the matrix's `probes` kernels.
 
 In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client, with netem on
 the link to the server instead of lo), booted once for all its checks (bcc compiles each
@@ -8,10 +8,11 @@ both as JSON; labs/probe_checks.py compares them (the same verdicts `labs test -
 pair --lab-results` gives). Two guest runs per kernel keep tool starts to five: `main`
 (nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
 metadata phase per mount, and NFSv3 with netem delay) and `v3only` (all three tools with
-nfsv4 unloaded, nfstop watching the workload's process). A pair runs `main` only: its
-fault run starts all three tools on a v3-only client and checks the same there. On 7.2 a
-third run, `identity`, checks the mount and cgroup of each operation (two systemd scope
-units on two mounts: nfsslower --cgroup -M, nfstop --by cgroup, nfsdist --per-mount).
+nfsv4 unloaded, nfstop watching the workload's process). v3only runs on the kernels of
+the matrix's `v3only` (a pair's fault run starts all three tools on a v3-only client and checks
+the same there). A third run, `identity` (6.12 in CI), checks the mount and cgroup of each
+operation (two systemd scope units on two mounts: nfsslower --cgroup -M, nfstop --by cgroup,
+nfsdist --per-mount).
 
 The guest also reports, per operation, the spec candidate the tools picked and whether it
 recorded the operation: that is the kernel's --lab-results (docs/compat.md), written to the
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from conftest import KERNELS, guest_run, on_kernels, once_run, pair_kernels
+from conftest import guest_run, matrix, on_kernels, once_run
 
 from discover.errors import UserError
 from labs import probe_checks as pc
@@ -39,19 +40,14 @@ pytestmark = pytest.mark.lab
 GUEST_SCRIPT = "labs/guest/probes_guest.py"
 
 
-#: the single-guest kernels of tests/lab/conftest.py: the v3only run is theirs; a pair's
-#: fault run checks its v3-only client (tests/lab/test_faults_lab.py)
-single_guest = pytest.mark.parametrize("kernel_lab", [k for k in KERNELS if k not in pair_kernels()], indirect=True,
-                                       ids=lambda k: f"k{k}")
-
-
 @guest_run("probes", fixture="results")
 def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
     """Run every guest check of this topology once."""
     lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
     out: Dict[str, Dict[str, Any]] = {}
-    for check in pc.guest_runs(with_faults=lab.topology == "pair"):  # test_faults_lab.py's run
+    # main only where the v3-only start is proven elsewhere, as on the pair (its fault run)
+    for check in pc.guest_runs(with_faults=kernel_lab.kernel not in matrix()["v3only"]):
         with kernel_lab.timed(f"probes {check}"):
             res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT} {check}", timeout=1200)
         assert res.exit_code == 0, f"{check}: exit {res.exit_code}: {res.stderr[-2000:]}"
@@ -102,12 +98,12 @@ def test_nfsdist_histogram_moves_with_delay(results: Results) -> None:
     pc.verify_nfsdist_histogram_moves_with_delay(results)
 
 
-@single_guest
+@on_kernels("v3only")  # a pair's fault run checks its v3-only client
 def test_nfstop_shows_the_workload_process(results: Results) -> None:
     pc.verify_nfstop_shows_the_workload_process(results)
 
 
-@single_guest
+@on_kernels("v3only")  # a pair's fault run checks its v3-only client
 def test_every_command_runs_without_nfsv4(results: Results) -> None:
     pc.verify_every_command_runs_without_nfsv4(results)
 
