@@ -1,0 +1,127 @@
+"""The Debian package (scripts/build-deb) carries what a client installs: every command of
+pyproject.toml on PATH and resolving to its code in the private directory, the exporter's
+unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, and
+Depends on Debian's packages of every Python dependency. Built once from the working tree
+(about 30 s) and read back with dpkg-deb; lintian, when installed, must find no error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PRIVATE = "usr/lib/probekit"
+BUILD_TOOLS = ("dpkg-buildpackage", "dh", "dh_python3", "pybuild")
+
+
+def _project_section(name: str) -> str:
+    """One [section] of pyproject.toml, as text."""
+    return (REPO / "pyproject.toml").read_text().split(f"[{name}]", 1)[1].split("\n[", 1)[0]
+
+
+def _dpkg_deb(*args: str) -> str:
+    return subprocess.run(["dpkg-deb", *args], check=True, stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The .deb built by the project script; its absence of tools is a skip on a contributor's
+    machine and a failure in CI, which must run every test."""
+    missing = [tool for tool in BUILD_TOOLS if shutil.which(tool, path="/usr/bin:/bin") is None]
+    if missing:
+        why = (f"building the Debian package needs {', '.join(missing)}: bash scripts/setup installs "
+               "the build tools (scripts/apt-packages.txt)")
+        if os.environ.get("CI"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("deb")
+    res = subprocess.run(["bash", str(REPO / "scripts/build-deb"), str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:]
+    yield Path(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tree(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package's files, unpacked."""
+    root = tmp_path_factory.mktemp("root")
+    _dpkg_deb("-x", str(deb), str(root))
+    return root
+
+
+def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path, tmp_path: Path) -> None:
+    scripts: Dict[str, str] = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"),
+                                              re.M))
+    assert sorted(p.name for p in (tree / "usr/bin").iterdir()) == sorted(scripts)
+    private = str(tree / PRIVATE)
+    for name, target in scripts.items():
+        script = tree / "usr/bin" / name
+        assert os.access(script, os.X_OK), name
+        text = script.read_text()
+        assert f'sys.path.insert(0, "/{PRIVATE}")' in text, text
+        # the script as installed, its private directory moved to where dpkg-deb unpacked it
+        moved = tmp_path / name
+        moved.write_text(text.replace(f'"/{PRIVATE}"', repr(private)))
+        res = subprocess.run([sys.executable, str(moved), "--help"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, universal_newlines=True, cwd=tmp_path)
+        assert res.returncode == 0 and f"Usage: {name} " in res.stdout, res.stdout
+    # and what they import is the packaged code, not this checkout's (the venv has it too)
+    modules = sorted({target.split(":")[0] for target in scripts.values()})
+    check = (f"import sys; sys.path.insert(0, {private!r}); import importlib; "
+             f"print([m for m in {modules!r} if not importlib.import_module(m).__file__.startswith({private!r})])")
+    res = subprocess.run([sys.executable, "-c", check], stdout=subprocess.PIPE, universal_newlines=True,
+                         check=True, cwd=tmp_path)
+    assert res.stdout.strip() == "[]"
+
+
+def test_exporter_unit_reads_its_options_file(deb: Path, tree: Path) -> None:
+    unit = (tree / "lib/systemd/system/nfs-exporter.service").read_text()
+    assert "EnvironmentFile=-/etc/default/nfs-exporter\n" in unit
+    assert "ExecStart=/usr/bin/nfs-exporter $NFS_EXPORTER_ARGS\n" in unit
+    options = (tree / "etc/default/nfs-exporter").read_text()
+    assert re.search(r'^NFS_EXPORTER_ARGS=""$', options, re.M)
+    assert re.search(r'^#NFS_EXPORTER_ARGS="--address 0\.0\.0\.0"$', options, re.M)
+    # an administrator's edits survive upgrades
+    assert "/etc/default/nfs-exporter" in _dpkg_deb("--info", str(deb), "conffiles").split()
+    # installed disabled: the postinst enables the unit only where it was enabled before (an
+    # upgrade), debhelper's --no-enable snippet; an enabled unit is restarted on upgrade
+    postinst = _dpkg_deb("--info", str(deb), "postinst")
+    assert "if deb-systemd-helper debian-installed 'nfs-exporter.service'; then" in postinst
+    assert "_dh_action=restart" in postinst
+
+
+def test_sysctl_file_is_shipped_not_applied(tree: Path) -> None:
+    shipped = tree / PRIVATE / "60-probekit-perf.conf"
+    assert shipped.read_text() == (REPO / "packaging/60-probekit-perf.conf").read_text()
+    applied: List[Path] = [p for d in ("etc/sysctl.d", "usr/lib/sysctl.d", "lib/sysctl.d")
+                           for p in (tree / d).glob("*")]
+    assert not applied
+
+
+def test_depends_on_debian_packages_of_every_dependency(deb: Path) -> None:
+    depends = [d.strip() for d in _dpkg_deb("--field", str(deb), "Depends").split(",")]
+    assert "python3-bpfcc" in depends
+    # each PyPI requirement of the wheel is Debian's python3-<name>, with the same minimum
+    for name, minimum in re.findall(r'^\s*"([\w-]+)>=([\d.]+)"', _project_section("project"), re.M):
+        debian = "python3-" + name.lower().replace("_", "-")
+        assert f"{debian} (>= {minimum})" in depends, (debian, depends)
+    # Python 3.9 and 3.10 read the TOML specs with python3-tomli or python3-toml
+    assert "python3 (>= 3.11) | python3-tomli | python3-toml" in depends
+    assert "python3:any (>= 3.9~)" in depends
+
+
+def test_lintian_finds_no_error(deb: Path) -> None:
+    if shutil.which("lintian") is None:
+        pytest.skip("lintian is not installed (scripts/apt-packages.txt lists it)")
+    res = subprocess.run(["lintian", str(deb)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True)
+    errors = [line for line in res.stdout.splitlines() if line.startswith("E:")]
+    assert not errors, res.stdout
