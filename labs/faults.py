@@ -25,8 +25,6 @@ from labs.probe_checks import counted_once, mean_bucket, phase_hist
 
 FAULTS_GUEST = "labs/guest/faults_guest.py"
 PAUSE_S = 30.0
-#: slack on "a stall line within threshold + one stall interval" for a TCG guest on a busy host
-STALL_SLACK_S = 3.0
 #: NFSv3 procedures an operation of the mixed workload may wait in
 NFS3_PROCEDURES = {"NULL", "GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READ", "WRITE", "CREATE", "COMMIT",
                    "FSSTAT", "FSINFO", "PATHCONF", "READDIRPLUS", "READDIR", "REMOVE", "RENAME", "LINK",
@@ -171,8 +169,18 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
     first = min(s["seen_mono"] for s in stalls)
     pause_at = first - min(s["in_flight_ms"] for s in stalls) / 1000  # when the first stuck op began
     assert pause_at >= requested - 1, "an in-flight line older than the pause"
-    assert min(s["in_flight_ms"] for s in stalls) / 1000 <= threshold_s + interval_s + STALL_SLACK_S, \
-        f"first in-flight line only after {min(s['in_flight_ms'] for s in stalls):.0f} ms"
+    # how late the tool's interval ticks ran on this host, from its own re-prints of one stuck
+    # operation: the first line may come that much after threshold + one interval, no later
+    ages_by_op: Dict[Any, List[float]] = {}
+    for s in stalls:
+        ages_by_op.setdefault((s["pid"], s["op"], s["start_us"]), []).append(s["in_flight_ms"])
+    gaps = [b - a for ages in ages_by_op.values() for a, b in zip(sorted(ages), sorted(ages)[1:])]
+    assert gaps, "no operation was re-printed during the pause: the tool's interval cannot be measured"
+    late_ms = max(0.0, max(gaps) - interval_s * 1000)
+    first_ms = min(s["in_flight_ms"] for s in stalls)
+    assert first_ms <= (threshold_s + interval_s) * 1000 + late_ms, \
+        f"first in-flight line only after {first_ms:.0f} ms (threshold {threshold_s:.0f} s + interval " \
+        f"{interval_s} s, ticks at most {late_ms:.0f} ms late)"
     assert all(s["in_flight_ms"] >= data["threshold_ms"] for s in stalls), "an in-flight line below the threshold"
     pid = data["workload_pid"]
     mine = [s for s in stalls if s["pid"] == pid and s["op"] != "rpc"]
@@ -292,13 +300,14 @@ def verify_nfstop_process(result: Dict[str, Any]) -> str:
 
 
 def verify_silent_guest(result: Dict[str, Any]) -> str:
-    """A command sent to the stopped server fails within a minute, in one line that names the
-    kernel and the console log."""
+    """A command sent to the stopped server fails as soon as the lab sees its QEMU stopped, in one
+    line that names the kernel and the console log."""
     note = _data(result)["host"].get("pause", {})
     silent = note.get("silent", {})
     message = silent.get("message")
     assert message, f"a command in the stopped guest did not fail: {silent}"
-    assert silent["seconds"] < 60, f"the stopped guest was reported only after {silent['seconds']} s"
+    # found stopped (its QEMU's state), not presumed dead after the agent's patience ran out
+    assert "is stopped (SIGSTOP" in message, f"the stopped guest was not seen as stopped: {message}"
     assert "\n" not in message and note["kernel_release"] in message and note["console_log"] in message, message
     return f"after {silent['seconds']} s: {message}"
 
