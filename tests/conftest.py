@@ -10,11 +10,14 @@ import pytest
 from probes.cgroups import cgroup2_root
 
 from run_signals import pytest_configure  # noqa: F401  (a hook: SIGINT and SIGTERM of the run)
+from lab_gate import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401  (hooks: no QEMU, no lab)
 
 
 @pytest.fixture
 def cgroup() -> Iterator[Path]:
     """A child cgroup of the real cgroup2 root, removed afterwards (as root, like the tools)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: makes a cgroup under the cgroup2 root, as the tools' --cgroup filter is used")
     root = cgroup2_root()
     assert root is not None, "no cgroup2 mount on this host"
     path = Path(root) / f"probekit-test-{os.getpid()}"

@@ -34,13 +34,13 @@ def test_version_matching() -> None:
 
 def test_cached_kernel_needs_no_apt(monkeypatch: pytest.MonkeyPatch) -> None:
     directory = kernel_dir(ABI_61)
-    assert (directory / "manifest.json").is_file() and list(directory.glob("linux-image-6.1.0-50-amd64*.deb"))
+    assert (directory / "manifest.json").is_file() and list(directory.glob(f"linux-image-{directory.name}-amd64*.deb"))
 
     def no_apt(*_a, **_k):
         raise AssertionError("apt must not run for a cached kernel")
 
     monkeypatch.setattr(fetch.PrivateApt, "_run", no_apt)
-    assert fetch_kernel("6.1.0-50") == directory
+    assert fetch_kernel(directory.name) == directory
 
 
 def test_not_a_version() -> None:
