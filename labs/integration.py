@@ -232,6 +232,8 @@ wc -l < {out}/available_filter_functions.nfs.txt
         result = json.loads(text)
         assert result["was_capturing"], f"discover never had function_graph on (exit {result['exit_code']}: " \
                                         f"{result['stderr_tail'][-200:]})"
+        assert result["entries_at_signal"], "the signal went before the capture recorded a call (the workload never " \
+                                            "reached the function within the 300 s bound)"
         # discover treats a signal as "stop now and report what was captured": exit 0 is fine,
         # so is 128+signal; a traceback (exit 1) is not
         signum = {"INT": 2, "TERM": 15, "HUP": 1}[sig]

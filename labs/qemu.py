@@ -38,6 +38,8 @@ GUEST_PROVISION = "/usr/local/lib/probekit/provision"
 LAB_SUBNET_PREFIX = "10.77.0."
 #: a TCG boot is stuck after this long without a console line (a busy host only slows it)
 BOOT_TIMEOUT_TCG = 480.0
+#: a boot that prints for this many times BOOT_TIMEOUT_TCG is hung all the same
+BOOT_HANG_FACTOR = 4
 #: seconds between two asks of a booting guest's agent
 READY_POLL_S = 3.0
 KVM_STALL_SECONDS = 40.0
@@ -223,6 +225,9 @@ class QemuLab(Lab):
             # TCG on a busy host makes honest work look stuck (patching every call site when
             # function_graph starts took 23 s): only far longer stalls count as lockups
             cmdline += ["watchdog_thresh=60", "rcupdate.rcu_cpu_stall_timeout=120"]
+            # and systemd's: under load a unit took 2.5 min to start and was failed (networkd by
+            # its watchdog, ttyS0 by its 90 s); the lab's own boot wait judges progress instead
+            cmdline += ["systemd.default_timeout_start_sec=infinity", "systemd.service_watchdogs=0"]
         if node.link_address:
             cmdline.append(f"probekit.link=52:54:00:77:00:{node.index:02x},{node.link_address}/24")
         argv = [
@@ -342,7 +347,9 @@ class QemuLab(Lab):
         """Wait until every guest's agent answers and its 9p shares are mounted.
 
         The wait ends on evidence: a guest whose console still prints is booting, however slow
-        the host; only `timeout` seconds without a console line (or a panic, or QEMU gone) fail."""
+        the host; only `timeout` seconds without a console line (or a panic, or QEMU gone) fail,
+        or BOOT_HANG_FACTOR times that in all (systemd's spinner prints while a job hangs)."""
+        hang_at = time.monotonic() + timeout * BOOT_HANG_FACTOR
         for node in self.nodes:
             log = self.console_log(node.name)
             printed, deadline = -1, 0.0
@@ -360,17 +367,20 @@ class QemuLab(Lab):
                         break
                 except (AgentError, OSError):
                     pass
-                if time.monotonic() > deadline:
-                    raise failure(self.label(node.name), f"not ready: console silent for {timeout:.0f} s (guest "
-                                             f"agent silent or shares/nfs-server missing)", self.watches.get(node.name))
+                if time.monotonic() > min(deadline, hang_at):
+                    why = (f"console silent for {timeout:.0f} s" if time.monotonic() > deadline
+                           else f"still booting after {timeout * BOOT_HANG_FACTOR:.0f} s")
+                    raise failure(self.label(node.name), f"not ready: {why} (guest agent silent or shares/nfs-server "
+                                             f"missing)", self.watches.get(node.name))
                 time.sleep(READY_POLL_S)
 
     def _provision_nfs(self) -> None:
         """Run the shared provision scripts: exports on the server, mounts on the client."""
         server = self._node(SERVER)
-        self._must(f"sh {GUEST_PROVISION}/server.sh", SERVER, 120)
+        # hang bounds only: each takes 5-60 s, many times that on a host running other guests
+        self._must(f"sh {GUEST_PROVISION}/server.sh", SERVER, 900)
         address = "127.0.0.1" if self.topology == "single" else server.link_address
-        self._must(f"sh {GUEST_PROVISION}/client.sh {address}", CLIENT, 180)
+        self._must(f"sh {GUEST_PROVISION}/client.sh {address}", CLIENT, 900)
         self.progress(f"[lab] NFSv3 and NFSv4.2 mounted from {address}")
 
     def _must(self, cmd: str, node: str, timeout: float) -> CommandResult:

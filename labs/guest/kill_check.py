@@ -39,19 +39,31 @@ def tracefs_state() -> Dict[str, str]:
     return state
 
 
-def graph_tracer_on() -> bool:
-    """function_graph running with tracing on: globally (before 6.11) or in discover's own
-    instance (instances/probekit-PID, 6.11 and later)."""
+def capturing_place() -> str:
+    """Where function_graph runs with tracing on: globally (before 6.11) or in discover's own
+    instance (instances/probekit-PID, 6.11 and later); '' while nowhere."""
     places = [TRACEFS] + [os.path.join(TRACEFS, "instances", name)
                           for name in os.listdir(os.path.join(TRACEFS, "instances")) if name.startswith("probekit-")]
     for place in places:
         try:
             with open(os.path.join(place, "current_tracer")) as t, open(os.path.join(place, "tracing_on")) as o:
                 if t.read().strip() == "function_graph" and o.read().strip() == "1":
-                    return True
+                    return place
         except OSError:
             continue
-    return False
+    return ""
+
+
+def traced_entries(place: str) -> int:
+    """Events in the place's ring buffer, every CPU: above 0 once the workload reached the function."""
+    total = 0
+    for cpu in os.listdir(os.path.join(place, "per_cpu")):
+        try:
+            with open(os.path.join(place, "per_cpu", cpu, "stats")) as stats:
+                total += sum(int(line.split()[1]) for line in stats if line.startswith("entries:"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 def main(sig_name: str, function: str, workload: str) -> None:
@@ -64,13 +76,18 @@ def main(sig_name: str, function: str, workload: str) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
     during: Dict[str, str] = {}
+    entries = 0
+    # the signal goes once the capture has recorded calls of the function: mid-capture by evidence
+    # (the workload runs for minutes), however slow the guest; 300 s is only a hang bound
     while time.monotonic() - started < 300 and proc.poll() is None:
-        if graph_tracer_on():
+        place = capturing_place()
+        if place and not during:
             during = tracefs_state()
-            break
+        if place:
+            entries = traced_entries(place)
+            if entries:
+                break
         time.sleep(0.3)
-    if during:
-        time.sleep(2.0)  # well inside the capture
     proc.send_signal(sig)
     try:
         out, err = proc.communicate(timeout=180)
@@ -80,7 +97,7 @@ def main(sig_name: str, function: str, workload: str) -> None:
     after = tracefs_state()
     print(json.dumps({
         "signal": sig_name, "function": function, "exit_code": proc.returncode,
-        "was_capturing": bool(during), "restored": before == after,
+        "was_capturing": bool(during), "entries_at_signal": entries, "restored": before == after,
         "changed": sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)),
         "before": before, "during": during, "after": after,
         "seconds": round(time.monotonic() - started, 1),
