@@ -70,10 +70,17 @@ def test_not_root_is_one_line() -> None:
     require_root(Host(euid=0))
 
 
+def rewrite(path: Path, text: str) -> None:
+    """A read-only kernel file of the fake, as another kernel shows it (its shared copy is 0444,
+    which only root could write over)."""
+    path.chmod(0o644)
+    path.write_text(text)
+
+
 def test_missing_function_graph_names_the_config(tracefs: Path) -> None:
     require_function_graph(tracefs)
     tracers = (tracefs / "available_tracers").read_text().split()
-    (tracefs / "available_tracers").write_text(" ".join(t for t in tracers if t != "function_graph") + "\n")
+    rewrite(tracefs / "available_tracers", " ".join(t for t in tracers if t != "function_graph") + "\n")
     with pytest.raises(UserError) as exc:
         require_function_graph(tracefs)
     assert "CONFIG_FUNCTION_GRAPH_TRACER" in one_line(exc)
@@ -120,7 +127,7 @@ def test_only_gcc_clones_traceable(tracefs: Path, host: Host) -> None:
 def test_module_not_loaded_says_which_modprobe(tmp_path: Path, host: Host, tracefs: Path) -> None:
     """The kernel as it is before `modprobe nfsv4`: no nfsv4 functions, nfsv4 not in /proc/modules."""
     aff = tracefs / "available_filter_functions"
-    aff.write_text("".join(l for l in aff.read_text().splitlines(keepends=True) if "[nfsv4]" not in l))
+    rewrite(aff, "".join(l for l in aff.read_text().splitlines(keepends=True) if "[nfsv4]" not in l))
     proc = tmp_path / "proc"
     proc.mkdir()
     lsmod = (SHARED_TRACEFS / "lsmod-nfs.txt").read_text().splitlines(keepends=True)
