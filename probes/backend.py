@@ -1,0 +1,98 @@
+"""What the latency tools need from a BPF loader, whichever one runs (bcc now, libbpf next).
+
+Why an interface: runtime.Session chooses attach points, generates the probe and reads its
+maps into dist, top, in-flight and missed records; only loading, attaching and raw map and
+buffer access differ between a loader that compiles at start-up (bcc) and one that loads a
+prebuilt object (libbpf). Session talks to a Backend only, so the tools cannot tell which ran.
+Keys and values are ctypes objects whose fields are the C structs' (`key.op`, `value.value`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Collection, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from probes.generate import Probe, Tool
+from probes.layout import KernelLayout
+from probes.select import Chosen
+
+#: user space reads the ring buffer this often: events are submitted without a wakeup, so
+#: this bounds how late a line is printed
+RINGBUF_READ_MS = 100
+
+
+def major_minor(release: str) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a kernel release or a loader's version string."""
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+class Rejected(Exception):
+    """The kernel or loader refused the probe as generated; str(): the first line of why, which
+    Session reads to generate it again without fentry or task storage."""
+
+
+class MapView(Protocol):
+    """One BPF map of the loaded probe, read from user space."""
+
+    def items(self) -> List[Tuple[Any, Any]]:
+        """Every (key, value), read before the caller deletes any (deleting while walking a
+        BPF hash restarts the walk)."""
+
+    def keys(self) -> List[Any]: ...
+
+    def delete(self, key: Any) -> None:
+        """Remove one key; nothing happens when it is absent already."""
+
+    def at(self, index: int) -> Any:
+        """An array map's element."""
+
+    def all_values(self, count: int) -> List[Any]:
+        """An array map's first `count` elements in index order, in one system call where the
+        loader and kernel can (5.6+)."""
+
+    def key(self, value: int) -> Any:
+        """A key of this map made from an integer (a scalar-keyed hash)."""
+
+
+class Backend(Protocol):
+    """A BPF loader as Session uses it; `name` and `version` are what --verbose and the
+    exporter's build info say."""
+
+    name: str
+    version: str
+
+    def ringbuf_support(self, release: str) -> Tuple[bool, str]: ...
+
+    def task_storage_support(self, release: str, have_btf: bool) -> Tuple[bool, str]: ...
+
+    def fentry_support(self) -> Tuple[bool, str]: ...
+
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+                 ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
+        """The probe for these choices as this loader runs it (probes.generate.generate's
+        arguments): its ops, letters and points are what Session's readers decode by."""
+
+    def load(self, probe: Probe) -> None:
+        """Load the probe (attaching what the loader attaches while loading); Rejected when
+        the kernel or loader refuses it, with nothing left attached."""
+
+    def attach(self, probe: Probe) -> None:
+        """Attach the programs load() left unattached; UserError naming the function that failed."""
+
+    def set_cgroup_filter(self, fd: int) -> None:
+        """Put --cgroup's directory fd into cgroup_filter[0]."""
+
+    def map(self, name: str) -> MapView: ...
+
+    def program_fds(self) -> Dict[str, int]:
+        """Each loaded program's name and fd (for /proc/self/fdinfo counters)."""
+
+    def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
+        """Deliver each record of the `events` buffer to `handle`; `lost` counts the perf
+        buffer's drops (a ring buffer counts its own in lost_events)."""
+
+    def poll_events(self, ringbuf: bool) -> None:
+        """Read what the buffer holds, waiting a short while first."""
+
+    def close(self) -> None:
+        """Detach every program and free the maps; safe to call twice."""

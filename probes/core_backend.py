@@ -1,0 +1,216 @@
+"""The libbpf peer of probes.backend.Backend: loads the spec's prebuilt CO-RE object (no compiler).
+
+Why: bcc compiles at every start, with LLVM in the process (issue 22's figures: seconds to
+minutes of start-up, 100-200 MB resident). The object built from the whole spec
+(probes.generate_core) is opened from memory, only the programs of the points `select`
+chose are loaded, and `cfg` tells them their op, start slot and where their arguments are,
+from the running kernel's BTF and tracepoint formats.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
+
+from discover.errors import UserError
+from discover.events import parse_format
+from probes.backend import RINGBUF_READ_MS, Rejected, major_minor
+from probes.generate import PTR_KINDS, Point, Probe, Tool, dist_entries, points_of, total_entries
+from probes.generate_core import CoreTable, PointSettings, cfg_bytes, core_table, tracepoint_program
+from probes.layout import KernelLayout
+from probes.libbpf import MIN_VERSION, BpfObject, Libbpf, LibbpfError
+from probes.select import Chosen
+
+#: where built objects are looked for: one per spec, named after its filesystem
+OBJECTS_DIR = Path(__file__).resolve().parent / "objects"
+#: BPF ring buffers (5.8), task storage for tracing (5.11), bpf_get_func_arg (5.17)
+MIN_KERNEL = (5, 17)
+#: a tracepoint field each role of the spec's args may name, at the start or the end
+_TP_START_ROLES = ("fileid", "offset", "bytes", "dev")
+
+
+def object_path(spec: Dict[str, Any]) -> Path:
+    return OBJECTS_DIR / f"{spec['filesystem']}.bpf.o"
+
+
+def live_format(event: str, tracefs: Path) -> Optional[List[Dict[str, Any]]]:
+    """SYSTEM:EVENT's fields (offset, size, signed) from the running kernel's format file."""
+    system, _, name = event.partition(":")
+    try:
+        return parse_format((tracefs / "events" / system / name / "format").read_text())["fields"]
+    except (OSError, ValueError):
+        return None
+
+
+class CoreBackend:
+    """probes.backend.Backend with libbpf: nothing is compiled on this machine."""
+
+    name = "core"
+
+    def __init__(self, spec: Dict[str, Any], data: bytes, release: str,
+                 formats: Callable[[str], Optional[List[Dict[str, Any]]]], lib: Optional[Libbpf] = None) -> None:
+        version = major_minor(release)
+        if version is None or version < MIN_KERNEL:
+            raise UserError(f"kernel {release}: the core backend needs {'.'.join(map(str, MIN_KERNEL))} "
+                            "(bpf_get_func_arg): use --backend bcc")
+        try:
+            self.lib = lib or Libbpf()
+        except LibbpfError as exc:
+            raise UserError(str(exc)) from None
+        if self.lib.version < MIN_VERSION:
+            raise UserError(f"libbpf {'.'.join(map(str, self.lib.version))} is too old for the core backend "
+                            f"(needs {'.'.join(map(str, MIN_VERSION))}): use --backend bcc")
+        self.version = ".".join(map(str, self.lib.version))
+        #: the object's numbering of this spec's points, as it was built
+        self.table: CoreTable = core_table(spec)
+        self.data = data
+        self.formats = formats
+        self.obj: Optional[BpfObject] = None
+        self._plan: Optional[Tuple[Probe, List[str], bytes, Dict[str, int]]] = None
+        self._maps: Dict[str, Any] = {}
+
+    def ringbuf_support(self, release: str) -> Tuple[bool, str]:
+        return True, f"events: BPF ring buffer, submitted without wakeups, read every {RINGBUF_READ_MS} ms"
+
+    def task_storage_support(self, release: str, have_btf: bool) -> Tuple[bool, str]:
+        if not have_btf:
+            return False, "start times: hash map (task storage needs the kernel's BTF)"
+        return True, "start times: task local storage"
+
+    def fentry_support(self) -> Tuple[bool, str]:
+        return True, "attach: fentry/fexit for functions with a BTF prototype, kprobes for the others"
+
+    def _core_id(self, point: Point, chosen: Chosen) -> int:
+        for core in self.table.points:
+            if ((core.op, core.candidate, core.entry, core.exit) ==
+                    (point.op, chosen.index, point.entry, point.exit)):
+                return core.id
+        raise UserError(f"{point.op}: {point.entry} is not in the built object (built from another spec?)")
+
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+                 ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
+        ops = [c.op for c in chosen]
+        points = points_of(chosen, layout, fentry)
+        by_op = {c.op: c for c in chosen}
+        settings: Dict[int, PointSettings] = {}
+        programs: Dict[str, Tuple[str, ...]] = {}
+        mountless: List[str] = []
+        for slot, point in enumerate(points):
+            core = self._core_id(point, by_op[point.op])
+            args: List[Optional[Tuple[int, Tuple[int, ...]]]] = [None, None]
+            ptr_kind = "none"
+            tp: Dict[str, Tuple[int, int, bool]] = {}
+            if point.kind in ("fentry", "kprobe"):
+                for role in ("dentry", "file", "offset"):
+                    expr = point.args.get(role)
+                    if not expr or expr == "retval" or layout is None or (role != "offset" and ptr_kind != "none"):
+                        continue
+                    src = layout.resolve(point.entry, expr)
+                    if src is None:
+                        continue
+                    args[1 if role == "offset" else 0] = (src.param, src.derefs)
+                    if role != "offset":
+                        ptr_kind = role
+                if ptr_kind == "none" or layout is None:
+                    mountless.append(point.op)
+                suffix = ("fentry", "fexit") if point.kind == "fentry" else ("kprobe", "kretprobe")
+                names = [f"p{core}_{suffix[0]}", f"p{core}_{suffix[1]}"]
+            else:
+                tp = self._tp_fields(point)
+                if "dev" not in point.args and point.op != "rpc":
+                    mountless.append(point.op)
+                names = [tracepoint_program(point.entry), tracepoint_program(point.exit)]
+            for name in names:
+                programs[name] = tuple(sorted(set(programs.get(name, ())) | {point.op}))
+            settings[core] = PointSettings(point.id, ops.index(point.op), slot, PTR_KINDS[ptr_kind],
+                                           point.args.get("bytes") == "retval", (args[0], args[1]), tp)
+        cfg = cfg_bytes(self.table, tool, task_storage, settings)
+        nops = len(ops)
+        sizes = {"dist": dist_entries(tool, nops), "op_totals": total_entries(tool, nops),
+                 "cgroup_ids": max(tool.cgroup_limit, 1)}
+        probe = Probe("", ops, [c.letter for c in chosen], points, [], layout is not None, True, task_storage,
+                      sorted(set(mountless)), programs)
+        self._plan = (probe, sorted(programs), cfg, sizes)
+        return probe
+
+    def _tp_fields(self, point: Point) -> Dict[str, Tuple[int, int, bool]]:
+        """Offsets, sizes and signedness of the tracepoint fields this point reads."""
+        out: Dict[str, Tuple[int, int, bool]] = {}
+        entry = {f["name"]: f for f in self.formats(point.entry) or []}
+        exit_ = {f["name"]: f for f in self.formats(point.exit) or []}
+
+        def put(role: str, fields: Dict[str, Dict[str, Any]], name: str) -> None:
+            field = fields.get(name)
+            if field is not None:
+                out[role] = (int(field["offset"]), int(field["size"]), bool(field["signed"]))
+        for role in _TP_START_ROLES:
+            expr = point.args.get(role, "")
+            if expr and not expr.startswith("exit.") and expr != "retval":
+                put(role, entry, expr)
+        bytes_expr = point.args.get("bytes", "")
+        if bytes_expr.startswith("exit."):
+            put("exit_bytes", exit_, bytes_expr[len("exit."):])
+        name_expr = point.args.get("name", "")
+        if name_expr.startswith("exit."):
+            put("exit_name", exit_, name_expr[len("exit."):])
+        elif name_expr:
+            put("name", entry, name_expr)
+        for i, key in enumerate(point.keys):
+            put(f"key{i}", entry, key)
+            put(f"exit_key{i}", exit_, key)
+        return out
+
+    def load(self, probe: Probe) -> None:
+        if self._plan is None or self._plan[0] is not probe:
+            raise Rejected("the core backend loads only the probe it generated last")
+        _probe, programs, cfg, sizes = self._plan
+        self.close()
+        try:
+            obj = BpfObject(self.lib, self.data)
+        except LibbpfError as exc:
+            raise Rejected(str(exc)) from None
+        try:
+            obj.autoload_only(programs)
+            obj.set_initial_value(".rodata.cfg", cfg)
+            for name, entries in sizes.items():
+                obj.set_max_entries(name, entries)
+            obj.load()
+        except LibbpfError as exc:
+            obj.close()
+            raise Rejected(str(exc)) from None
+        self.obj = obj
+
+    def attach(self, probe: Probe) -> None:
+        assert self.obj is not None and self._plan is not None
+        for name in self._plan[1]:
+            try:
+                self.obj.attach(name)
+            except LibbpfError as exc:
+                raise UserError(f"cannot attach {exc}") from None
+
+    def set_cgroup_filter(self, fd: int) -> None:
+        assert self.obj is not None
+        self.obj.map("cgroup_filter").set(0, fd)
+
+    def map(self, name: str) -> Any:
+        assert self.obj is not None
+        if name not in self._maps:
+            self._maps[name] = self.obj.map(name)
+        return self._maps[name]
+
+    def program_fds(self) -> Dict[str, int]:
+        assert self.obj is not None and self._plan is not None
+        return {name: self.obj.program_fd(name) for name in self._plan[1]}
+
+    def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
+        assert self.obj is not None
+        self.obj.open_ring("events", handle)
+
+    def poll_events(self, ringbuf: bool) -> None:
+        assert self.obj is not None
+        self.obj.poll(RINGBUF_READ_MS)
+
+    def close(self) -> None:
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None
+        self._maps = {}

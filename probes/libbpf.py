@@ -1,0 +1,300 @@
+"""A thin ctypes binding of Debian's libbpf (libbpf.so.1): what loading a prebuilt probe needs.
+
+Why ctypes: the client then needs libbpf1 (385 kB) and Python, not LLVM, clang or bcc, and
+no Python binding of libbpf on PyPI is maintained. Only the calls the CO-RE backend makes
+are bound, each as libbpf >= 1.0 declares it (NULL or a negative errno on failure, errno
+set). Map keys and values come back as ctypes structs built from the object's own BTF, so
+a reader writes `key.op` whichever loader produced the key.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from discover.btf import KIND_ARRAY, KIND_STRUCT, KIND_UNION, Btf
+
+_p, _i, _u32, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_size_t
+#: (name, result type, argument types) of every libbpf function used here
+_SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
+    ("libbpf_major_version", _u32, ()), ("libbpf_minor_version", _u32, ()),
+    ("libbpf_set_print", _p, (_p,)),
+    ("bpf_object__open_mem", _p, (_p, _sz, _p)), ("bpf_object__load", _i, (_p,)),
+    ("bpf_object__close", None, (_p,)), ("bpf_object__btf", _p, (_p,)),
+    ("bpf_object__next_program", _p, (_p, _p)), ("bpf_object__next_map", _p, (_p, _p)),
+    ("bpf_program__name", ctypes.c_char_p, (_p,)), ("bpf_program__section_name", ctypes.c_char_p, (_p,)),
+    ("bpf_program__set_autoload", _i, (_p, ctypes.c_bool)), ("bpf_program__autoload", ctypes.c_bool, (_p,)),
+    ("bpf_program__fd", _i, (_p,)), ("bpf_program__attach", _p, (_p,)),
+    ("bpf_link__destroy", _i, (_p,)),
+    ("bpf_map__name", ctypes.c_char_p, (_p,)), ("bpf_map__fd", _i, (_p,)),
+    ("bpf_map__set_max_entries", _i, (_p, _u32)), ("bpf_map__max_entries", _u32, (_p,)),
+    ("bpf_map__set_initial_value", _i, (_p, _p, _sz)), ("bpf_map__value_size", _u32, (_p,)),
+    ("bpf_map__key_size", _u32, (_p,)),
+    ("bpf_map__btf_key_type_id", _u32, (_p,)), ("bpf_map__btf_value_type_id", _u32, (_p,)),
+    ("btf__raw_data", _p, (_p, ctypes.POINTER(_u32))),
+    ("bpf_map_lookup_elem", _i, (_i, _p, _p)), ("bpf_map_update_elem", _i, (_i, _p, _p, ctypes.c_uint64)),
+    ("bpf_map_delete_elem", _i, (_i, _p)), ("bpf_map_get_next_key", _i, (_i, _p, _p)),
+    ("ring_buffer__new", _p, (_i, _p, _p, _p)), ("ring_buffer__poll", _i, (_p, _i)),
+    ("ring_buffer__consume", _i, (_p,)), ("ring_buffer__free", None, (_p,)),
+)
+#: libbpf's ring_buffer_sample_fn
+SAMPLE_FN = ctypes.CFUNCTYPE(_i, _p, _p, _sz)
+#: libbpf's libbpf_print_fn_t; the va_list goes on to vsnprintf as it came
+PRINT_FN = ctypes.CFUNCTYPE(_i, _i, ctypes.c_char_p, _p)
+#: the oldest libbpf the loader is written against (NULL-and-errno returns, open_mem's opts)
+MIN_VERSION = (1, 0)
+
+
+class LibbpfError(OSError):
+    """A libbpf call failed; the message names the call and what libbpf logged before it."""
+
+
+class Libbpf:
+    """libbpf.so.1's functions, typed; `log` keeps what libbpf printed since the last take_log()."""
+
+    def __init__(self, path: Optional[str] = None) -> None:
+        name = path or ctypes.util.find_library("bpf") or "libbpf.so.1"
+        try:
+            self.lib = ctypes.CDLL(name, use_errno=True)
+        except OSError as exc:
+            raise LibbpfError(0, f"cannot load libbpf ({name}): {exc}: apt-get install libbpf1") from None
+        for function, restype, argtypes in _SIGNATURES:
+            func = getattr(self.lib, function)
+            func.restype, func.argtypes = restype, list(argtypes)
+        self.version = (int(self.lib.libbpf_major_version()), int(self.lib.libbpf_minor_version()))
+        self.log: List[str] = []
+        libc = ctypes.CDLL(None)
+        self._vsnprintf = libc.vsnprintf
+        self._vsnprintf.argtypes = [ctypes.c_char_p, _sz, ctypes.c_char_p, _p]
+
+        def printer(_level: int, fmt: bytes, args: int) -> int:
+            buf = ctypes.create_string_buffer(4096)
+            self._vsnprintf(buf, len(buf), fmt, args)
+            self.log.append(buf.value.decode("utf-8", "replace"))
+            return 0
+        self._printer = PRINT_FN(printer)  # kept: libbpf calls it for as long as it is loaded
+        self.lib.libbpf_set_print(ctypes.cast(self._printer, _p))
+
+    def take_log(self) -> str:
+        text, self.log = "".join(self.log), []
+        return text
+
+    def fail(self, call: str) -> LibbpfError:
+        """The error of the call that just failed, with libbpf's last log lines."""
+        err = ctypes.get_errno()
+        lines = [line for line in self.take_log().splitlines() if line.strip()]
+        # a refused program: the verifier's last lines say why (its log ends at this marker)
+        end = next((i for i, line in enumerate(lines) if "END PROG LOAD LOG" in line), len(lines))
+        tail = lines[max(end - 6, 0):end] + lines[end + 1:][-4:]
+        return LibbpfError(err, f"{call}: {os.strerror(err) if err else 'failed'}" +
+                           ("\n" + "\n".join(tail) if tail else ""))
+
+
+def ctype_of(btf: Btf, type_id: int) -> Any:
+    """A ctypes type with the layout BTF gives `type_id`: structs with their member names,
+    arrays, and integers of the right size and sign (pointers as u64)."""
+    type_id = _strip(btf, type_id)
+    _owner, off, _name, kind, vlen, ref = btf._record(type_id)  # noqa: SLF001 - kinds are not public
+    if kind in (KIND_STRUCT, KIND_UNION):
+        fields: List[Tuple[str, Any]] = []
+        at = 0
+        for member, member_id in zip(btf.members(type_id), _member_ids(btf, off, vlen)):
+            if member.offset > at:
+                fields.append((f"_pad{at}", ctypes.c_uint8 * (member.offset - at)))
+            fields.append((member.name or f"_anon{member.offset}", ctype_of(btf, member_id)))
+            at = member.offset + ctypes.sizeof(fields[-1][1])
+        if ref > at:
+            fields.append((f"_pad{at}", ctypes.c_uint8 * (ref - at)))
+        base = ctypes.Union if kind == KIND_UNION else ctypes.Structure
+        return type(f"btf_{type_id}", (base,), {"_fields_": fields, "_pack_": 1})
+    if kind == KIND_ARRAY:
+        elem, _index, count = btf_array(btf, off)
+        return ctype_of(btf, elem) * count
+    size, signed = btf.size_of(type_id)
+    return {1: (ctypes.c_uint8, ctypes.c_int8), 2: (ctypes.c_uint16, ctypes.c_int16),
+            4: (ctypes.c_uint32, ctypes.c_int32), 8: (ctypes.c_uint64, ctypes.c_int64)}[size][signed]
+
+
+def _strip(btf: Btf, type_id: int) -> int:
+    """Through typedefs and modifiers to the type that has a layout."""
+    from discover.btf import KIND_CONST, KIND_RESTRICT, KIND_TYPE_TAG, KIND_TYPEDEF, KIND_VOLATILE
+    for _ in range(32):
+        kind = btf._record(type_id)[3]  # noqa: SLF001
+        if kind not in (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG):
+            return type_id
+        type_id = btf.referenced(type_id)
+    return type_id
+
+
+def _member_ids(btf: Btf, off: int, vlen: int) -> Iterator[int]:
+    import struct
+    for i in range(vlen):
+        yield struct.unpack_from(btf._end + "I", btf._data, off + 12 + 12 * i + 4)[0]  # noqa: SLF001
+
+
+def btf_array(btf: Btf, off: int) -> Tuple[int, int, int]:
+    import struct
+    return struct.unpack_from(btf._end + "III", btf._data, off + 12)  # noqa: SLF001
+
+
+class Map:
+    """One map of a loaded object (probes.backend.MapView): keys and values as ctypes structs."""
+
+    def __init__(self, lib: Libbpf, name: str, fd: int, key_type: Any, value_type: Any) -> None:
+        self.lib, self.name, self.fd = lib.lib, name, fd
+        self.key_type, self.value_type = key_type, value_type
+
+    def items(self) -> List[Tuple[Any, Any]]:
+        out = []
+        for key in self.keys():
+            value = self.value_type()
+            if self.lib.bpf_map_lookup_elem(self.fd, ctypes.byref(key), ctypes.byref(value)) == 0:
+                out.append((key, value))
+        return out
+
+    def keys(self) -> List[Any]:
+        out: List[Any] = []
+        prev: Optional[Any] = None
+        while True:
+            key = self.key_type()
+            if self.lib.bpf_map_get_next_key(self.fd, None if prev is None else ctypes.byref(prev),
+                                             ctypes.byref(key)) != 0:
+                return out
+            out.append(key)
+            prev = key
+
+    def delete(self, key: Any) -> None:
+        self.lib.bpf_map_delete_elem(self.fd, ctypes.byref(key))
+
+    def at(self, index: int) -> Any:
+        key, value = ctypes.c_uint32(index), self.value_type()
+        if self.lib.bpf_map_lookup_elem(self.fd, ctypes.byref(key), ctypes.byref(value)) != 0:
+            raise KeyError(index)
+        return value
+
+    def all_values(self, count: int) -> List[Any]:
+        return [self.at(i) for i in range(count)]
+
+    def key(self, value: int) -> Any:
+        return self.key_type(value)
+
+    def set(self, index: int, value: int) -> None:
+        """An array element from an integer (a cgroup array takes a directory fd)."""
+        key, val = ctypes.c_uint32(index), ctypes.c_uint32(value)
+        if self.lib.bpf_map_update_elem(self.fd, ctypes.byref(key), ctypes.byref(val), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"{self.name}[{index}]: {os.strerror(ctypes.get_errno())}")
+
+
+class BpfObject:
+    """One BPF object opened from memory: choose programs and sizes, fill read-only data,
+    load, attach, read. close() destroys every link and the object (also after a failure)."""
+
+    def __init__(self, lib: Libbpf, data: bytes) -> None:
+        self.lib = lib
+        self._data = ctypes.create_string_buffer(data, len(data))  # libbpf may keep pointers into it
+        lib.take_log()
+        self.obj = lib.lib.bpf_object__open_mem(self._data, len(data), None)
+        if not self.obj:
+            raise lib.fail("bpf_object__open_mem")
+        size = _u32()
+        raw = lib.lib.btf__raw_data(lib.lib.bpf_object__btf(self.obj), ctypes.byref(size))
+        #: the object's own BTF: the layout of every map key and value
+        self.btf = Btf(ctypes.string_at(raw, size.value))
+        self.links: List[int] = []
+        self._rings: List[Tuple[int, Any]] = []
+
+    def programs(self) -> Dict[str, int]:
+        """Program name -> its libbpf handle, in the object's order."""
+        out: Dict[str, int] = {}
+        prog = self.lib.lib.bpf_object__next_program(self.obj, None)
+        while prog:
+            out[self.lib.lib.bpf_program__name(prog).decode()] = prog
+            prog = self.lib.lib.bpf_object__next_program(self.obj, prog)
+        return out
+
+    def section(self, program: str) -> str:
+        return self.lib.lib.bpf_program__section_name(self.programs()[program]).decode()
+
+    def maps(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        handle = self.lib.lib.bpf_object__next_map(self.obj, None)
+        while handle:
+            out[self.lib.lib.bpf_map__name(handle).decode()] = handle
+            handle = self.lib.lib.bpf_object__next_map(self.obj, handle)
+        return out
+
+    def autoload_only(self, names: List[str]) -> None:
+        """Load these programs and no other (the others' targets may not exist here)."""
+        wanted = set(names)
+        for name, prog in self.programs().items():
+            self.lib.lib.bpf_program__set_autoload(prog, name in wanted)
+        missing = wanted - set(self.programs())
+        if missing:
+            raise LibbpfError(0, f"no program {', '.join(sorted(missing))} in the object")
+
+    def set_max_entries(self, map_name: str, entries: int) -> None:
+        if self.lib.lib.bpf_map__set_max_entries(self.maps()[map_name], entries) != 0:
+            raise self.lib.fail(f"bpf_map__set_max_entries({map_name})")
+
+    def set_initial_value(self, map_name: str, data: bytes) -> None:
+        """Fill a data section (a read-only one is frozen at load: the verifier reads it)."""
+        handle = self.maps()[map_name]
+        if len(data) != self.lib.lib.bpf_map__value_size(handle):
+            raise LibbpfError(0, f"{map_name}: {len(data)} bytes for a value of "
+                                 f"{self.lib.lib.bpf_map__value_size(handle)}")
+        buf = ctypes.create_string_buffer(data, len(data))
+        if self.lib.lib.bpf_map__set_initial_value(handle, buf, len(data)) != 0:
+            raise self.lib.fail(f"bpf_map__set_initial_value({map_name})")
+
+    def load(self) -> None:
+        self.lib.take_log()
+        if self.lib.lib.bpf_object__load(self.obj) != 0:
+            raise self.lib.fail("bpf_object__load")
+
+    def attach(self, program: str) -> None:
+        link = self.lib.lib.bpf_program__attach(self.programs()[program])
+        if not link:
+            raise self.lib.fail(f"attach {program} ({self.section(program)})")
+        self.links.append(link)
+
+    def program_fd(self, program: str) -> int:
+        return int(self.lib.lib.bpf_program__fd(self.programs()[program]))
+
+    def map(self, name: str) -> Map:
+        handle = self.maps()[name]
+        key_id, value_id = (self.lib.lib.bpf_map__btf_key_type_id(handle),
+                            self.lib.lib.bpf_map__btf_value_type_id(handle))
+        key_type = ctype_of(self.btf, key_id) if key_id else ctypes.c_uint8 * self.lib.lib.bpf_map__key_size(handle)
+        value_type = (ctype_of(self.btf, value_id) if value_id else
+                      ctypes.c_uint8 * self.lib.lib.bpf_map__value_size(handle))
+        return Map(self.lib, name, int(self.lib.lib.bpf_map__fd(handle)), key_type, value_type)
+
+    def open_ring(self, map_name: str, handle: Callable[[bytes], None]) -> None:
+        """Deliver each record of a ring buffer map to `handle` on poll()."""
+        def sample(_ctx: Any, data: int, size: int) -> int:
+            handle(ctypes.string_at(data, size))
+            return 0
+        callback = SAMPLE_FN(sample)
+        ring = self.lib.lib.ring_buffer__new(self.lib.lib.bpf_map__fd(self.maps()[map_name]),
+                                             ctypes.cast(callback, _p), None, None)
+        if not ring:
+            raise self.lib.fail(f"ring_buffer__new({map_name})")
+        self._rings.append((ring, callback))
+
+    def poll(self, timeout_ms: int) -> None:
+        for ring, _callback in self._rings:
+            self.lib.lib.ring_buffer__poll(ring, timeout_ms)
+            self.lib.lib.ring_buffer__consume(ring)
+
+    def close(self) -> None:
+        """Destroy every link, ring and the object; safe to call twice."""
+        for link in self.links:
+            self.lib.lib.bpf_link__destroy(link)
+        self.links = []
+        for ring, _callback in self._rings:
+            self.lib.lib.ring_buffer__free(ring)
+        self._rings = []
+        if self.obj:
+            self.lib.lib.bpf_object__close(self.obj)
+            self.obj = None
