@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from labs.guest.probes_guest import META_EXACT, META_SOME
 from discover.spec import OPS
-from probes.runtime import FENTRY_MIN_BCC, major_minor
+from probes.backend import major_minor
+from probes.bcc_backend import FENTRY_MIN_BCC
 
 Results = Dict[str, Dict[str, Any]]
 

@@ -90,6 +90,9 @@ def common(func: Any) -> Any:
     func = click.option("--kprobes", "kprobes_only", is_flag=True,
                         help="Attach kprobe pairs even where fentry/fexit work (they cost more per operation; "
                              "for comparing the two, or a kernel whose trampolines misbehave).")(func)
+    func = click.option("--backend", type=click.Choice(["bcc", "core"]), default="bcc", show_default=True,
+                        help="BPF loader: bcc compiles the probe at start-up; core loads the prebuilt CO-RE "
+                             "object with libbpf (no compiler on this machine; not yet proven in the lab).")(func)
     return func
 
 
@@ -213,12 +216,12 @@ Operations still in flight past MIN_MS are printed while they last (LAT(ms) `>ms
 @slower_options
 def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stall_interval: float,
               show_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
-              verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
+              verbose: bool, spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck."""
     run_slower("nfsslower", nfs_target(spec_path), min_ms, pid, as_csv, as_json, stall_interval, show_mount, cgroup, mount_point, ops_text, verbose,
-               kprobes_only)
+               kprobes_only, backend)
 
 
 @click.command("fsslower", epilog=FS_SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -233,7 +236,7 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
 def fsslower(min_arg: Optional[int], fs_type: Optional[str], min_opt: Optional[int], as_csv: bool,
              duration: Optional[int], pid: Optional[int], as_json: bool, stall_interval: float, show_mount: bool,
              cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
-             spec_path: Optional[str], kprobes_only: bool) -> None:
+             spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
     """Trace a filesystem's reads, writes, opens, fsyncs and getattrs slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck. -t FS picks the spec (probes/specs/FS.toml)."""
@@ -241,12 +244,13 @@ def fsslower(min_arg: Optional[int], fs_type: Optional[str], min_opt: Optional[i
         raise UserError(f"two minimum latencies: MIN_MS {min_arg} and -m {min_opt}")
     min_ms = next((m for m in (min_opt, min_arg) if m is not None), 10)
     run_slower("fsslower", find_target(fs_type, spec_path), min_ms, pid, as_csv, as_json, stall_interval,
-               show_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, duration)
+               show_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, backend, duration)
 
 
 def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool,
                stall_interval: float, show_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
-               ops_text: Optional[str], verbose: bool, kprobes_only: bool, duration: Optional[int] = None) -> None:
+               ops_text: Optional[str], verbose: bool, kprobes_only: bool, backend: str,
+               duration: Optional[int] = None) -> None:
     """nfsslower and fsslower: one line per operation slower than min_ms, in bcc's layout."""
     if as_csv and as_json:
         raise UserError("choose one of -j/--csv and --json")
@@ -254,7 +258,7 @@ def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_cs
     where = Filters(target, cgroup, mount_point)
     tool = Tool(events=True, tgid=pid or 0, min_lat_ns=min_ms * 1000000, inflight=stall_interval > 0,
                 mount_dev=where.mount_dev)
-    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only, backend=backend)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     reporter = StallReporter(max(min_ms, 1000) * 1000000, stall_interval)
     cgroups = CgroupNames()
@@ -421,14 +425,14 @@ def dist_options(func: Any) -> Any:
 @dist_options
 def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
             per_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
-            verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
+            verbose: bool, spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
     run_dist("nfsdist", nfs_target(spec_path), interval, count, not no_timestamp,
-             millis, pid, as_json, per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
+             millis, pid, as_json, per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, backend)
 
 
 @click.command("fsdist", epilog=FS_DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -438,17 +442,18 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
 @dist_options
 def fsdist(fs_type: Optional[str], timestamp: bool, interval: int, count: int, millis: bool, pid: Optional[int],
            as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
-           ops_text: Optional[str], verbose: bool, spec_path: Optional[str], kprobes_only: bool) -> None:
+           ops_text: Optional[str], verbose: bool, spec_path: Optional[str], kprobes_only: bool,
+           backend: str) -> None:
     """Summarize a filesystem's operation latency (read, write, open, fsync, getattr) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     -t FS picks the spec (probes/specs/FS.toml). Only completed operations are counted."""
     run_dist("fsdist", find_target(fs_type, spec_path), interval, count, timestamp, millis, pid, as_json,
-             per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only)
+             per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, backend)
 
 
 def run_dist(prog: str, target: Target, interval: int, count: int, timestamp: bool, millis: bool,
              pid: Optional[int], as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
-             ops_text: Optional[str], verbose: bool, kprobes_only: bool) -> None:
+             ops_text: Optional[str], verbose: bool, kprobes_only: bool, backend: str) -> None:
     """nfsdist and fsdist: a log2 histogram per operation (per mount too) every interval."""
     unit = "msecs" if millis else "usecs"
     ops = target.ops(ops_text)
@@ -456,7 +461,7 @@ def run_dist(prog: str, target: Target, interval: int, count: int, timestamp: bo
     tool = Tool(dist=True, tgid=pid or 0, dist_unit_ns=1000000 if millis else 1000, per_mount=per_mount,
                 mount_dev=where.mount_dev)
     mounts = where.mounts if per_mount else None
-    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only, backend=backend)
     with session:
         if not as_json:
             print(f"Tracing {target.title} operation latency... Hit Ctrl-C to end.", flush=True)
@@ -629,11 +634,11 @@ def top_options(func: Any) -> Any:
 @top_options
 def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool, cgroup: Optional[str],
            mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
-           kprobes_only: bool) -> None:
+           kprobes_only: bool, backend: str) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
     run_top("nfstop", nfs_target(spec_path), interval, pid, by, as_json, noclear,
-            cgroup, mount_point, ops_text, verbose, kprobes_only)
+            cgroup, mount_point, ops_text, verbose, kprobes_only, backend)
 
 
 @click.command("fstop", epilog=FS_TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -641,21 +646,21 @@ def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: b
 @top_options
 def fstop(fs_type: Optional[str], interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
           cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
-          spec_path: Optional[str], kprobes_only: bool) -> None:
+          spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
     """Per-process activity on one filesystem (-t FS): operations per second, read and write
     MB/s, and average and p99 latency per operation from in-kernel per-process histograms."""
     run_top("fstop", find_target(fs_type, spec_path), interval, pid, by, as_json, noclear, cgroup, mount_point,
-            ops_text, verbose, kprobes_only)
+            ops_text, verbose, kprobes_only, backend)
 
 
 def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
             cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
-            kprobes_only: bool) -> None:
+            kprobes_only: bool, backend: str) -> None:
     """nfstop and fstop: a table per interval, one row per process (or --by group)."""
     ops = target.ops(ops_text)
     where = Filters(target, cgroup, mount_point)
     tool = Tool(top=True, tgid=pid or 0, inflight=True, per_mount=by == "mount", mount_dev=where.mount_dev)
-    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only)
+    session = Session(prog, tool, ops, target.spec, verbose, where.cgroup_dir, fentry=not kprobes_only, backend=backend)
     letters = dict(zip(session.probe.ops, session.probe.letters))
     clear = not as_json and not noclear and sys.stdout.isatty()
     cgroups = CgroupNames()

@@ -30,7 +30,8 @@ from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import nfs_target
 from probes.generate import Tool
 from probes.mounts import GONE_GRACE_S, MountTable
-from probes.runtime import NothingToTrace, Session, import_bpf, wait_for_modules
+from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
+from probes.runtime import NothingToTrace, Session, wait_for_modules
 from discover.spec import parse_ops
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
@@ -108,7 +109,7 @@ class NfsCollector:
     def snapshot(self) -> Optional[Dict[str, Any]]:
         with self.lock:
             session = self.session
-            if session is None or session.bpf is None:
+            if session is None or not session.attached:
                 return None
             stats_on = bpf_stats_enabled()
             self.mounts.refresh()
@@ -313,7 +314,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     PlatformCollector(registry=registry)
     server = listen(address, port, registry)
     import_bpf()  # bcc missing is one line now, not after a wait for NFS modules
-    bcc_version = getattr(sys.modules.get("bcc"), "__version__", "unknown")
+    bcc_version = loaded_bcc_version()
     tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True,
                 cgroup_limit=cgroup_limit if cgroup_label else 0)
     lock = threading.Lock()

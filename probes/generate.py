@@ -25,7 +25,7 @@ MAX_LAT_NS = 3600 * 10**9
 #: threads that share a slot while both are in flight are counted, not shown
 INFLIGHT_SLOTS = 1024
 #: ring buffer size for slow events (a power of two): 1 MiB holds ~9,300 events, i.e. what
-#: arrives between two reads of user space (runtime.RINGBUF_READ_MS) at ~90,000 events/s
+#: arrives between two reads of user space (backend.RINGBUF_READ_MS) at ~90,000 events/s
 RINGBUF_PAGES = 256
 #: mounts a per-mount histogram has room for (dist keys are op x mount x slot)
 MAX_MOUNTS = 64
@@ -269,7 +269,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     """The complete C text for bcc plus what the front end needs to attach and decode.
 
     `ringbuf`: slow events go through a BPF ring buffer (kernel >= 5.8, bcc >= 0.16), else
-    through the perf buffer (runtime.ringbuf_support decides). `task_storage`: same-thread
+    through the perf buffer (the backend's ringbuf_support decides). `task_storage`: same-thread
     start times in task local storage (kernel >= 5.11, bcc >= 0.24), else in a hash map keyed
     by (thread, attach point). `fentry`: functions of fentry candidates to attach with
     fentry/fexit (see points_of); bcc attaches those programs itself when it loads them.

@@ -1,14 +1,14 @@
-"""The bcc front end shared by the latency tools (nfs* and fs*): choose, compile, attach, detach.
+"""The front end shared by the latency tools (nfs* and fs*): choose, generate, load, read, detach.
 
 Why one place: every tool must pick attach points the same way on the running kernel
 (first spec candidate present, --verbose says which, warn for an uncovered operation,
-fail in one line when nothing is covered), and must detach cleanly on Ctrl-C, SIGTERM
-and SIGHUP. bcc is imported only here and only when a tool starts, so the package (and
-its tests) work on hosts without bcc or kprobes.
+fail in one line when nothing is covered), must read the probe's maps into the same
+records, and must detach cleanly on Ctrl-C, SIGTERM and SIGHUP. Loading and raw map access
+are a probes.backend.Backend's (bcc: probes.bcc_backend), imported only when a tool starts,
+so the package (and its tests) work on hosts without bcc or kprobes.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from discover.errors import UserError
-from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event, generate
+from probes.backend import Backend, Rejected, major_minor
+from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
@@ -29,20 +30,10 @@ from discover.spec import load_spec, spec_title
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 DEFAULT_SPEC = SPECS_DIR / "nfs.toml"
 BTF_DIR = Path("/sys/kernel/btf")
-#: BPF ring buffers exist from Linux 5.8 (bcc's support from 0.16)
-RINGBUF_MIN_KERNEL = (5, 8)
-#: task local storage usable from tracing programs (and bpf_get_current_task_btf) from 5.11
-TASK_STORAGE_MIN_KERNEL = (5, 11)
-#: user space reads the ring buffer this often: events are submitted without a wakeup, so
-#: this bounds how late a line is printed
-RINGBUF_READ_MS = 100
 #: how often the tools look at operations in flight and at modules loaded since the start
 TICK_S = 1.0
 #: the kernel counts the runs of kprobe and tracepoint programs it skips (recursion_misses) from 6.7
 MISSES_MIN_KERNEL = (6, 7)
-#: bcc finds a module function's BTF for a fentry program from 0.28 (MODULE_KFUNC_PROBE's
-#: kfunc__MODULE__FUNCTION names); before, only vmlinux's, where no NFS function is
-FENTRY_MIN_BCC = (0, 28)
 #: arguments an x86-64 BPF trampoline passes in registers (more need Linux 6.3)
 FENTRY_MAX_ARGS = 6
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
@@ -59,70 +50,6 @@ def sane_latency_ns(value: int) -> Optional[int]:
     return value
 
 
-def import_bpf() -> Any:
-    try:
-        from bcc import BPF  # type: ignore[import-not-found]
-    except ImportError:
-        raise UserError("bcc's Python module is missing: apt-get install python3-bpfcc") from None
-    return BPF
-
-
-def major_minor(release: str) -> Optional[Tuple[int, int]]:
-    """(major, minor) of a kernel release or a bcc version string."""
-    match = re.match(r"(\d+)\.(\d+)", release)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def ringbuf_support(release: str, bpf_class: Any) -> Tuple[bool, str]:
-    """Whether slow events can go through a BPF ring buffer here, and why (for --verbose).
-
-    Why prefer it: with the perf buffer every event wakes the reader from inside the BPF
-    program (irq_work); in the lab that was 30-40 us of a 46-59 us getattr exit. A ring
-    buffer record is submitted without a wakeup and read on a timer.
-    """
-    version = major_minor(release)
-    if version is None or version < RINGBUF_MIN_KERNEL:
-        return False, f"events: perf buffer (kernel {release} has no BPF ring buffer, needs 5.8)"
-    if not hasattr(bpf_class, "ring_buffer_consume"):
-        return False, "events: perf buffer (this bcc has no ring buffer support, needs 0.16)"
-    return True, (f"events: BPF ring buffer, submitted without wakeups, read every {RINGBUF_READ_MS} ms")
-
-
-def task_storage_support(release: str, bcc_table: Any, have_btf: bool) -> Tuple[bool, str]:
-    """Whether start times can live in task local storage here, and why (for --verbose).
-
-    Why prefer it: a hash map keyed by thread costs a hashed lookup, a bucket lock and a
-    free-list push per operation end; task storage is found through the current task. In
-    the lab that cut the BPF time per event by a quarter to a half (under emulation the
-    hash helpers' cold code and data are what the first program after a sleep pays for).
-    """
-    version = major_minor(release)
-    if version is None or version < TASK_STORAGE_MIN_KERNEL:
-        return False, f"start times: hash map (kernel {release} has no task storage for tracing, needs 5.11)"
-    if not have_btf:
-        return False, "start times: hash map (task storage needs the kernel's BTF)"
-    if not hasattr(bcc_table, "BPF_MAP_TYPE_TASK_STORAGE"):
-        return False, "start times: hash map (this bcc has no task storage, needs 0.24)"
-    return True, "start times: task local storage"
-
-
-def fentry_support(bpf_class: Any, bcc_version: str) -> Tuple[bool, str]:
-    """Whether fentry/fexit programs can replace kprobe pairs here, and why (for --verbose).
-
-    Why prefer them: a BPF trampoline calls the program directly, where a kprobe goes
-    through an int3 or ftrace handler and a kretprobe swaps the return address; the
-    kernel's selftests put a fentry+fexit pair near a third of a kprobe+kretprobe's cost.
-    """
-    if not bpf_class.support_kfunc():
-        return False, ("attach: kprobes (no BPF trampolines: bcc's support_kfunc wants x86-64, "
-                       "kernel BTF and bpf_trampoline_link_prog)")
-    version = major_minor(bcc_version)
-    if version is None or version < FENTRY_MIN_BCC:
-        return False, (f"attach: kprobes (bcc {bcc_version} finds no module function's BTF for fentry: "
-                       f"needs {'.'.join(map(str, FENTRY_MIN_BCC))})")
-    return True, "attach: fentry/fexit for functions with a BTF prototype, kprobes for the others"
-
-
 def fentry_can_attach(function: str, layout: Optional[KernelLayout]) -> Optional[str]:
     """Why `function` cannot take fentry/fexit programs here; None when it can."""
     if layout is None:
@@ -133,28 +60,6 @@ def fentry_can_attach(function: str, layout: Optional[KernelLayout]) -> Optional
     if len(params) > FENTRY_MAX_ARGS:
         return f"{len(params)} arguments, a trampoline passes {FENTRY_MAX_ARGS}"
     return None
-
-
-def load_detaching_on_failure(bpf_class: Any, text: str) -> Any:
-    """bcc.BPF(text=...), with what bcc attached while constructing detached if it fails.
-
-    bcc attaches tracepoint and fentry programs inside its constructor; when a later one
-    fails to load or attach, the exception leaves the earlier ones attached until the
-    process exits, beside the probe a fallback then compiles."""
-    made: List[Any] = []
-
-    class Tracked(bpf_class):  # type: ignore[misc,valid-type]
-        def __init__(self, **kwargs: Any) -> None:
-            made.append(self)
-            super().__init__(**kwargs)
-
-    try:
-        return Tracked(text=text)
-    except BaseException:
-        for bpf in made:
-            if hasattr(bpf, "tracefile"):  # got as far as its tables of attached programs
-                bpf.cleanup()
-        raise
 
 
 def fdinfo_counts(fd: int, names: Sequence[str]) -> Dict[str, int]:
@@ -248,11 +153,30 @@ def wait_for_modules(modules: Sequence[str], root: Path = Path("/sys/module"), p
             signal.signal(sig, handler)
 
 
+def open_backend(name: str, spec: Dict[str, Any], facts: KernelFacts) -> Backend:
+    """The loader --backend names: bcc (the default), or core, libbpf with the spec's prebuilt
+    object. Imported here, once a tool starts, so that neither is needed to import the tools."""
+    if name == "core":
+        from probes.core_backend import CoreBackend, live_format, object_path
+        path = object_path(spec)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise UserError(f"--backend core: no CO-RE object for {spec['filesystem']} ({path}): "
+                            "build it with `python -m probes.build_core`") from None
+        tracefs = facts.tracefs
+        return CoreBackend(spec, data, facts.release,
+                           lambda event: live_format(event, tracefs) if tracefs is not None else None)
+    from probes.bcc_backend import BccBackend
+    return BccBackend()
+
+
 class Session:
     """One attached probe. Use as a context manager: leaving it always detaches."""
 
     def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec: Union[str, Dict[str, Any], None],
-                 verbose: bool, cgroup_dir: Optional[str] = None, fentry: bool = True) -> None:
+                 verbose: bool, cgroup_dir: Optional[str] = None, fentry: bool = True,
+                 backend: str = "bcc") -> None:
         self.prog = prog
         #: --cgroup's directory (probes.cgroups.filter_dir): its fd goes into cgroup_filter[0]
         self.cgroup_dir = cgroup_dir
@@ -280,13 +204,15 @@ class Session:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
         enums = {enum for c in self.selection.chosen if c.candidate["kind"] == "tracepoint"
                  for p in c.points for end in ("entry", "exit") for enum in facts.event_enum_types(p[end])}
-        self.bpf_class = import_bpf()
+        self.backend = open_backend(backend, spec, facts)
+        if backend != "bcc" and verbose:
+            self.warn(f"backend: {self.backend.name} (libbpf {self.backend.version}, the prebuilt CO-RE object)")
         ringbuf = False
         if tool.events:
-            ringbuf, why = ringbuf_support(facts.release, self.bpf_class)
+            ringbuf, why = self.backend.ringbuf_support(facts.release)
             if verbose:
                 self.warn(why)
-        task_storage, why = task_storage_support(facts.release, sys.modules.get("bcc.table"), layout is not None)
+        task_storage, why = self.backend.task_storage_support(facts.release, layout is not None)
         if verbose:
             self.warn(why)
         version = major_minor(facts.release)
@@ -300,15 +226,16 @@ class Session:
         if verbose and not fentry:
             self.warn("attach: kprobes (--kprobes)")
         #: generated again without fentry or task storage if this bcc or kernel rejects it (see __enter__)
-        self._generate = lambda use_task_storage, use_fentry: generate(
-            self.selection.chosen, tool, layout, enums=sorted(enums), ringbuf=ringbuf,
-            task_storage=use_task_storage, fentry=fentry_functions if use_fentry else ())
+        self._generate = lambda use_task_storage, use_fentry: self.backend.generate(
+            self.selection.chosen, tool, layout, sorted(enums), ringbuf, use_task_storage,
+            fentry_functions if use_fentry else ())
         self.probe: Probe = self._generate(task_storage, True)
         if tool.dev_at_entry and self.probe.mountless:
             what = "are left out by --mount-point" if tool.mount_dev else "count under no mount"
             self.warn(f"warning: {', '.join(self.probe.mountless)}: the mount is not known on {facts.release} "
                       f"(no file, dentry or dev at the attach point; module BTF missing?): they {what}")
-        self.bpf: Any = None
+        #: whether the backend holds a loaded probe (the exporter reads nothing before or after)
+        self.attached = False
         self._lost_seen = 0
         self._inflight_lost_seen = 0
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
@@ -324,7 +251,7 @@ class Session:
         self._next_tick = 0.0
         self._old_handlers: Dict[int, Any] = {}
         #: set by SIGINT/SIGTERM/SIGHUP; a flag, not an exception, because a signal can
-        #: arrive while bcc runs a Python callback, where an exception would be lost
+        #: arrive while the backend runs a Python callback, where an exception would be lost
         self.stopped = False
         #: which signal set `stopped` (a long-running caller reports it through the boundary)
         self.stop_signal: Optional[int] = None
@@ -336,7 +263,7 @@ class Session:
     def _fentry_functions(self, layout: Optional[KernelLayout]) -> List[str]:
         """The fentry candidates' functions that pass fentry_can_attach; --verbose says
         which fall back to kprobes and why."""
-        ok, why = fentry_support(self.bpf_class, getattr(sys.modules.get("bcc"), "__version__", "?"))
+        ok, why = self.backend.fentry_support()
         if self.verbose:
             self.warn(why)
         if not ok:
@@ -361,15 +288,16 @@ class Session:
         print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "Session":
-        # Signals keep their default action while bcc compiles (nothing is attached yet,
+        # Signals keep their default action while the backend loads (nothing is attached yet,
         # so dying then leaves nothing behind); from the first attach on they only set
         # the stop flag, so that the loop ends and everything is detached.
         try:
-            while self.bpf is None:
+            while not self.attached:
                 try:
-                    self.bpf = load_detaching_on_failure(self.bpf_class, self.probe.c_text)
-                except Exception as exc:  # bcc raises bare Exception on compile/load failure
-                    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    self.backend.load(self.probe)
+                    self.attached = True
+                except Rejected as exc:
+                    why = str(exc)
                     fentry = any(p.kind == "fentry" for p in self.probe.points)
                     if fentry and ("kfunc" in why or "kernel func" in why):
                         self.warn(f"warning: fentry/fexit rejected ({why}): kprobes instead")
@@ -382,7 +310,7 @@ class Session:
             if self.cgroup_dir is not None:  # until it is set, the filter lets nothing in
                 fd = os.open(self.cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
                 try:
-                    self.bpf["cgroup_filter"][0] = fd  # bcc's CgroupArray takes an fd (or a path)
+                    self.backend.set_cgroup_filter(fd)
                 finally:
                     os.close(fd)
             with self.reading():  # learn now whether reads may run real-time, for --verbose
@@ -391,23 +319,16 @@ class Session:
                 self.warn(self.reading.describe())
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
-            for function, end, handler in self.probe.kprobes:
-                try:
-                    if end == "entry":
-                        self.bpf.attach_kprobe(event=function, fn_name=handler)
-                    else:
-                        self.bpf.attach_kretprobe(event=function, fn_name=handler)
-                except Exception as exc:
-                    raise UserError(f"cannot attach to {function}: {str(exc).splitlines()[0]}") from None
+            self.backend.attach(self.probe)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *_exc: Any) -> None:
-        if self.bpf is not None:
-            self.bpf.cleanup()
-            self.bpf = None
+        if self.attached:
+            self.backend.close()
+            self.attached = False
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
 
@@ -418,15 +339,11 @@ class Session:
         in a write ends first, and only the write knows the file)."""
         self._on_batch = callback
 
-        def handle(data: Any, size: int) -> None:
-            event = decode_event(ctypes.string_at(data, size))
+        def handle(raw: bytes) -> None:
+            event = decode_event(raw)
             if sane_latency_ns(event["lat_ns"]) is not None:
                 self._batch.append(event)
-        if self.probe.ringbuf:
-            self.bpf["events"].open_ring_buffer(lambda _ctx, data, size: handle(data, size))
-        else:
-            self.bpf["events"].open_perf_buffer(lambda _cpu, data, size: handle(data, size), page_cnt=64,
-                                                lost_cb=self._lost)
+        self.backend.open_events(self.probe.ringbuf, handle, self._lost)
 
     def _lost(self, count: int) -> None:
         self.warn(f"warning: {count} events lost (buffer full: the reader fell behind)")
@@ -475,16 +392,12 @@ class Session:
         end = None if seconds is None else time.monotonic() + seconds
         while not self.stopped and (end is None or time.monotonic() < end):
             self._tick()
+            self.backend.poll_events(self.probe.ringbuf)
             if self.probe.ringbuf:
-                # sleeps the interval (records come without wakeups), then reads them all
-                self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
-                self.bpf.ring_buffer_consume()
                 lost = self.counter("lost_events")
                 if lost > self._lost_seen:
                     self._lost(lost - self._lost_seen)
                     self._lost_seen = lost
-            else:
-                self.bpf.perf_buffer_poll(timeout=250)
             batch, self._batch = self._batch, []
             if batch and self._on_batch is not None:
                 self._on_batch(batch)
@@ -509,7 +422,7 @@ class Session:
     def counter(self, name: str) -> int:
         """A one-slot BPF counter array's value (anomalies, inflight_lost, lost_events)."""
         with self.reading():
-            return int(self.bpf[name][ctypes.c_int(0)].value)
+            return int(self.backend.map(name).at(0).value)
 
     def anomalies(self) -> int:
         return self.counter("anomalies")
@@ -520,10 +433,9 @@ class Session:
         The kernel counts these only while kernel.bpf_stats_enabled is 1 (5.1+); programs
         without the fields (older kernels) are left out."""
         out: Dict[str, Tuple[int, int]] = {}
-        for name, func in self.bpf.funcs.items():
-            fields = fdinfo_counts(func.fd, ("run_time_ns", "run_cnt"))
+        for name, fd in self.backend.program_fds().items():
+            fields = fdinfo_counts(fd, ("run_time_ns", "run_cnt"))
             if len(fields) == 2:
-                name = name.decode() if isinstance(name, bytes) else str(name)
                 out[name] = (fields["run_time_ns"], fields["run_cnt"])
         return out
 
@@ -534,13 +446,12 @@ class Session:
         one operation, a skipped pair one too) plus the starts and ends the start store refused.
         Each op appears, 0 when nothing was missed."""
         out = {op: 0 for op in self.probe.ops}
-        for name, func in self.bpf.funcs.items():
-            name = name.decode() if isinstance(name, bytes) else str(name)
-            skipped = fdinfo_counts(func.fd, ("recursion_misses",)).get("recursion_misses", 0)
+        for name, fd in self.backend.program_fds().items():
+            skipped = fdinfo_counts(fd, ("recursion_misses",)).get("recursion_misses", 0)
             for op in self.probe.programs.get(name, ()):
                 out[op] += skipped
         with self.reading():
-            for key, value in self.bpf["untimed"].items():
+            for key, value in self.backend.map("untimed").items():
                 if int(key.value) < len(self.probe.ops):
                     out[self.op_name(int(key.value))] += int(value.value)
         return out
@@ -549,13 +460,9 @@ class Session:
         """Operations started and not ended: each thread's outermost operation (the probe's
         slots) and every asynchronous start (RPCs, async tracepoint pairs)."""
         out: List[InFlight] = []
-        slots = self.bpf["inflight"]
         with self.reading():
-            try:  # one system call for the whole array where bcc and the kernel can (5.6+)
-                values = [v for _k, v in slots.items_lookup_batch()]
-            except Exception:  # older bcc or kernel: one lookup per slot
-                values = [slots[ctypes.c_int(i)] for i in range(INFLIGHT_SLOTS)]
-            starts = (list(self.bpf["async_starts"].items()) if any(p.match == "keys" for p in self.probe.points)
+            values = self.backend.map("inflight").all_values(INFLIGHT_SLOTS)
+            starts = (self.backend.map("async_starts").items() if any(p.match == "keys" for p in self.probe.points)
                       else [])
         for value in values:
             if value.s.ts:
@@ -584,24 +491,22 @@ class Session:
     def admitted_cgroups(self) -> List[int]:
         """The cgroup ids that have series of their own (Tool.cgroup_limit)."""
         with self.reading():
-            return [int(key.value) for key in self.bpf["cgroup_ids"].keys()]
+            return [int(key.value) for key in self.backend.map("cgroup_ids").keys()]
 
     def forget_cgroup(self, cgroup: int) -> None:
         """Drop one cgroup's counts and free its place among the admitted (it is gone)."""
         self._forget("cgroup", cgroup, 2)
         with self.reading():
-            table = self.bpf["cgroup_ids"]
-            try:
-                del table[table.Key(cgroup)]
-            except KeyError:  # never admitted, or deleted already
-                pass
+            table = self.backend.map("cgroup_ids")
+            table.delete(table.key(cgroup))  # nothing happens if never admitted, or deleted already
 
     def _forget(self, field: str, value: int, index: int) -> None:
         for table in ("dist", "op_totals"):
             with self.reading():
-                stale = [key for key in self.bpf[table].keys() if int(getattr(key, field, -1)) == value]
+                counts = self.backend.map(table)
+                stale = [key for key in counts.keys() if int(getattr(key, field, -1)) == value]
                 for key in stale:  # after the walk: deleting while walking a BPF hash restarts it
-                    del self.bpf[table][key]
+                    counts.delete(key)
         self._dist_base = {k: v for k, v in self._dist_base.items() if k[index] != value}
         self._totals_base = {k: v for k, v in self._totals_base.items() if k[index] != value}
 
@@ -625,7 +530,7 @@ class Session:
             if self.tool.cgroup_limit:
                 entry["series"] = {}
         with self.reading():
-            dist_items, total_items = list(self.bpf["dist"].items()), list(self.bpf["op_totals"].items())
+            dist_items, total_items = self.backend.map("dist").items(), self.backend.map("op_totals").items()
         slots = {(int(key.op), int(getattr(key, "dev", 0)), int(getattr(key, "cgroup", 0)), int(key.slot)):
                  int(value.value) for key, value in dist_items}
         totals = {}
@@ -666,7 +571,7 @@ class Session:
         commit ending later recreates its entry), so the maps do not fill up.
         """
         out: Dict[Tuple[int, int], Dict[str, Dict[str, Any]]] = {}
-        stats, hist = self.bpf["top_stats"], self.bpf["top_hist"]
+        stats, hist = self.backend.map("top_stats"), self.backend.map("top_hist")
         now: Dict[tuple, tuple] = {}
         gone: List[Tuple[Any, Any]] = []
         alive: Dict[int, bool] = {}
@@ -681,7 +586,7 @@ class Session:
                 gone.append((table, key))
 
         with self.reading():
-            stat_items, hist_items = list(stats.items()), list(hist.items())
+            stat_items, hist_items = stats.items(), hist.items()
         for key, value in stat_items:
             where = (int(key.tgid), int(key.op), int(key.dev))
             totals = (int(value.count), int(value.lat_ns), int(value.bytes))
@@ -700,6 +605,6 @@ class Session:
             keep(hist, key, where, (int(value.value),))
         with self.reading():
             for table, key in gone:  # after reading: deleting while iterating a BPF hash restarts it
-                del table[key]
+                table.delete(key)
         self._top_base = now
         return out

@@ -76,7 +76,7 @@ def test_a_bound_is_in_its_bucket_and_one_more_ns_is_not() -> None:
 class _Recorded:
     """What Session's readers return, from the recorded latencies (the collector under test is real)."""
 
-    bpf = object()  # attached (the collector reads nothing once Session.bpf is None)
+    attached = True  # the collector reads nothing while Session.attached is False
 
     def __init__(self, per_op: Dict[str, List[int]], points: List[Any]) -> None:
         self.per_op = per_op
@@ -262,6 +262,7 @@ def test_forget_dev_and_forget_cgroup_delete_their_keys_of_both_maps() -> None:
     import types
     from collections import namedtuple
 
+    from probes.bcc_backend import BccMap
     from probes.runtime import RealtimeReads, Session
     dist_key, total_key = namedtuple("dist_key", "op slot dev cgroup"), namedtuple("total_key", "op dev cgroup")
 
@@ -270,7 +271,8 @@ def test_forget_dev_and_forget_cgroup_delete_their_keys_of_both_maps() -> None:
 
     dist = {dist_key(0, 10, 44, 7): 3, dist_key(0, 10, 47, 7): 5, dist_key(1, 12, 47, 8): 1, dist_key(1, 9, 0, 0): 2}
     totals = {total_key(0, 44, 7): 1, total_key(0, 47, 7): 2, total_key(1, 47, 8): 3}
-    fake = SimpleNamespace(bpf={"dist": dist, "op_totals": totals, "cgroup_ids": Ids({7: 1, 8: 1})},
+    tables = {"dist": dist, "op_totals": totals, "cgroup_ids": Ids({7: 1, 8: 1})}
+    fake = SimpleNamespace(backend=SimpleNamespace(map=lambda name: BccMap(tables[name])),
                            _dist_base={(0, 47, 7, 10): 5, (0, 44, 7, 10): 1, (1, 47, 8, 12): 1},
                            _totals_base={(0, 47, 7): (1, 1), (0, 44, 7): (2, 2), (1, 47, 8): (3, 3)},
                            reading=RealtimeReads())
@@ -281,7 +283,7 @@ def test_forget_dev_and_forget_cgroup_delete_their_keys_of_both_maps() -> None:
     assert fake._dist_base == {(0, 44, 7, 10): 1} and fake._totals_base == {(0, 44, 7): (2, 2)}
     Session.forget_cgroup(fake, 7)
     assert list(dist) == [dist_key(1, 9, 0, 0)] and not totals and fake._dist_base == {} and fake._totals_base == {}
-    assert dict(fake.bpf["cgroup_ids"]) == {8: 1}
+    assert dict(tables["cgroup_ids"]) == {8: 1}
     Session.forget_cgroup(fake, 7)  # twice: nothing left to delete, no error
 
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from discover.errors import UserError
 from discover.profile import KernelProfile, parse_filter_functions
-from probes import commands, runtime
+from probes import bcc_backend, commands, runtime
 from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Point, Tool, _function_handlers, decode_event,
                              event_c_struct, event_format, generate)
 from probes.layout import KernelLayout
@@ -149,11 +149,11 @@ def test_event_buffer_choice(spec: Dict[str, Any], profile_data: Dict[str, Any])
     class OldBcc:
         pass
 
-    assert runtime.ringbuf_support("6.1.0-50-amd64", NewBcc)[0]
-    assert runtime.ringbuf_support("5.10.0-32-amd64", NewBcc)[0]
-    old_kernel, why = runtime.ringbuf_support("4.19.0-27-amd64", NewBcc)
+    assert bcc_backend.ringbuf_support("6.1.0-50-amd64", NewBcc)[0]
+    assert bcc_backend.ringbuf_support("5.10.0-32-amd64", NewBcc)[0]
+    old_kernel, why = bcc_backend.ringbuf_support("4.19.0-27-amd64", NewBcc)
     assert not old_kernel and "perf buffer" in why and "4.19.0-27-amd64" in why
-    old_bcc, why = runtime.ringbuf_support("6.1.0-50-amd64", OldBcc)
+    old_bcc, why = bcc_backend.ringbuf_support("6.1.0-50-amd64", OldBcc)
     assert not old_bcc and "bcc" in why
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
     ring = generate(sel.chosen, Tool(events=True), None, ringbuf=True)
@@ -172,11 +172,11 @@ def test_start_time_store_choice(spec: Dict[str, Any], profile_data: Dict[str, A
     """Task local storage where kernel (>= 5.11), bcc (task storage maps) and BTF allow, else the hash."""
     new_bcc = type("table", (), {"BPF_MAP_TYPE_TASK_STORAGE": 29})
     old_bcc = type("table", (), {})
-    assert runtime.task_storage_support("6.1.0-50-amd64", new_bcc, True)[0]
+    assert bcc_backend.task_storage_support("6.1.0-50-amd64", new_bcc, True)[0]
     for release, table, btf, reason in (("5.10.0-32-amd64", new_bcc, True, "5.11"),
                                         ("6.1.0-50-amd64", old_bcc, True, "bcc"),
                                         ("6.1.0-50-amd64", new_bcc, False, "BTF")):
-        usable, why = runtime.task_storage_support(release, table, btf)
+        usable, why = bcc_backend.task_storage_support(release, table, btf)
         assert not usable and "hash map" in why and reason in why
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
     stored = generate(sel.chosen, Tool(dist=True), None, task_storage=True)
@@ -242,7 +242,7 @@ def test_ops_option() -> None:
 def test_missing_bcc_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "bcc", None)
     with pytest.raises(UserError, match="python3-bpfcc"):
-        runtime.import_bpf()
+        bcc_backend.import_bpf()
 
 
 @pytest.mark.parametrize("command", [commands.nfsslower, commands.nfsdist, commands.nfstop])

@@ -1,0 +1,212 @@
+"""The bcc peer of probes.backend.Backend: compiles the generated C at start-up and attaches it.
+
+Why bcc stays: it runs where no prebuilt object can (no kernel BTF, Debian 11's libbpf 0.3)
+and it is the reference the lab compares another loader against. bcc is imported only when a
+tool starts, so the package (and its tests) work on hosts without bcc or kprobes.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
+
+from discover.errors import UserError
+from probes.backend import RINGBUF_READ_MS, Rejected, major_minor
+from probes.generate import Probe, Tool, generate
+from probes.layout import KernelLayout
+from probes.select import Chosen
+
+#: BPF ring buffers exist from Linux 5.8 (bcc's support from 0.16)
+RINGBUF_MIN_KERNEL = (5, 8)
+#: task local storage usable from tracing programs (and bpf_get_current_task_btf) from 5.11
+TASK_STORAGE_MIN_KERNEL = (5, 11)
+#: bcc finds a module function's BTF for a fentry program from 0.28 (MODULE_KFUNC_PROBE's
+#: kfunc__MODULE__FUNCTION names); before, only vmlinux's, where no NFS function is
+FENTRY_MIN_BCC = (0, 28)
+
+
+def import_bpf() -> Any:
+    try:
+        from bcc import BPF  # type: ignore[import-not-found]
+    except ImportError:
+        raise UserError("bcc's Python module is missing: apt-get install python3-bpfcc") from None
+    return BPF
+
+
+def bcc_version() -> str:
+    """The imported bcc's version, "unknown" where it does not say."""
+    return getattr(sys.modules.get("bcc"), "__version__", "unknown")
+
+
+def ringbuf_support(release: str, bpf_class: Any) -> Tuple[bool, str]:
+    """Whether slow events can go through a BPF ring buffer here, and why (for --verbose).
+
+    Why prefer it: with the perf buffer every event wakes the reader from inside the BPF
+    program (irq_work); in the lab that was 30-40 us of a 46-59 us getattr exit. A ring
+    buffer record is submitted without a wakeup and read on a timer.
+    """
+    version = major_minor(release)
+    if version is None or version < RINGBUF_MIN_KERNEL:
+        return False, f"events: perf buffer (kernel {release} has no BPF ring buffer, needs 5.8)"
+    if not hasattr(bpf_class, "ring_buffer_consume"):
+        return False, "events: perf buffer (this bcc has no ring buffer support, needs 0.16)"
+    return True, ("events: BPF ring buffer, submitted without wakeups, read every "
+                  f"{RINGBUF_READ_MS} ms")
+
+
+def task_storage_support(release: str, bcc_table: Any, have_btf: bool) -> Tuple[bool, str]:
+    """Whether start times can live in task local storage here, and why (for --verbose).
+
+    Why prefer it: a hash map keyed by thread costs a hashed lookup, a bucket lock and a
+    free-list push per operation end; task storage is found through the current task. In
+    the lab that cut the BPF time per event by a quarter to a half (under emulation the
+    hash helpers' cold code and data are what the first program after a sleep pays for).
+    """
+    version = major_minor(release)
+    if version is None or version < TASK_STORAGE_MIN_KERNEL:
+        return False, f"start times: hash map (kernel {release} has no task storage for tracing, needs 5.11)"
+    if not have_btf:
+        return False, "start times: hash map (task storage needs the kernel's BTF)"
+    if not hasattr(bcc_table, "BPF_MAP_TYPE_TASK_STORAGE"):
+        return False, "start times: hash map (this bcc has no task storage, needs 0.24)"
+    return True, "start times: task local storage"
+
+
+def fentry_support(bpf_class: Any, version_text: str) -> Tuple[bool, str]:
+    """Whether fentry/fexit programs can replace kprobe pairs here, and why (for --verbose).
+
+    Why prefer them: a BPF trampoline calls the program directly, where a kprobe goes
+    through an int3 or ftrace handler and a kretprobe swaps the return address; the
+    kernel's selftests put a fentry+fexit pair near a third of a kprobe+kretprobe's cost.
+    """
+    if not bpf_class.support_kfunc():
+        return False, ("attach: kprobes (no BPF trampolines: bcc's support_kfunc wants x86-64, "
+                       "kernel BTF and bpf_trampoline_link_prog)")
+    version = major_minor(version_text)
+    if version is None or version < FENTRY_MIN_BCC:
+        return False, (f"attach: kprobes (bcc {version_text} finds no module function's BTF for fentry: "
+                       f"needs {'.'.join(map(str, FENTRY_MIN_BCC))})")
+    return True, "attach: fentry/fexit for functions with a BTF prototype, kprobes for the others"
+
+
+def load_detaching_on_failure(bpf_class: Any, text: str) -> Any:
+    """bcc.BPF(text=...), with what bcc attached while constructing detached if it fails.
+
+    bcc attaches tracepoint and fentry programs inside its constructor; when a later one
+    fails to load or attach, the exception leaves the earlier ones attached until the
+    process exits, beside the probe a fallback then compiles."""
+    made: List[Any] = []
+
+    class Tracked(bpf_class):  # type: ignore[misc,valid-type]
+        def __init__(self, **kwargs: Any) -> None:
+            made.append(self)
+            super().__init__(**kwargs)
+
+    try:
+        return Tracked(text=text)
+    except BaseException:
+        for bpf in made:
+            if hasattr(bpf, "tracefile"):  # got as far as its tables of attached programs
+                bpf.cleanup()
+        raise
+
+
+class BccMap:
+    """probes.backend.MapView over one bcc table."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def items(self) -> List[Tuple[Any, Any]]:
+        return list(self.table.items())
+
+    def keys(self) -> List[Any]:
+        return list(self.table.keys())
+
+    def delete(self, key: Any) -> None:
+        try:
+            del self.table[key]
+        except KeyError:  # gone already
+            pass
+
+    def at(self, index: int) -> Any:
+        return self.table[ctypes.c_int(index)]
+
+    def all_values(self, count: int) -> List[Any]:
+        try:  # one system call for the whole array where bcc and the kernel can (5.6+)
+            return [v for _k, v in self.table.items_lookup_batch()]
+        except Exception:  # older bcc or kernel: one lookup per slot
+            return [self.at(i) for i in range(count)]
+
+    def key(self, value: int) -> Any:
+        return self.table.Key(value)
+
+
+class BccBackend:
+    """probes.backend.Backend with bcc: the generated C is compiled here, at start-up."""
+
+    name = "bcc"
+
+    def __init__(self) -> None:
+        self.bpf_class = import_bpf()
+        self.version = bcc_version()
+        self.bpf: Any = None
+
+    def ringbuf_support(self, release: str) -> Tuple[bool, str]:
+        return ringbuf_support(release, self.bpf_class)
+
+    def task_storage_support(self, release: str, have_btf: bool) -> Tuple[bool, str]:
+        return task_storage_support(release, sys.modules.get("bcc.table"), have_btf)
+
+    def fentry_support(self) -> Tuple[bool, str]:
+        return fentry_support(self.bpf_class, getattr(sys.modules.get("bcc"), "__version__", "?"))
+
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+                 ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
+        return generate(chosen, tool, layout, enums=enums, ringbuf=ringbuf, task_storage=task_storage, fentry=fentry)
+
+    def load(self, probe: Probe) -> None:
+        try:
+            self.bpf = load_detaching_on_failure(self.bpf_class, probe.c_text)
+        except Exception as exc:  # bcc raises bare Exception on compile/load failure
+            raise Rejected(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+    def attach(self, probe: Probe) -> None:
+        for function, end, handler in probe.kprobes:
+            try:
+                if end == "entry":
+                    self.bpf.attach_kprobe(event=function, fn_name=handler)
+                else:
+                    self.bpf.attach_kretprobe(event=function, fn_name=handler)
+            except Exception as exc:
+                raise UserError(f"cannot attach to {function}: {str(exc).splitlines()[0]}") from None
+
+    def set_cgroup_filter(self, fd: int) -> None:
+        self.bpf["cgroup_filter"][0] = fd  # bcc's CgroupArray takes an fd (or a path)
+
+    def map(self, name: str) -> BccMap:
+        return BccMap(self.bpf[name])
+
+    def program_fds(self) -> Dict[str, int]:
+        return {(name.decode() if isinstance(name, bytes) else str(name)): func.fd
+                for name, func in self.bpf.funcs.items()}
+
+    def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
+        if ringbuf:
+            self.bpf["events"].open_ring_buffer(lambda _ctx, data, size: handle(ctypes.string_at(data, size)))
+        else:
+            self.bpf["events"].open_perf_buffer(lambda _cpu, data, size: handle(ctypes.string_at(data, size)),
+                                                page_cnt=64, lost_cb=lost)
+
+    def poll_events(self, ringbuf: bool) -> None:
+        if ringbuf:
+            # sleeps the interval (records come without wakeups), then reads them all
+            self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
+            self.bpf.ring_buffer_consume()
+        else:
+            self.bpf.perf_buffer_poll(timeout=250)
+
+    def close(self) -> None:
+        if self.bpf is not None:
+            self.bpf.cleanup()
+            self.bpf = None
