@@ -308,6 +308,16 @@ class QemuLab(Lab):
         self.progress(f"[lab] up in {self.timings['up']:.0f} s ({self.accel}, kernel "
                       f"{self.image.kernel_release}, {self.topology}); state in {self.state_dir}")
 
+    def _wait_listening(self, name: str, port: int) -> None:
+        """Until the guest's QEMU listens on 127.0.0.1:port, seen in /proc/net/tcp: a test
+        connection would take the netdev's one peer slot, and a busy host starts QEMU late."""
+        while not tcp_listening(port):
+            pid = self.pids[name]
+            if not _alive(pid):
+                raise failure(self.label(name), "QEMU exited before its link socket listened",
+                              self.watches.get(name))
+            time.sleep(0.1)
+
     def _boot_all(self, accel: str, stall_after: Optional[float]) -> bool:
         """Start every guest; with stall_after, give up (False) if none reaches userspace in time."""
         self._kill_all()
@@ -331,7 +341,7 @@ class QemuLab(Lab):
             self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus(accel)} vCPU, "
                           f"pid {proc.pid}, console {self.console_log(node.name)})")
             if self.topology == "pair" and node.name == "server":
-                time.sleep(1.0)  # the server's socket netdev listens before the client connects
+                self._wait_listening(node.name, self.link_port)  # before the client's QEMU connects
         if stall_after is None:
             return True
         deadline = time.monotonic() + stall_after
@@ -489,6 +499,14 @@ class QemuLab(Lab):
         return ["ssh", "-i", str(self.image.ssh_private_key), "-p", str(guest.ssh_port),
                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+
+
+def tcp_listening(port: int, table: str = "/proc/net/tcp") -> bool:
+    """Whether a socket listens on 127.0.0.1:port (state 0A in the kernel's table)."""
+    wanted = f"0100007F:{port:04X}"
+    with open(table) as rows:
+        next(rows)
+        return any(row.split()[1] == wanted and row.split()[3] == "0A" for row in rows)
 
 
 def _alive(pid: int) -> bool:

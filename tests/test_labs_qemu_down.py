@@ -109,3 +109,18 @@ def test_a_slow_boot_waits_while_the_console_prints(tmp_path: Path, monkeypatch:
         printer.join()
         guest.kill()
         guest.wait()
+
+
+def test_a_listening_link_socket_is_seen_without_connecting_to_it() -> None:
+    """The pair's client QEMU starts once the server's QEMU listens (its socket netdev takes one
+    peer: a test connection would take the client's place), read from /proc/net/tcp."""
+    import socket
+
+    from labs.qemu import tcp_listening
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        assert not tcp_listening(port)
+        server.listen(1)
+        assert tcp_listening(port)
+    assert not tcp_listening(port)
