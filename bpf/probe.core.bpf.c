@@ -435,8 +435,11 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
     e->fileid = s->fileid;
     e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);
     e->cgroup = cgroup;
-    if (!e->fileid && s->ptr && ptr_kind == PTR_FILE)
-        e->fileid = BPF_CORE_READ((struct file *)s->ptr, f_inode, i_ino);
+    if (!e->fileid && s->ptr && ptr_kind == PTR_FILE) {
+        /* the pointer first: inside BPF_CORE_READ, s->ptr would be relocated as a kernel member */
+        struct file *file = (struct file *)s->ptr;
+        e->fileid = BPF_CORE_READ(file, f_inode, i_ino);
+    }
     e->pid = pid;
     e->op = op;
     if (comm)

@@ -42,6 +42,8 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
 SAMPLE_FN = ctypes.CFUNCTYPE(_i, _p, _p, _sz)
 #: libbpf's libbpf_print_fn_t; the va_list goes on to vsnprintf as it came
 PRINT_FN = ctypes.CFUNCTYPE(_i, _i, ctypes.c_char_p, _p)
+#: enum libbpf_print_level's LIBBPF_DEBUG (WARN 0, INFO 1)
+LIBBPF_DEBUG = 2
 #: the oldest libbpf the loader is written against (NULL-and-errno returns, open_mem's opts)
 MIN_VERSION = (1, 0)
 
@@ -68,8 +70,10 @@ class Libbpf:
         self._vsnprintf = libc.vsnprintf
         self._vsnprintf.argtypes = [ctypes.c_char_p, _sz, ctypes.c_char_p, _p]
 
-        def printer(_level: int, fmt: bytes, args: int) -> int:
-            buf = ctypes.create_string_buffer(4096)
+        def printer(level: int, fmt: bytes, args: int) -> int:
+            if level >= LIBBPF_DEBUG:  # hundreds of lines per open; a refusal comes at WARN
+                return 0
+            buf = ctypes.create_string_buffer(1 << 20)  # a verifier log is one message
             self._vsnprintf(buf, len(buf), fmt, args)
             self.log.append(buf.value.decode("utf-8", "replace"))
             return 0
