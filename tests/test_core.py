@@ -1,0 +1,151 @@
+"""The CO-RE backend on the host: the object built from nfs.toml, opened (not loaded: the host
+refuses bpf()) through probes.libbpf, and the settings the loader would write for the
+6.1.0-50 lab kernel's choice. Loading and attaching are proven in lab guests only."""
+from __future__ import annotations
+
+import ctypes
+import gzip
+import json
+import shutil
+import struct
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from discover.profile import KernelProfile
+from discover.spec import OPS, load_spec
+from probes.build_core import build
+from probes.core_backend import CoreBackend
+from probes.generate import Tool
+from probes.generate_core import CFG_GLOBALS, MAX_DEREFS, POINT_SCALARS, cfg_format, core_table, generate_core, tp_slots
+from probes.libbpf import BpfObject, Libbpf
+from probes.select import KernelFacts, select
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC = REPO / "probes" / "specs" / "nfs.toml"
+PROFILE = REPO / "tests" / "fixtures" / "6.1.0-50-amd64" / "profile.json.gz"
+
+
+@pytest.fixture(scope="module")
+def spec() -> Dict[str, Any]:
+    return load_spec(SPEC)
+
+
+@pytest.fixture(scope="module")
+def profile() -> KernelProfile:
+    return KernelProfile(json.loads(gzip.decompress(PROFILE.read_bytes())))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    if shutil.which("clang") is None or shutil.which("llvm-strip") is None:
+        pytest.fail("building the CO-RE object needs clang and llvm (apt-get install clang llvm libbpf-dev)")
+    return build(SPEC, tmp_path_factory.mktemp("core") / "nfs.bpf.o").read_bytes()
+
+
+def formats_of(profile: KernelProfile) -> Any:
+    events = profile.data["events"]
+
+    def fields(event: str) -> Optional[List[Dict[str, Any]]]:
+        system, _, name = event.partition(":")
+        info = events.get(system, {}).get(name)
+        return info["fields"] if info else None
+    return fields
+
+
+def test_the_object_holds_every_candidate_point_and_the_maps_the_readers_use(spec: Dict[str, Any],
+                                                                              built: bytes) -> None:
+    source = generate_core(spec)
+    obj = BpfObject(Libbpf(), built)
+    try:
+        sections = {name: obj.section(name) for name in obj.programs()}
+        assert sections == {name: section for name, (section, _ids) in source.programs.items()}
+        for point in source.table.points:
+            if point.kind == "fentry":
+                assert sections[f"p{point.id}_fentry"] == f"fentry/{point.entry}"
+                assert sections[f"p{point.id}_fexit"] == f"fexit/{point.exit}"
+            if point.kind in ("fentry", "kprobe"):  # the fallback of a fentry point too
+                assert sections[f"p{point.id}_kprobe"] == f"kprobe/{point.entry}"
+                assert sections[f"p{point.id}_kretprobe"] == f"kretprobe/{point.exit}"
+            else:
+                for event in (point.entry, point.exit):
+                    system, _, name = event.partition(":")
+                    assert f"tp/{system}/{name}" in sections.values()
+        maps = obj.maps()
+        for name in ("dist", "op_totals", "untimed", "anomalies", "inflight", "inflight_lost", "async_starts",
+                     "events", "lost_events", "top_stats", "top_hist", "cgroup_ids", "cgroup_filter", ".rodata.cfg"):
+            assert name in maps, name
+        lib = obj.lib.lib
+        cfg = cfg_format(len(source.table.points), source.table.nkeys)
+        assert lib.bpf_map__value_size(maps[".rodata.cfg"]) == cfg.size
+        # the ctypes layouts built from the object's BTF are the sizes the kernel will check
+        for name in ("dist", "op_totals", "inflight", "async_starts", "top_stats", "top_hist", "untimed"):
+            view = obj.map(name)
+            assert ctypes.sizeof(view.key_type) == lib.bpf_map__key_size(maps[name]), name
+            assert ctypes.sizeof(view.value_type) == lib.bpf_map__value_size(maps[name]), name
+        assert [f[0] for f in obj.map("dist").key_type._fields_] == ["op", "slot", "dev", "pad", "cgroup"]
+        assert "s" in dict(obj.map("inflight").value_type._fields_)
+    finally:
+        obj.close()
+        obj.close()  # twice: nothing left, no error
+
+
+def test_struct_reads_are_co_re_relocations(built: bytes) -> None:
+    """.BTF.ext carries CO-RE relocation records (the kernel struct members read through BTF)."""
+    obj = BpfObject(Libbpf(), built)
+    obj.close()
+    ext = _section(built, ".BTF.ext")
+    magic, _version, _flags, hdr_len = struct.unpack_from("<HBBI", ext)
+    assert magic == 0xEB9F and hdr_len >= 32
+    _fi_off, _fi_len, _li_off, _li_len, core_off, core_len = struct.unpack_from("<6I", ext, 8)
+    assert core_len > 1000  # dozens of records per program that follows a file or dentry
+    names = {"file", "inode", "dentry", "super_block", "qstr", "pt_regs"}
+    assert names <= {n for n, _ in obj.btf.named_types(4)}  # BTF_KIND_STRUCT
+
+
+def _section(elf: bytes, wanted: str) -> bytes:
+    """One section's bytes of a 64-bit little-endian ELF."""
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    strtab = headers[shstrndx]
+    for name, _type, _flags, _addr, offset, size, *_rest in headers:
+        label = elf[strtab[4] + name:elf.index(b"\0", strtab[4] + name)].decode()
+        if label == wanted:
+            return elf[offset:offset + size]
+    raise AssertionError(f"no section {wanted}")
+
+
+def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, Any], profile: KernelProfile) -> None:
+    """On the 6.1.0-50 profile's choice (no module BTF on the host: kprobe pairs, no file
+    arguments), the loader names the chosen programs and writes each point's op, slot and
+    tracepoint field offsets as the kernel's format gives them."""
+    sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
+    backend = CoreBackend(spec, b"", "6.1.0-50-amd64", formats_of(profile))
+    probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, [], True, True, ())
+    assert backend._plan is not None
+    _probe, programs, cfg, sizes = backend._plan
+    assert probe.ops == [c.op for c in sel.chosen] and probe.ringbuf and probe.task_storage
+    assert "p0_kprobe" in programs and "p0_kretprobe" in programs and "p0_fentry" not in programs
+    assert "tp_nfs__nfs_getattr_enter" in programs and "tp_nfs__nfs_commit_done" in programs
+    assert set(probe.programs) == set(programs)
+    table = core_table(spec)
+    roles = tp_slots(table.nkeys)
+    values = cfg_format(len(table.points), table.nkeys).unpack(cfg)
+    head, per_point = len(CFG_GLOBALS), (len(values) - len(CFG_GLOBALS)) // len(table.points)
+    tp_at = len(POINT_SCALARS) + 2 * (2 + MAX_DEREFS)  # after the scalars and two arg sources
+    on = {}
+    for point in table.points:
+        base = head + point.id * per_point
+        if values[base]:
+            on[point.id] = dict(zip(POINT_SCALARS, values[base:base + len(POINT_SCALARS)]))
+            on[point.id]["tp"] = values[base + tp_at:base + per_point]
+    assert sorted(s["id"] for s in on.values()) == list(range(len(probe.points)))
+    commit = next(p for p in table.points if p.op == "commit" and p.id in on)
+    assert on[commit.id]["keyed"] == 1 and on[commit.id]["op"] == probe.ops.index("commit")
+    fields = {f["name"]: f for f in formats_of(profile)(commit.entry) or []}
+    key0 = roles.index("key0")
+    assert on[commit.id]["tp"][3 * key0:3 * key0 + 2] == (fields[commit.keys[0]]["offset"],
+                                                          fields[commit.keys[0]]["size"])
+    assert sizes["dist"] == len(probe.ops) * 64 and sizes["cgroup_ids"] == 1
