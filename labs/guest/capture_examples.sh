@@ -15,9 +15,12 @@ O=/results/examples
 W=/opt/probekit/labs/guest/workload.sh
 TREE=${PROBEKIT_TREE:-/opt/probekit}
 cd "$TREE"
+mkdir -p $O
 if [ $# -eq 0 ]; then
   set -- nfs exporter fs
-  mkdir -p $O && rm -f $O/*
+  rm -f $O/*
+fi
+if [ ! -e $O/env.txt ]; then
   { uname -r; date -u +%FT%TZ; python3 --version; dpkg-query -W -f '${Version}\n' python3-bpfcc; } > $O/env.txt
 else
   for part; do echo "rerun $part $(date -u +%FT%TZ) $TREE" >> $O/env.txt; done
