@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
-#: the lab run the tool examples quote (README.md there: where, when, how)
+#: the lab runs the tool examples quote (README.md there: where, when, how); fs/: the -t FS tools'
 CAPTURES = REPO / "tests" / "fixtures" / "6.12.117+deb13-amd64" / "examples"
+FS_CAPTURES = CAPTURES / "fs"
 #: discover's inputs: real function_graph captures and the profile of a Debian 6.1.0-50 lab guest
 DISCOVER_61 = "tests/fixtures/6.1.0-50-amd64"
 OUT = REPO / "docs" / "examples"
@@ -51,11 +52,11 @@ class Example(NamedTuple):
     helps: Tuple[Tuple[str, ...], ...]
 
 
-def capture(name: str) -> Tuple[str, List[str], List[str]]:
-    """(command as typed, stdout lines, stderr lines) of one run in CAPTURES."""
-    command = (CAPTURES / f"{name}.cmd").read_text().strip()
-    err = CAPTURES / f"{name}.err"
-    return (command, (CAPTURES / f"{name}.out").read_text().splitlines(),
+def capture(name: str, where: Path = CAPTURES) -> Tuple[str, List[str], List[str]]:
+    """(command as typed, stdout lines, stderr lines) of one run in `where`."""
+    command = (where / f"{name}.cmd").read_text().strip()
+    err = where / f"{name}.err"
+    return (command, (where / f"{name}.out").read_text().splitlines(),
             err.read_text().splitlines() if err.exists() else [])
 
 
@@ -66,17 +67,17 @@ def cut(lines: List[str], keep: int, where: str) -> List[str]:
     return lines[:keep] + [CUT.format(n=len(lines) - keep, where=where)]
 
 
-def lab_section(name: str, read: str, keep: Optional[int] = None) -> Section:
+def lab_section(name: str, read: str, keep: Optional[int] = None, where: Path = CAPTURES) -> Section:
     """A Section from a lab capture: stdout, cut to `keep` lines, then what the tool wrote on stderr."""
-    command, out, err = capture(name)
-    shown = out if keep is None else cut(out, keep, f"{CAPTURES.relative_to(REPO)}/{name}.out")
+    command, out, err = capture(name, where)
+    shown = out if keep is None else cut(out, keep, f"{where.relative_to(REPO)}/{name}.out")
     return Section(command, shown + [f"(stderr) {line}" for line in err], read)
 
 
-def lab_provenance(part: str) -> str:
+def lab_provenance(part: str, where: Path = CAPTURES) -> str:
     """Where and when the captures of `part` (nfs, exporter, fs: the parts of
-    capture_examples.sh) were made, from its env.txt (a part run again is dated there)."""
-    lines = (CAPTURES / "env.txt").read_text().splitlines()
+    capture_examples.sh) in `where` were made, from its env.txt (a part run again is dated there)."""
+    lines = (where / "env.txt").read_text().splitlines()
     kernel, when, python, bcc = lines[:4]
     tree = "/opt/probekit"
     for line in lines:
@@ -85,8 +86,8 @@ def lab_provenance(part: str) -> str:
     source = "" if tree == "/opt/probekit" else f", the tools from {tree.rsplit('/', 1)[-1]}"
     return (f"Real output of a lab run: Debian kernel {kernel}, bcc {bcc}, {python}, {when[:10]}, a "
             f"single-guest QEMU lab (NFS server and client in one VM, mounts over 127.0.0.1), "
-            f"labs/guest/capture_examples.sh {part}{source}; the captures and how they were made: "
-            f"{CAPTURES.relative_to(REPO)}/.")
+            f"labs/guest/capture_examples.sh {part}{source}; the captures: {where.relative_to(REPO)}/, "
+            f"how they were made: {CAPTURES.relative_to(REPO)}/README.md.")
 
 
 def run(argv: Sequence[str], cwd: Path = REPO) -> Tuple[str, str]:
@@ -142,10 +143,10 @@ def example(tool: str) -> Example:
     """One tool's example, its outputs read from the captures (discover's run on its fixtures)."""
     if tool == "discover":
         return discover()
-    if tool == "fsslower":
-        return fsslower()
+    if tool in ("fsslower", "fsdist", "fstop"):
+        return {"fsslower": fsslower, "fsdist": fsdist, "fstop": fstop}[tool](lab_provenance("fs", FS_CAPTURES))
     build, part = {"nfsslower": (nfsslower, "nfs"), "nfsdist": (nfsdist, "nfs"), "nfstop": (nfstop, "nfs"),
-                   "fsdist": (fsdist, "fs"), "fstop": (fstop, "fs"), "nfs-exporter": (exporter, "exporter")}[tool]
+                   "nfs-exporter": (exporter, "exporter")}[tool]
     return build(lab_provenance(part))
 
 
@@ -287,28 +288,31 @@ def fs_lab_run(fs: str) -> Tuple[str, List[str], List[str]]:
     return " ".join(run_data["args"]), run_data["lines"], run_data["stderr"].splitlines()
 
 
-def fsslower() -> Example:
+def fsslower(lab: str) -> Example:
     return Example(
         "fsslower",
         "fsslower -t FS is nfsslower for another filesystem (a spec in probes/specs: ext4, "
         "xfs, btrfs, cifs, nfs), with libbpf-tools' flags (-m MIN, -c, -d) and bcc's columns.",
-        "Real output of a lab run: Debian kernel 6.12.117+deb13-amd64, bcc 0.31.0, 2026-12-03, a "
-        "single-guest QEMU lab, labs/guest/fs_guest.py (the lab's fs check); the run and how it "
-        f"was made: {FS_LAB.parent.relative_to(REPO)}/. XFS on a device-mapper `delay` device; a "
-        "worker opened, read (four 64 KiB reads) and wrote (eight 64 KiB writes, two fsyncs) "
-        "files and ran stat, once as it was and once with 600 ms added to every I/O.",
-        [fs_section(
-            "-v says on stderr which attach point times each operation (fentry on the XFS "
-            "functions under the VFS, here) and how the tool runs; --json prints one object "
-            "per operation, with the same fields as nfsslower's. With MIN_MS 0 every "
-            "operation is printed: in the first round the reads and writes took microseconds "
-            "to a few ms (page cache; the first read waited for the disk) and the fsync 14 ms. "
-            "With the delay, the two reads that missed the page cache took 633 and 732 ms and "
-            "each fsync about 1.9 s (several delayed writes), and each fsync was printed while "
-            "in flight (\"in_flight\": true, past 1 s) before its completion line. Without "
-            "--json the lines are nfsslower's columns (TIME COMM PID T "
-            "BYTES OFF_KB LAT(ms) FILENAME), under `Tracing XFS operations...`: the banner "
-            "names the filesystem as its spec's title says.", keep=14, tail=8)],
+        lab + " XFS on a device-mapper `delay` device adding 20 ms to every I/O; dd wrote 512 "
+        "KiB with fsync, the page cache was dropped, the file read back, then stat.",
+        [lab_section(
+            "fsslower",
+            "Columns as nfsslower's; the banner names the filesystem as its spec's title says. "
+            "Four of dd's eight 64 KiB writes took over 1 ms (the first 20 ms); the fsync (F, "
+            "242 ms) waited for the delayed device, and so did the reads after the page cache "
+            "was dropped, the first (167 ms) longest; the reads not shown took under 1 ms "
+            "(their pages had been read ahead).", where=FS_CAPTURES),
+         fs_section(
+            f"The same tool in the lab's fs check ({FS_LAB.parent.relative_to(REPO)}/: the same "
+            "kernel and bcc, 2026-12-03; a worker's reads, writes, two fsyncs and stats on XFS, "
+            "once as it was and once with 600 ms added to every I/O). -v says on stderr which "
+            "attach point times each operation (fentry on the XFS functions under the VFS) "
+            "and how the tool runs; --json prints one object per operation, with nfsslower's "
+            "fields; MIN_MS 0 prints every operation. In the first round the reads and writes "
+            "took microseconds to a few ms and the fsync 14 ms. With the delay, the two reads "
+            "that missed the page cache took 633 and 732 ms and each fsync about 1.9 s (several "
+            "delayed writes), and each fsync was printed while in flight (\"in_flight\": "
+            "true, past 1 s) before its completion line.", keep=14, tail=8)],
         "As nfsslower's: latency from the call into the filesystem to its return, buffered "
         "writes return before the device is written. -t takes the names in probes/specs "
         "(--spec FILE for a spec of your own, from `discover propose`). SMB/CIFS with "
@@ -326,11 +330,12 @@ def fsdist(lab: str) -> Example:
         "KiB with fsync, the page cache was dropped, the file read back, then stat; twice.",
         [lab_section(
             "fsdist",
-            "Three 5-second intervals, each after its HH:MM:SS: line (-T). They count every "
-            "ext4 mount's operations, and the guest's root filesystem is ext4 too: most of the "
-            "microsecond opens and stats are its (the shell starting dd and stat), while the "
-            "reads and fsyncs of tens of ms waited for the delayed device. --mount-point PATH "
-            "keeps one mount's. An interval without operations prints its time line only.")],
+            "Three 5-second intervals, each after its HH:MM:SS: line (-T), of the operations "
+            "on the mount holding /mnt/ex-ext4 only (--mount-point; the guest's root "
+            "filesystem is ext4 too). Both rounds of the workload fell in the first: the two "
+            "fsyncs waited for the delayed device (65-262 ms), and so did six of the reads "
+            "(16-32 ms) after the page cache was dropped; the other reads took 1 us to 4 ms. "
+            "An interval without operations prints its time line only.", where=FS_CAPTURES)],
         "As nfsdist's: completed operations only, log2 buckets. The local filesystems' specs "
         "have no commit operation, so the default operations are R W O G F.",
         (("fsdist",),))
@@ -346,10 +351,10 @@ def fstop(lab: str) -> Example:
         [lab_section(
             "fstop",
             "Columns as nfstop's, without C (the local filesystems' specs have no commit). "
-            "Two shells ran the workload at once: dd 1701 and 1702 wrote 512 KiB each (W) and "
-            "flushed it (F: 91 and 212 ms on the delayed device), 1703 and 1704 read it back "
-            "after the page cache was dropped, 1705 and 1706 ran stat. The second table is "
-            "the part of an interval left at Ctrl-C.")],
+            "Two shells ran the workload at once: dd 875 and 876 wrote 512 KiB each (W) and "
+            "flushed it (F: 218 and 488 ms on the delayed device), 877 and 878 read it back "
+            "after the page cache was dropped, 879 and 880 ran stat. The last two tables are "
+            "an interval with nothing and the part of one left at Ctrl-C.", where=FS_CAPTURES)],
         "As nfstop's. btrfs reports a per-subvolume device in stat, so --mount-point and "
         "--by mount use the longest mount point above the path.",
         (("fstop",),))

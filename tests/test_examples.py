@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional
 
@@ -94,51 +95,48 @@ def printed_today(command: str, monkeypatch: pytest.MonkeyPatch) -> List[str]:
     return result.output.splitlines()
 
 
-def captured(name: str) -> List[str]:
-    return (examples.CAPTURES / f"{name}.out").read_text().splitlines()
+#: every capture's command file, the NFS runs' and the -t FS runs'
+COMMANDS = sorted([*examples.CAPTURES.glob("*.cmd"), *examples.FS_CAPTURES.glob("*.cmd")])
+TOOL_COMMANDS = [path for path in COMMANDS if path.read_text().split()[0] in TOOLS]
 
 
-TOOL_CAPTURES = sorted(path.stem for path in examples.CAPTURES.glob("*.cmd")
-                       if path.read_text().split()[0] in TOOLS)
+def captured(command: Path) -> List[str]:
+    return command.with_suffix(".out").read_text().splitlines()
 
 
 def test_every_tool_has_an_example_from_the_lab() -> None:
-    """Captures for each tool but fsslower, whose example is the fs lab run's (FS_LAB)."""
-    assert {path.read_text().split()[0] for path in examples.CAPTURES.glob("*.cmd")} == {*TOOLS, "nfs-exporter"} - {
-        "fsslower"}
-    assert examples.fs_lab_run("xfs")[0].startswith("fsslower ")
+    assert {path.read_text().split()[0] for path in COMMANDS} == {*TOOLS, "nfs-exporter"}
     assert sorted(p.name for p in examples.OUT.glob("*_example.txt")) == sorted(
         f"{tool}_example.txt" for tool in examples.TOOLS)
     assert set(examples.TOOLS) == {*TOOLS, "nfs-exporter", "discover"}
 
 
-@pytest.mark.parametrize("name", TOOL_CAPTURES)
-def test_banners_and_headers_are_what_the_tool_prints_today(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", TOOL_COMMANDS, ids=lambda path: path.stem)
+def test_banners_and_headers_are_what_the_tool_prints_today(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every line the tool prints before its records (and nfstop's header each interval) is in
     the capture as it is printed today."""
-    command = (examples.CAPTURES / f"{name}.cmd").read_text().strip()
+    command = path.read_text().strip()
     today = printed_today(command, monkeypatch)
     event_tool = command.split()[0] in ("nfsslower", "fsslower")
     fixed = [line for line in (today[:-1] if event_tool else today) if line and not CLOCK.match(line)]
     assert fixed, command
-    lines = captured(name)
+    lines = captured(path)
     missing = [line for line in fixed if line not in lines]
     assert missing == [], f"{command}: the tool now prints {missing}, which the capture lacks: capture it again"
 
 
-@pytest.mark.parametrize("name", [n for n in TOOL_CAPTURES if n.startswith(("nfsdist", "fsdist"))])
-def test_histograms_have_todays_header(name: str) -> None:
-    command = (examples.CAPTURES / f"{name}.cmd").read_text()
-    unit = "msecs" if re.search(r"(^| )-m( |$)", command) else "usecs"
-    header = format_log2([0, 1], unit)[0]
-    assert header in captured(name)
+@pytest.mark.parametrize("path", [p for p in TOOL_COMMANDS if p.stem.startswith(("nfsdist", "fsdist"))],
+                         ids=lambda path: path.stem)
+def test_histograms_have_todays_header(path: Path) -> None:
+    unit = "msecs" if re.search(r"(^| )-m( |$)", path.read_text()) else "usecs"
+    assert format_log2([0, 1], unit)[0] in captured(path)
 
 
 def test_json_records_have_todays_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """nfsslower's capture and fsslower's fs lab run: the first line and each completed
     operation's keys, in order, as printed today."""
     command, lines, _ = examples.fs_lab_run("xfs")
-    for printed, today_command in ((captured("nfsslower-json"), "nfsslower --json 50"),
+    for printed, today_command in ((captured(examples.CAPTURES / "nfsslower-json.cmd"), "nfsslower --json 50"),
                                    (lines, command.replace(" -v", ""))):
         today = printed_today(today_command, monkeypatch)
         records = [json.loads(line) for line in printed[1:]]
@@ -147,14 +145,16 @@ def test_json_records_have_todays_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         assert done and all(list(record) == list(json.loads(today[-1])) for record in done), today_command
 
 
-@pytest.mark.parametrize("name", ["nfsslower", "nfsslower-M", "nfsslower-csv"])
-def test_records_have_todays_columns(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", [examples.CAPTURES / f"{name}.cmd" for name in ("nfsslower", "nfsslower-M",
+                                                                                  "nfsslower-csv")]
+                         + [examples.FS_CAPTURES / "fsslower.cmd"], ids=lambda path: path.stem)
+def test_records_have_todays_columns(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record printed today splits into as many fields as each captured one (bcc's layout)."""
-    command = (examples.CAPTURES / f"{name}.cmd").read_text().strip()
+    command = path.read_text().strip()
     today = printed_today(command, monkeypatch)[-1]
     csv = "-j" in command.split()
     split: Callable[[str], List[str]] = (lambda line: line.split(",")) if csv else str.split
-    records = [line for line in captured(name) if "[ino" not in line  # a name with a space
+    records = [line for line in captured(path) if "[ino" not in line  # a name with a space
                and (line[:1].isdigit() if csv else CLOCK.match(line))]
     assert records and all(len(split(line)) == len(split(today)) for line in records)
 
