@@ -205,45 +205,47 @@ class BpfObject:
         raw = lib.lib.btf__raw_data(lib.lib.bpf_object__btf(self.obj), ctypes.byref(size))
         #: the object's own BTF: the layout of every map key and value
         self.btf = Btf(ctypes.string_at(raw, size.value))
+        # walked once: a whole spec's object has hundreds of programs, each step a ctypes
+        # call (a 6.12 TCG guest under cProfile spent 3 s walking them again per lookup)
+        self._programs = self._walk(lib.lib.bpf_object__next_program, lib.lib.bpf_program__name)
+        self._maps = self._walk(lib.lib.bpf_object__next_map, lib.lib.bpf_map__name)
         self.links: List[int] = []
         self._rings: List[Tuple[int, Any]] = []
 
+    def _walk(self, next_handle: Any, name_of: Any) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        handle = next_handle(self.obj, None)
+        while handle:
+            out[name_of(handle).decode()] = handle
+            handle = next_handle(self.obj, handle)
+        return out
+
     def programs(self) -> Dict[str, int]:
         """Program name -> its libbpf handle, in the object's order."""
-        out: Dict[str, int] = {}
-        prog = self.lib.lib.bpf_object__next_program(self.obj, None)
-        while prog:
-            out[self.lib.lib.bpf_program__name(prog).decode()] = prog
-            prog = self.lib.lib.bpf_object__next_program(self.obj, prog)
-        return out
+        return dict(self._programs)
 
     def section(self, program: str) -> str:
-        return self.lib.lib.bpf_program__section_name(self.programs()[program]).decode()
+        return self.lib.lib.bpf_program__section_name(self._programs[program]).decode()
 
     def maps(self) -> Dict[str, int]:
-        out: Dict[str, int] = {}
-        handle = self.lib.lib.bpf_object__next_map(self.obj, None)
-        while handle:
-            out[self.lib.lib.bpf_map__name(handle).decode()] = handle
-            handle = self.lib.lib.bpf_object__next_map(self.obj, handle)
-        return out
+        return dict(self._maps)
 
     def autoload_only(self, names: List[str]) -> None:
         """Load these programs and no other (the others' targets may not exist here)."""
         wanted = set(names)
-        for name, prog in self.programs().items():
+        for name, prog in self._programs.items():
             self.lib.lib.bpf_program__set_autoload(prog, name in wanted)
-        missing = wanted - set(self.programs())
+        missing = wanted - set(self._programs)
         if missing:
             raise LibbpfError(0, f"no program {', '.join(sorted(missing))} in the object")
 
     def set_max_entries(self, map_name: str, entries: int) -> None:
-        if self.lib.lib.bpf_map__set_max_entries(self.maps()[map_name], entries) != 0:
+        if self.lib.lib.bpf_map__set_max_entries(self._maps[map_name], entries) != 0:
             raise self.lib.fail(f"bpf_map__set_max_entries({map_name})")
 
     def set_initial_value(self, map_name: str, data: bytes) -> None:
         """Fill a data section (a read-only one is frozen at load: the verifier reads it)."""
-        handle = self.maps()[map_name]
+        handle = self._maps[map_name]
         if len(data) != self.lib.lib.bpf_map__value_size(handle):
             raise LibbpfError(0, f"{map_name}: {len(data)} bytes for a value of "
                                  f"{self.lib.lib.bpf_map__value_size(handle)}")
@@ -257,16 +259,16 @@ class BpfObject:
             raise self.lib.fail("bpf_object__load")
 
     def attach(self, program: str) -> None:
-        link = self.lib.lib.bpf_program__attach(self.programs()[program])
+        link = self.lib.lib.bpf_program__attach(self._programs[program])
         if not link:
             raise self.lib.fail(f"attach {program} ({self.section(program)})")
         self.links.append(link)
 
     def program_fd(self, program: str) -> int:
-        return int(self.lib.lib.bpf_program__fd(self.programs()[program]))
+        return int(self.lib.lib.bpf_program__fd(self._programs[program]))
 
     def map(self, name: str) -> Map:
-        handle = self.maps()[name]
+        handle = self._maps[name]
         key_id, value_id = (self.lib.lib.bpf_map__btf_key_type_id(handle),
                             self.lib.lib.bpf_map__btf_value_type_id(handle))
         key_type = ctype_of(self.btf, key_id) if key_id else ctypes.c_uint8 * self.lib.lib.bpf_map__key_size(handle)
@@ -280,7 +282,7 @@ class BpfObject:
             handle(ctypes.string_at(data, size))
             return 0
         callback = SAMPLE_FN(sample)
-        ring = self.lib.lib.ring_buffer__new(self.lib.lib.bpf_map__fd(self.maps()[map_name]),
+        ring = self.lib.lib.ring_buffer__new(self.lib.lib.bpf_map__fd(self._maps[map_name]),
                                              ctypes.cast(callback, _p), None, None)
         if not ring:
             raise self.lib.fail(f"ring_buffer__new({map_name})")
