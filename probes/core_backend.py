@@ -127,6 +127,12 @@ class CoreBackend:
         nops = len(ops)
         sizes = {"dist": dist_entries(tool, nops), "op_totals": total_entries(tool, nops),
                  "cgroup_ids": max(tool.cgroup_limit, 1)}
+        # the maps no chosen setting writes get one entry (the bcc form leaves them out):
+        # preallocated, they held ~7 MB of kernel memory the kernel zeroes at every start
+        unused = [] if tool.top else ["top_stats", "top_hist"]
+        unused += ["starts"] if task_storage else []
+        unused += [] if any(self.table.points[core].match == "keys" for core in settings) else ["async_starts"]
+        sizes.update({name: 1 for name in unused})
         probe = Probe("", ops, [c.letter for c in chosen], points, [], layout is not None, True, task_storage,
                       sorted(set(mountless)), programs)
         self._plan = (probe, sorted(programs), cfg, sizes)
@@ -159,11 +165,13 @@ class CoreBackend:
             put(f"exit_key{i}", exit_, key)
         return out
 
-    def load(self, probe: Probe) -> None:
+    def prepare(self, probe: Probe) -> BpfObject:
+        """The object opened and set for this probe, not loaded: only the chosen points'
+        programs autoload (libbpf relocates, and the kernel verifies, no other), `cfg` is
+        filled and the maps sized. Makes no bpf() call, so the host's tests check it."""
         if self._plan is None or self._plan[0] is not probe:
             raise Rejected("the core backend loads only the probe it generated last")
         _probe, programs, cfg, sizes = self._plan
-        self.close()
         try:
             obj = BpfObject(self.lib, self.data)
         except LibbpfError as exc:
@@ -173,6 +181,15 @@ class CoreBackend:
             obj.set_initial_value(".rodata.cfg", cfg)
             for name, entries in sizes.items():
                 obj.set_max_entries(name, entries)
+        except LibbpfError as exc:
+            obj.close()
+            raise Rejected(str(exc)) from None
+        return obj
+
+    def load(self, probe: Probe) -> None:
+        self.close()
+        obj = self.prepare(probe)
+        try:
             obj.load()
         except LibbpfError as exc:
             obj.close()

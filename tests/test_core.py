@@ -149,3 +149,23 @@ def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, An
     assert on[commit.id]["tp"][3 * key0:3 * key0 + 2] == (fields[commit.keys[0]]["offset"],
                                                           fields[commit.keys[0]]["size"])
     assert sizes["dist"] == len(probe.ops) * 64 and sizes["cgroup_ids"] == 1
+
+
+def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: KernelProfile, built: bytes) -> None:
+    """bpf_object__load relocates and the kernel verifies only autoloaded programs: after
+    prepare() (open from memory, no bpf()), libbpf's own getter says exactly the programs of
+    the 6.1.0-50 choice autoload, and the maps no setting writes were shrunk to one entry."""
+    sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
+    backend = CoreBackend(spec, built, "6.1.0-50-amd64", formats_of(profile))
+    probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, [], True, True, ())
+    obj = backend.prepare(probe)
+    try:
+        lib = obj.lib.lib
+        loaded = {name for name, prog in obj.programs().items() if lib.bpf_program__autoload(prog)}
+        assert loaded == set(probe.programs)
+        assert 0 < len(loaded) < len(obj.programs()) // 4  # a handful of the object's hundreds
+        maps = obj.maps()
+        assert lib.bpf_map__max_entries(maps["top_hist"]) == 1 and lib.bpf_map__max_entries(maps["starts"]) == 1
+        assert lib.bpf_map__max_entries(maps["async_starts"]) > 1  # commit's keyed tracepoint point
+    finally:
+        obj.close()
