@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from kill_check import TRACEFS, graph_tracer_on, tracefs_state
+from kill_check import TRACEFS, capturing_place, tracefs_state
 
 SHARE = "/opt/probekit"
 WORKLOAD = f"{SHARE}/labs/guest/workload.sh"
@@ -108,7 +108,7 @@ def run_discover(function: str, mount: str, output: str, second: str) -> Dict[st
     started_second = False
     try:
         while proc.poll() is None:
-            if graph_tracer_on():
+            if capturing_place():
                 samples.append({"global_tracer": read("current_tracer"), "instances": instances()})
                 if not started_second:
                     started_second = True
