@@ -24,6 +24,8 @@ from probes.select import Chosen
 OBJECTS_DIR = Path(__file__).resolve().parent / "objects"
 #: BPF ring buffers (5.8), task storage for tracing (5.11), bpf_get_func_arg (5.17)
 MIN_KERNEL = (5, 17)
+#: the first libbpf that takes a fentry target as MODULE:FUNCTION
+MODULE_TARGET_VERSION = (1, 5)
 #: a tracepoint field each role of the spec's args may name, at the start or the end
 _TP_START_ROLES = ("fileid", "offset", "bytes", "dev")
 
@@ -66,6 +68,8 @@ class CoreBackend:
         self.formats = formats
         self.obj: Optional[BpfObject] = None
         self._plan: Optional[Tuple[Probe, List[str], bytes, Dict[str, int]]] = None
+        #: fentry/fexit program -> MODULE:FUNCTION, for the plan's module functions
+        self._targets: Dict[str, str] = {}
         self._maps: Dict[str, Any] = {}
 
     def ringbuf_support(self, release: str) -> Tuple[bool, str]:
@@ -94,6 +98,7 @@ class CoreBackend:
         settings: Dict[int, PointSettings] = {}
         programs: Dict[str, Tuple[str, ...]] = {}
         mountless: List[str] = []
+        self._targets = {}
         for slot, point in enumerate(points):
             core = self._core_id(point, by_op[point.op])
             args: List[Optional[Tuple[int, Tuple[int, ...]]]] = [None, None]
@@ -114,6 +119,11 @@ class CoreBackend:
                     mountless.append(point.op)
                 suffix = ("fentry", "fexit") if point.kind == "fentry" else ("kprobe", "kretprobe")
                 names = [f"p{core}_{suffix[0]}", f"p{core}_{suffix[1]}"]
+                if point.kind == "fentry" and layout is not None and self.lib.version >= MODULE_TARGET_VERSION:
+                    for name, function in zip(names, (point.entry, point.exit)):
+                        module = layout.btf_module_of(function)
+                        if module not in (None, "vmlinux"):
+                            self._targets[name] = f"{module}:{function}"
             else:
                 tp = self._tp_fields(point)
                 if "dev" not in point.args and point.op != "rpc":
@@ -168,7 +178,9 @@ class CoreBackend:
     def prepare(self, probe: Probe) -> BpfObject:
         """The object opened and set for this probe, not loaded: only the chosen points'
         programs autoload (libbpf relocates, and the kernel verifies, no other), `cfg` is
-        filled and the maps sized. Makes no bpf() call, so the host's tests check it."""
+        filled, the maps sized, module functions' fentry targets named MODULE:FUNCTION (that
+        lookup reads the kernel's BTF; without it nothing calls bpf(), so the host's tests
+        check the rest)."""
         if self._plan is None or self._plan[0] is not probe:
             raise Rejected("the core backend loads only the probe it generated last")
         _probe, programs, cfg, sizes = self._plan
@@ -178,6 +190,8 @@ class CoreBackend:
             raise Rejected(str(exc)) from None
         try:
             obj.autoload_only(programs)
+            for name, target in self._targets.items():
+                obj.set_attach_target(name, target)
             obj.set_initial_value(".rodata.cfg", cfg)
             for name, entries in sizes.items():
                 obj.set_max_entries(name, entries)
