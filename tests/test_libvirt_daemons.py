@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from labs.libvirt_daemons import autostarted_forwarding_networks, socket_answers
+from needs import missing
 
 #: the NAT network Debian's libvirt-daemon-config-network package installs
 PACKAGED_DEFAULT = Path("/etc/libvirt/qemu/networks/default.xml")
@@ -18,7 +19,7 @@ PACKAGED_DEFAULT = Path("/etc/libvirt/qemu/networks/default.xml")
 def packaged_default() -> str:
     """The packaged network's XML, or a skip naming what it needs (root: the file is 0600)."""
     if not PACKAGED_DEFAULT.exists():
-        pytest.skip(f"needs {PACKAGED_DEFAULT} (libvirt-daemon-config-network; bash scripts/setup installs it)")
+        missing(f"needs {PACKAGED_DEFAULT} (libvirt-daemon-config-network; bash scripts/setup installs it)")
     if not os.access(PACKAGED_DEFAULT, os.R_OK):
         pytest.skip(f"needs root: {PACKAGED_DEFAULT} is readable by root only")
     return PACKAGED_DEFAULT.read_text()
