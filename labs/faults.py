@@ -171,10 +171,12 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
     assert pause_at >= requested - 1, "an in-flight line older than the pause"
     # how late the tool's interval ticks ran on this host, from its own re-prints of one stuck
     # operation: the first line may come that much after threshold + one interval, no later
-    ages_by_op: Dict[Any, List[float]] = {}
+    by_op: Dict[Any, List[Dict[str, Any]]] = {}
     for s in stalls:
-        ages_by_op.setdefault((s["pid"], s["op"], s["start_us"]), []).append(s["in_flight_ms"])
-    gaps = [b - a for ages in ages_by_op.values() for a, b in zip(sorted(ages), sorted(ages)[1:])]
+        by_op.setdefault((s["pid"], s["op"], s["start_us"]), []).append(s)
+    ages_by_op = {key: sorted(s["in_flight_ms"] for s in lines) for key, lines in by_op.items()}
+    gaps_by_op = {key: [b - a for a, b in zip(ages, ages[1:])] for key, ages in ages_by_op.items()}
+    gaps = [gap for op_gaps in gaps_by_op.values() for gap in op_gaps]
     assert gaps, "no operation was re-printed during the pause: the tool's interval cannot be measured"
     late_ms = max(0.0, max(gaps) - interval_s * 1000)
     first_ms = min(s["in_flight_ms"] for s in stalls)
@@ -192,13 +194,9 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
     for s in stalls:
         if s.get("rpc") is not None:
             assert s["rpc"] in NFS3_PROCEDURES, f"unknown RPC procedure {s['rpc']!r}"
-    by_op: Dict[Any, List[Dict[str, Any]]] = {}
-    for s in stalls:
-        by_op.setdefault((s["pid"], s["op"], s["start_us"]), []).append(s)
-    for key, lines in by_op.items():
-        ages = [s["in_flight_ms"] for s in sorted(lines, key=lambda s: s["in_flight_ms"])]
-        gaps = [b - a for a, b in zip(ages, ages[1:])]
-        assert all(gap >= interval_s * 1000 - 500 for gap in gaps), f"{key} re-printed faster than every {interval_s} s: {ages}"
+    for key, op_gaps in gaps_by_op.items():
+        assert all(gap >= interval_s * 1000 - 500 for gap in op_gaps), \
+            f"{key} re-printed faster than every {interval_s} s: {ages_by_op[key]}"
     completed = [line["record"] for line in data["slower_lines"] if line["record"].get("in_flight") is False]
     for (spid, op, start_us), lines in by_op.items():
         if op == "rpc":
