@@ -17,9 +17,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Union
 
-import click
+if TYPE_CHECKING:
+    import click
 
 #: exit codes of the boundary: a user error, a usage error (click's), Ctrl-C, SIGTERM
 EXIT_ERROR, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
@@ -240,21 +241,21 @@ def _write_log(prog: str, exc: BaseException) -> str:
     return f"details in {path}"
 
 
-#: click 8.2+ raises this for a group called without a command (older click printed the help itself)
-_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-
 def _raise_terminated(signum: int, _frame: Any) -> None:
     raise Terminated(signum)
 
 
 def _message(exc: BaseException) -> tuple:
     """(exit code, message) for an exception reaching the boundary; None message = print nothing."""
+    import click  # here, not at the top: the package build (probes.build_core) has no click
+
     if isinstance(exc, UserError):
         return exc.exit_code, f"error: {exc}"
+    # click 8.2+ raises this for a group called without a command (older click printed the help itself)
+    no_args_is_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code, None
-    if isinstance(exc, _NO_ARGS_IS_HELP):  # a bare group: its help on stdout, the problem on stderr
+    if isinstance(exc, no_args_is_help):  # a bare group: its help on stdout, the problem on stderr
         click.echo(exc.ctx.get_help())
         return exc.exit_code, f"error: missing command (see {exc.ctx.command_path} --help)"
     if isinstance(exc, click.UsageError) and exc.ctx is not None:
@@ -282,6 +283,8 @@ def run_cli(prog: str, entry: Union[click.Command, Callable[[], object]],
     A click command is invoked without click's own main(): that one turns Ctrl-C into an
     Abort with a blank stderr line first, and lets other exceptions through as tracebacks.
     """
+    import click
+
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_terminated)
     for var in ("COLUMNS", "LINES"):  # COLUMNS=0 would make rich print nothing: use the terminal's size

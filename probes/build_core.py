@@ -1,8 +1,11 @@
-"""Build the CO-RE objects: one per spec in probes/specs, into probes/objects/FS.bpf.o.
+"""Build the CO-RE objects: one per spec in probes/specs, as FS.bpf.o.
 
 Why a build step: the client loads these with libbpf and has no compiler; clang runs where
-the wheel is built. `python -m probes.build_core [SPEC...]` builds the given specs (default:
-every spec in probes/specs). Debug info is stripped; the BTF CO-RE needs stays.
+the package is built. Building the wheel (and so the Debian package, which pybuild makes
+from the same wheel) runs this through setup.py's build hook into the wheel's
+probes/objects/; in a checkout `python -m probes.build_core [--out DIR] [SPEC...]` writes
+probes/objects/ (default: every spec in probes/specs). Debug info is stripped; the BTF
+CO-RE needs stays.
 """
 from __future__ import annotations
 
@@ -47,11 +50,21 @@ def build(spec_path: Path, out: Optional[Path] = None, clang: str = "clang", str
     return target
 
 
-def main(argv: Sequence[str] = ()) -> None:
-    specs: List[Path] = [Path(a) for a in argv] or sorted(SPECS_DIR.glob("*.toml"))
+def main(argv: Sequence[str]) -> None:
+    args = list(argv)
+    out: Optional[Path] = None
+    if args[:1] == ["--out"]:
+        if len(args) < 2:
+            raise UserError("--out needs a directory")
+        out, args = Path(args[1]), args[2:]
+    specs: List[Path] = [Path(a) for a in args] or sorted(SPECS_DIR.glob("*.toml"))
     for spec in specs:
-        print(f"{spec} -> {build(spec)}")
+        target = object_path(load_spec(spec), out) if out is not None else None
+        print(f"{spec} -> {build(spec, target)}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:  # not discover.errors.run_cli: that needs click, which a package build does not have
+        main(sys.argv[1:])
+    except UserError as exc:
+        sys.exit(f"build_core: error: {exc}")

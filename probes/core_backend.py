@@ -30,8 +30,8 @@ MODULE_TARGET_VERSION = (1, 5)
 _TP_START_ROLES = ("fileid", "offset", "bytes", "dev")
 
 
-def object_path(spec: Dict[str, Any]) -> Path:
-    return OBJECTS_DIR / f"{spec['filesystem']}.bpf.o"
+def object_path(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Path:
+    return objects_dir / f"{spec['filesystem']}.bpf.o"
 
 
 def live_format(event: str, tracefs: Path) -> Optional[List[Dict[str, Any]]]:

@@ -1,7 +1,7 @@
 """The Debian package (scripts/build-deb) carries what a client installs: every command of
 pyproject.toml on PATH and resolving to its code in the private directory, the exporter's
-unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, and
-Depends on Debian's packages of every Python dependency. Built once from the working tree
+unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, the CO-RE
+objects, and Depends on Debian's packages of every Python dependency. Built once from the working tree
 (about 30 s) and read back with dpkg-deb; lintian, when installed, must find no error.
 """
 from __future__ import annotations
@@ -57,6 +57,15 @@ def tree(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def test_the_co_re_objects_are_the_wheels(tree: Path) -> None:
+    """The package is built from the wheel (pybuild), whose build compiles one object per spec:
+    the same objects, where the code looks for them, beside libbpf1 in Depends."""
+    specs = sorted(p.stem for p in (REPO / "probes" / "specs").glob("*.toml"))
+    objects = tree / PRIVATE / "probes" / "objects"
+    assert sorted(p.name for p in objects.iterdir()) == [f"{spec}.bpf.o" for spec in specs]
+    assert all((objects / f"{spec}.bpf.o").read_bytes()[:4] == b"\x7fELF" for spec in specs)
+
+
 def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path, tmp_path: Path) -> None:
     scripts: Dict[str, str] = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"),
                                               re.M))
@@ -108,7 +117,7 @@ def test_sysctl_file_is_shipped_not_applied(tree: Path) -> None:
 
 def test_depends_on_debian_packages_of_every_dependency(deb: Path) -> None:
     depends = [d.strip() for d in _dpkg_deb("--field", str(deb), "Depends").split(",")]
-    assert "python3-bpfcc" in depends
+    assert "python3-bpfcc" in depends and "libbpf1" in depends  # the two loaders, bcc and core
     # each PyPI requirement of the wheel is Debian's python3-<name>, with the same minimum
     for name, minimum in re.findall(r'^\s*"([\w-]+)>=([\d.]+)"', _project_section("project"), re.M):
         debian = "python3-" + name.lower().replace("_", "-")
