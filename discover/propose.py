@@ -45,12 +45,19 @@ class OpKnowledge(NamedTuple):
     #: coverage of the entry-function candidates when it differs from the tracepoint pair's
     func_coverage: str = ""
     #: pairs in a layer beneath the filesystem, named outright because their names do not
-    #: pair by suffix: (system, start event, end event, fields that match start and end)
+    #: pair by suffix: (system, start event, end event, fields that match start and end;
+    #: none: both fire in the same task)
     tp_beneath: Tuple[Tuple[str, str, str, Tuple[str, ...]], ...] = ()
     #: the VFS functions that call the filesystem's method for this operation through its
     #: function pointer (f_op->read_iter, i_op->getattr, ...): in a call graph, whatever
     #: function of the filesystem they call is its entry, whatever its name (xfs_vn_getattr)
     method_callers: Tuple[str, ...] = ()
+    #: functions called inside the operation, on its task, whose arguments name what the
+    #: entry does not know yet (the export a file handle resolves to): the spec's `context`
+    context: Tuple[str, ...] = ()
+    #: why a same-task pair beneath the filesystem ranks below its own entry (a layer
+    #: shared with other users, an end that some calls never reach)
+    beneath_note: str = ""
 
 
 def _metadata(vfs: Tuple[str, ...], entry: str, what: str, window: str, deeper: Tuple[str, ...] = (),
@@ -167,6 +174,80 @@ ESTABLISHED: Dict[str, Dict[str, Tuple[str, ...]]] = {
 #: 6.1 call graphs: nfs_atomic_open calls the v4 rpc_ops->open_context nfs4_atomic_open)
 NESTED: Dict[str, Dict[str, str]] = {"nfs": {"nfs4_atomic_open": "nfs_atomic_open"}}
 ESTABLISHED_BY = "bcc nfsslower/nfsdist (kprobes) and libbpf-tools fsslower/fsdist (fentry)"
+
+#: the NFS server (knfsd): its procedures and COMPOUND operations through its dispatcher
+NFSD_DISPATCH = ("nfsd_dispatch", "nfsd4_proc_compound")
+
+
+def _nfsd(v3: Tuple[str, ...], v4: Tuple[str, ...], what: str, window: str, tp: Tuple[str, ...] = (),
+          deeper: Tuple[str, ...] = ()) -> OpKnowledge:
+    """One kind of NFS request on the server: the NFSv3 procedures (nfsd3_proc_*) and the
+    NFSv4 operations (nfsd4_*) that do it, which nfsd_dispatch and nfsd4_proc_compound call
+    through their procedure and operation tables."""
+    return OpKnowledge((), tuple(rf"nfsd3_proc_{n}" for n in v3) + tuple(rf"nfsd4_{n}" for n in v4), deeper,
+                       tp, (), what, window, method_callers=NFSD_DISPATCH)
+
+
+NFSD_KNOWLEDGE: Dict[str, OpKnowledge] = {
+    "rpc": OpKnowledge(
+        (), (r"nfsd_dispatch",), (r"nfsd4_proc_compound",), (), (),
+        "every request of the NFS service from receipt to reply: NFSv3 procedures and NFSv4 COMPOUNDs "
+        "whole (the COMPOUND's operations, and for READ and READDIR the data read while the reply is "
+        "encoded, are inside)",
+        "decoding the arguments, the procedure or every operation of the COMPOUND, encoding the reply",
+        func_coverage="every request of the NFS service (NFSv3 procedures, NFSv4 COMPOUNDs, NFSACL): "
+                      "from the decoded call to the encoded reply",
+        tp_beneath=(("sunrpc", "svc_process", "svc_send", ()),),
+        context=("fh_verify",),
+        beneath_note="svc_process and svc_send fire for every RPC service of the host (nfsd, nfsacl, lockd, "
+                     "the NFSv4 callback; the `service` field of svc_process names it), and a request the "
+                     "server drops (a duplicate in progress, a deferred call: svc_drop) never fires svc_send, "
+                     "so it would look in progress until its thread's next request: ranked below nfsd's "
+                     "own entry, whose return ends every request"),
+    "read": _nfsd(("read",), ("read",), "READ (NFSv3 procedure; NFSv4 READ, and NFSv4.2 READ_PLUS, "
+                                        "which nfsd4_read does too)",
+                  "reading the file: page cache or the exported filesystem's device", tp=("read",),
+                  deeper=(r"nfsd_read", r"nfsd_splice_read", r"nfsd_iter_read")),
+    "write": _nfsd(("write",), ("write",), "WRITE (NFSv3 procedure, NFSv4 operation)",
+                   "writing the file (and for stable writes its sync to the exported filesystem)",
+                   tp=("write",), deeper=(r"nfsd_write", r"nfsd_vfs_write")),
+    "commit": _nfsd(("commit",), ("commit",), "COMMIT (NFSv3 procedure, NFSv4 operation)",
+                    "syncing the file's unstable writes to the exported filesystem", tp=("commit",),
+                    deeper=(r"nfsd_commit",)),
+    "getattr": _nfsd(("getattr",), ("getattr",), "GETATTR (NFSv3 procedure, NFSv4 operation)",
+                     "reading the attributes (NFSv4: their encoding is in the reply, after the operation)"),
+    "lookup": _nfsd(("lookup",), ("lookup",), "LOOKUP (NFSv3 procedure, NFSv4 operation)",
+                    "the name's lookup in the exported directory"),
+    "open": _nfsd((), ("open",), "NFSv4 OPEN (NFSv3 has none): opens, and creates of regular files",
+                  "state and share checks, lookup or create, and the open of the file"),
+    "create": _nfsd(("create", "mknod"), ("create",),
+                    "NFSv3 CREATE and MKNOD; NFSv4 CREATE (directories, symlinks, special files: NFSv4 "
+                    "creates regular files with OPEN)", "the create in the exported filesystem"),
+    "unlink": _nfsd(("remove",), ("remove",), "NFSv3 REMOVE; NFSv4 REMOVE (files and directories)",
+                    "the unlink in the exported filesystem"),
+    "rename": _nfsd(("rename",), ("rename",), "RENAME (NFSv3 procedure, NFSv4 operation)",
+                    "the rename in the exported filesystem"),
+    "mkdir": _nfsd(("mkdir",), (), "NFSv3 MKDIR (NFSv4 makes directories with CREATE)",
+                   "the mkdir in the exported filesystem"),
+    "rmdir": _nfsd(("rmdir",), (), "NFSv3 RMDIR (NFSv4 removes directories with REMOVE)",
+                   "the rmdir in the exported filesystem"),
+    "setattr": _nfsd(("setattr",), ("setattr",), "SETATTR (NFSv3 procedure, NFSv4 operation)",
+                     "the attribute change, truncation included"),
+    "readdir": _nfsd(("readdir", "readdirplus"), ("readdir",),
+                     "NFSv3 READDIR and READDIRPLUS; NFSv4 READDIR, whose entries are read while the "
+                     "reply is encoded, after the operation returns",
+                     "reading the directory (NFSv4: checks only, the entries come with the reply)"),
+    "access": _nfsd(("access",), ("access",), "ACCESS (NFSv3 procedure, NFSv4 operation)",
+                    "the permission checks"),
+    "link": _nfsd(("link",), ("link",), "LINK (NFSv3 procedure, NFSv4 operation)",
+                  "the link in the exported filesystem"),
+    "symlink": _nfsd(("symlink",), (), "NFSv3 SYMLINK (NFSv4 makes symlinks with CREATE)",
+                     "the symlink in the exported filesystem"),
+}
+#: int returns that are no errno: nfsd_dispatch's 1 = send the reply, 0 = drop it
+NOT_ERRNO = {"nfsd_dispatch"}
+#: what each filesystem's operations are, where it is not the client-side VFS table
+KNOWLEDGE_BY_FS: Dict[str, Dict[str, OpKnowledge]] = {"nfsd": NFSD_KNOWLEDGE}
 
 
 class Candidate(NamedTuple):
@@ -340,7 +421,7 @@ def check_filesystem(profile: KernelProfile, fs: str) -> List[str]:
     modules = fs_modules(profile, fs)
     prefix = rf"_*{re.escape(fs)}\d*"
     entry_res = [re.compile("^" + p.replace("{p}", prefix) + "$")
-                 for know in KNOWLEDGE.values() for p in know.entries]
+                 for know in KNOWLEDGE_BY_FS.get(fs, KNOWLEDGE).values() for p in know.entries]
     builtin = [n for n in profile.functions_in(None) if any(r.match(n) for r in entry_res)]
     if fs in modules or builtin:
         return modules
@@ -377,6 +458,7 @@ class Proposer:
             if system == fs or re.match(rf"^{re.escape(fs)}\d+$", system):
                 self.pairs[system] = find_pairs(system, profile.events[system])
         self.established = ESTABLISHED.get(fs, {})
+        self.knowledge = KNOWLEDGE_BY_FS.get(fs, KNOWLEDGE)
 
     # helpers ---------------------------------------------------------------------------
     def _functions(self, patterns: Sequence[str]) -> List[str]:
@@ -457,8 +539,10 @@ class Proposer:
             notes.append("compiler copies also exist: " + ", ".join(clones[:3]))
         return ok, "; ".join(notes)
 
-    def _arg_roles(self, function: str, op: str) -> Dict[str, str]:
-        """Which argument gives the file/dentry/offset/bytes, from the BTF prototype."""
+    def _arg_roles(self, function: str, op: str, at_return: bool = False) -> Dict[str, str]:
+        """Which argument gives the file/dentry/offset/bytes, from the BTF prototype. An
+        operation's arguments are read when it starts, when a file handle is not yet
+        resolved to its export: only a context point, read when it returns, gives that."""
         btf = self.profile.btf_function(function)
         if btf is None or "." in function:
             return {}
@@ -469,10 +553,12 @@ class Proposer:
                 add_pointer_roles(roles, name, bare[len("struct "):-2].strip())
             elif bare == "loff_t" and name in ("pos", "offset", "start"):
                 roles.setdefault("offset", name)
+        if not at_return:
+            roles.pop("export", None)
         ret = btf["return"]
         if op in ("read", "write") and ret in ("ssize_t", "long int", "long"):
             roles["bytes"] = "retval"
-        elif ret == "int":
+        elif ret == "int" and function not in NOT_ERRNO:
             roles["error"] = "retval"
         return roles
 
@@ -494,7 +580,7 @@ class Proposer:
         evidence = "; ".join(spell(e, s) for e, s in ((pair.start, start), (pair.end, end)) if s)
         notes: List[str] = []
         inside = {fn for fn, _ in start} & {fn for fn, _ in end}
-        entries = set(self._entry_functions(op, KNOWLEDGE[op])[0])
+        entries = set(self._entry_functions(op, self.knowledge[op])[0])
         bracketed = sorted(inside & entries)
         if bracketed and pair.kind == "sync":
             used = [fn for fn in bracketed if fn in self.established.get(op, ())]
@@ -514,12 +600,15 @@ class Proposer:
         exit_fields = {f["name"] for f in (self.profile.event(pair.system, pair.end) or {}).get("fields") or []}
         args: Dict[str, str] = {}
         for role, names in (("fileid", ("fileid", "ino")), ("dev", ("dev",)), ("offset", ("offset",)),
-                            ("bytes", ("count",)), ("name", ("name", "procname"))):
+                            ("bytes", ("count",)), ("name", ("name", "procname", "procedure")),
+                            ("client", ("addr",))):
             found = next((n for n in names if n in fields), None)  # the first name a format has
             if found:
                 args[role] = found
         if "res_count" in exit_fields:
             args["bytes"] = "exit.res_count"
+        elif "len" in exit_fields and "len" in fields and "offset" in fields:  # nfsd_read_start/_done: asked, done
+            args["bytes"] = "exit.len"
         error = next((n for n in ("error", "ret") if n in exit_fields), None)
         if error:
             args["error"] = f"exit.{error}"
@@ -573,7 +662,7 @@ class Proposer:
                 ends = {"fentry": ("fentry", "fexit"), "kprobe": ("kprobe", "kretprobe")}[kind]
                 attach.append({"entry": fn, "exit": fn, "entry_kind": ends[0], "exit_kind": ends[1],
                                "module": module, "optional": len(functions) > 1,
-                               "args": self._arg_roles(fn, op)})
+                               "args": self._arg_roles(fn, op, at_return=layer == "context")})
         if len(functions) > 1:
             reasons.append("attach all of them: each covers one path/version (" + ", ".join(functions) + ")")
         established = [fn for fn in functions if fn in self.established.get(op, ())]
@@ -591,9 +680,9 @@ class Proposer:
         return Candidate(
             kind, attach, "task", [], ",".join(modules), layer,
             "; ".join(sorted({self._stability(fn, op) for fn in functions})),
-            (know.func_coverage or know.coverage) if layer == "fs-entry"
+            (know.func_coverage or know.coverage) if layer in ("fs-entry", "context")
             else f"deeper step of {op}: part of the operation only",
-            " | ".join(notes), know.window if layer == "fs-entry" else
+            " | ".join(notes), know.window if layer in ("fs-entry", "context") else
             "inside the filesystem, below its entry: excludes work done before/after this call",
             evidence, reasons, usable_any and bool(attach))
 
@@ -614,6 +703,11 @@ class Proposer:
         outer = set(self.graphs.outermost(set(self.modules)))
         seen = [fn for fn in by_name if fn in outer or fn in via_vfs]
         callers = [c for c in know.method_callers if any(self.graphs.calls(c, fn) for fn in seen)]
+        if seen and know.method_callers == NFSD_DISPATCH:
+            return by_name, (f"{self.fs} function(s) the call graphs show " + "/".join(callers or know.method_callers)
+                             + " calling for this request: " + ", ".join(seen)
+                             + ("" if len(seen) == len(by_name) else
+                                "; the others found by name (their path was not exercised)"))
         if seen:
             return by_name, ("outermost " + self.fs + " function(s) in the call graphs: " + ", ".join(seen)
                              + (" (called by " + "/".join(callers) + ", where VFS calls the operation's method)"
@@ -649,23 +743,56 @@ class Proposer:
         hands to finish_open reaches do_dentry_open too, but from inside nfs."""
         assert self.graphs is not None
         modules = set(self.modules)
-        return [fn for caller in know.method_callers for fn in self.graphs.callees(caller, modules)
-                if self.profile.traceable(fn) and self.graphs.calls_outside(caller, fn, modules)]
+        named = set(self._functions(know.entries))
+        found = []
+        for caller in know.method_callers:
+            # the filesystem's own dispatcher (nfsd_dispatch) calls every procedure: of its
+            # callees, those named for this operation; VFS calls only this operation's method
+            own = self.graphs.modules.get(caller) in modules
+            found += [fn for fn in self.graphs.callees(caller, modules)
+                      if self.profile.traceable(fn) and fn not in found
+                      and (fn in named if own else self.graphs.calls_outside(caller, fn, modules))]
+        return found
+
+    def context(self, op: str) -> List[Candidate]:
+        """Points inside the operation whose arguments name what its entry does not know yet
+        (fh_verify: the export a request's file handle resolves to), fentry then kprobe."""
+        know = self.knowledge.get(op)
+        functions = [fn for fn in (know.context if know else ()) if self.profile.traceable(fn)]
+        if not functions:
+            return []
+        callers = sorted({c for fn in functions for c in (self.graphs.callers.get(fn, ()) if self.graphs else ())})
+        evidence = ("called, in the call graphs, by " + ", ".join(callers) if callers else
+                    "not reached in the given call graphs: found by name only")
+        context = know._replace(func_coverage=f"{', '.join(functions)} runs inside the request, on its "
+                                              f"task; its arguments are read when it returns",
+                                window="none: it only names, it does not time")
+        return [self._functions_candidate(kind, functions, op, "context", context, evidence)
+                for kind in ("fentry", "kprobe")]
 
     def candidates(self, op: str) -> List[Candidate]:
-        know = KNOWLEDGE[op]
+        if op not in self.knowledge:  # a server has no fsync, a client no procedure table
+            return []
+        know = self.knowledge[op]
         out: List[Candidate] = []
         all_pairs = [p for pairs in self.pairs.values() for p in pairs]
         entries, evidence = self._entry_functions(op, know)
         full = [p for p in all_pairs if p.operation in know.tp_full or self._brackets(p, entries)]
         for pair in full:
             out.append(self._tracepoint(pair, op, "fs-entry", know))
-        for system, start, end, keys in know.tp_beneath:
-            if self._beneath(system) and self.profile.event(system, start) and self.profile.event(system, end):
-                out.append(self._tracepoint(EventPair(system, start, end, "async", keys), op, "fs-entry", know))
+        beneath = [EventPair(system, start, end, "async" if keys else "sync", keys)
+                   for system, start, end, keys in know.tp_beneath
+                   if self._beneath(system) and self.profile.event(system, start) and self.profile.event(system, end)]
+        for pair in beneath:  # async: the end in another task, which no entry function sees
+            if pair.kind == "async" or not entries:
+                out.append(self._tracepoint(pair, op, "fs-entry", know))
         if entries:
             for kind in ("fentry", "kprobe"):
                 out.append(self._functions_candidate(kind, entries, op, "fs-entry", know, evidence))
+            for pair in beneath:
+                if pair.kind == "sync":
+                    cand = self._tracepoint(pair, op, "fs-entry", know)
+                    out.append(cand._replace(reasons=cand.reasons + [know.beneath_note]))
         for pair in all_pairs:
             if pair.operation in know.tp_partial and pair not in full:
                 out.append(self._tracepoint(pair, op, "fs-partial", know))
@@ -730,6 +857,9 @@ def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]],
                             + "; ".join(r for c in cands for r in c.reasons[:1]) if cands else
                             f"no usable attach point for {op} on {prof.release} (no candidates found)")
         ops[op] = {"letter": OPS[op], "candidates": usable}
+        context = [c.spec() for c in proposer.context(op) if c.usable]
+        if context:
+            ops[op]["context"] = context
     if not ops:
         raise UserError(f"no usable attach point for any operation of {proposer.fs} on {prof.release}")
     spec["ops"] = ops

@@ -58,7 +58,8 @@ ATTACH_KINDS: Dict[str, tuple] = {"tracepoint": ("tracepoint", "tracepoint"),
                                   "fentry": ("fentry", "fexit")}
 MATCHES = ("task", "keys")
 #: what an argument expression may describe
-ARG_ROLES = ("file", "dentry", "inode", "fileid", "dev", "bytes", "offset", "name", "error")
+ARG_ROLES = ("file", "dentry", "inode", "fileid", "dev", "bytes", "offset", "name", "error",
+             "client", "export")
 #: Argument roles a pointer parameter gives, by the struct it points to ("{}" is the
 #: parameter name). One table for `discover propose` (BTF prototypes as text) and the
 #: generator (raw BTF), so both read a prototype the same way.
@@ -68,6 +69,9 @@ ROLES_BY_POINTEE: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "path": (("dentry", "{}->dentry"),),
     "dentry": (("dentry", "{}"),),
     "inode": (("inode", "{}"),),
+    # the NFS server's request (nfsd): who sent it, and the export a file handle resolved to
+    "svc_rqst": (("client", "{}->rq_addr"), ("name", "{}->rq_procinfo->pc_name")),
+    "svc_fh": (("export", "{}->fh_export"),),
 }
 
 
@@ -84,7 +88,7 @@ ATTACH_KEYS = {"entry", "exit", "entry_kind", "exit_kind", "module", "optional",
 TOP_KEYS: Dict[str, Any] = {"schema": str, "version": int, "filesystem": str, "title": str, "fstypes": [str],
                             "kernel": str, "modules": [str], "generated_by": str, "callgraphs": [str],
                             "ops": dict}
-OP_KEYS = {"letter", "candidates"}
+OP_KEYS = {"letter", "candidates", "context"}
 #: candidate keys that are free text for the reviewer
 CANDIDATE_TEXT_KEYS = ("module", "window", "stability", "coverage", "traceability", "evidence")
 
@@ -206,6 +210,11 @@ def validate_spec(spec: Any, origin: str) -> None:
             raise _fail(origin, f"{where}.candidates", "expected a non-empty list of candidates")
         for i, cand in enumerate(candidates):
             _validate_candidate(origin, f"{where}.candidates[{i}]", cand)
+        context = op.get("context", [])
+        if not isinstance(context, list):
+            raise _fail(origin, f"{where}.context", "expected a list of candidates")
+        for i, cand in enumerate(context):
+            _validate_candidate(origin, f"{where}.context[{i}]", cand)
 
 
 def _validate_candidate(origin: str, where: str, cand: Any) -> None:
@@ -280,14 +289,15 @@ def dumps_spec(spec: Dict[str, Any]) -> str:
             lines.append(f"{key} = {_value(value)}")
     for op_name, op in spec["ops"].items():
         lines += ["", f"[ops.{op_name}]"]
-        lines += [f"{k} = {_value(v)}" for k, v in op.items() if k != "candidates"]
-        for cand in op["candidates"]:
-            lines += ["", f"[[ops.{op_name}.candidates]]"]
-            lines += [f"{k} = {_value(v)}" for k, v in cand.items() if k != "attach"]
-            for point in cand["attach"]:
-                lines += [f"[[ops.{op_name}.candidates.attach]]"]
-                lines += [f"{k} = {_value(v)}" for k, v in point.items() if k != "args"]
-                if point.get("args"):
-                    lines += [f"[ops.{op_name}.candidates.attach.args]"]
-                    lines += [f"{k} = {_value(v)}" for k, v in point["args"].items()]
+        lines += [f"{k} = {_value(v)}" for k, v in op.items() if k not in ("candidates", "context")]
+        for table in ("candidates", "context"):
+            for cand in op.get(table, []):
+                lines += ["", f"[[ops.{op_name}.{table}]]"]
+                lines += [f"{k} = {_value(v)}" for k, v in cand.items() if k != "attach"]
+                for point in cand["attach"]:
+                    lines += [f"[[ops.{op_name}.{table}.attach]]"]
+                    lines += [f"{k} = {_value(v)}" for k, v in point.items() if k != "args"]
+                    if point.get("args"):
+                        lines += [f"[ops.{op_name}.{table}.attach.args]"]
+                        lines += [f"{k} = {_value(v)}" for k, v in point["args"].items()]
     return "\n".join(lines) + "\n"

@@ -70,11 +70,16 @@ def load_lab_results(path: Path) -> Dict[str, Any]:
 
 # --------------------------------------------------------------------------- spec walking
 
+def op_candidates(op: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """An operation's candidates, then its context candidates: every attach point it has."""
+    return list(op["candidates"]) + list(op.get("context", []))
+
+
 def spec_attach_points(spec: Dict[str, Any]) -> List[AttachPoint]:
     """Every distinct attach point of a spec, in spec order."""
     seen: Dict[str, AttachPoint] = {}
     for op in spec["ops"].values():
-        for cand in op["candidates"]:
+        for cand in op_candidates(op):
             kind = "tracepoint" if cand["kind"] == "tracepoint" else "function"
             for point in cand["attach"]:
                 args = point.get("args", {})
@@ -416,13 +421,22 @@ def runtime_picks(spec: Dict[str, Any], kernel: Kernel, cells: Dict[str, Cell]) 
     """
     from probes.generate import points_of
     from probes.select import select
-    selection = select(spec, kernel_facts(kernel, spec), list(spec["ops"]))
+    facts = kernel_facts(kernel, spec)
+    selection = select(spec, facts, list(spec["ops"]))
     layout_modules = set(selection.btf_modules())  # what probes.runtime.Session loads BTF of
     out: Dict[str, Dict[str, Any]] = {}
     for chosen in selection.chosen:
         warnings: List[str] = []
         degraded: List[str] = []
-        points = points_of([chosen], None)
+        context = spec["ops"][chosen.op].get("context")
+        if context:  # picked the same way: the first context candidate whose points are there
+            picked = select({"ops": {chosen.op: {"letter": chosen.letter, "candidates": context}}},
+                            facts, [chosen.op])
+            warnings += [f"context: {why}" for why in picked.uncovered.values()]
+            chosen_points = points_of([chosen] + picked.chosen, None)
+        else:
+            chosen_points = points_of([chosen], None)
+        points = chosen_points
         for point in points:
             for end in (point.entry, point.exit):
                 cell = cells[end]
@@ -456,7 +470,7 @@ def build_report(spec: Dict[str, Any], kernels: Sequence[Kernel], reference: Opt
     points = spec_attach_points(spec)
     ops_of: Dict[str, List[str]] = {}
     for op_name, op in spec["ops"].items():
-        for cand in op["candidates"]:
+        for cand in op_candidates(op):
             for point in cand["attach"]:
                 for end in (point["entry"], point["exit"]):
                     ops_of.setdefault(end, [])
@@ -464,7 +478,7 @@ def build_report(spec: Dict[str, Any], kernels: Sequence[Kernel], reference: Opt
                         ops_of[end].append(op_name)
     exit_of = {}
     for op in spec["ops"].values():
-        for cand in op["candidates"]:
+        for cand in op_candidates(op):
             for point in cand["attach"]:
                 exit_of.setdefault(point["entry"], point["exit"])
 

@@ -26,6 +26,23 @@ def test_roundtrip(tmp_path: Path) -> None:
     assert load_spec(path) == GOOD
 
 
+def test_context_points_roundtrip(tmp_path: Path) -> None:
+    """An operation's context (nfsd's fh_verify naming the export) is written after its
+    candidates and reads back the same."""
+    spec = copy.deepcopy(GOOD)
+    spec["ops"]["rpc"] = {"letter": "P", "candidates": copy.deepcopy(GOOD["ops"]["read"]["candidates"]),
+                          "context": [{"kind": "fentry", "match": "task", "attach": [{
+                              "entry": "fh_verify", "exit": "fh_verify", "entry_kind": "fentry", "exit_kind": "fexit",
+                              "module": "nfsd", "optional": False,
+                              "args": {"client": "rqstp->rq_addr", "export": "fhp->fh_export"}}]}]}
+    text = dumps_spec(spec)
+    assert text.index("[[ops.rpc.candidates]]") < text.index("[[ops.rpc.context]]") \
+        < text.index("[ops.rpc.context.attach.args]")
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert load_spec(path) == spec
+
+
 @pytest.mark.parametrize("mutate, key", [
     (lambda s: s["ops"].__setitem__("readdirs", s["ops"]["read"]), "ops.readdirs"),
     (lambda s: s["ops"]["read"].__setitem__("letter", "W"), "ops.read.letter"),
@@ -37,6 +54,9 @@ def test_roundtrip(tmp_path: Path) -> None:
     (lambda s: s["ops"]["read"]["candidates"][0].__setitem__("match", "keys"), "ops.read.candidates[0].keys"),
     (lambda s: s["ops"]["read"].__setitem__("candidates", []), "ops.read.candidates"),
     (lambda s: s.__setitem__("version", 7), "version"),
+    (lambda s: s["ops"]["read"].__setitem__("context", {"kind": "fentry"}), "ops.read.context"),
+    (lambda s: s["ops"]["read"].__setitem__("context", [dict(s["ops"]["read"]["candidates"][0], kind="fentry")]),
+     "ops.read.context[0].attach[0].entry_kind"),
 ])
 def test_bad_key_is_named(mutate: Any, key: str) -> None:
     spec = copy.deepcopy(GOOD)

@@ -8,6 +8,8 @@
 #   stat     5 x stat small.txt, each asking the server (statx AT_STATX_FORCE_SYNC: nfs_getattr
 #            revalidates with a GETATTR whatever the attribute cache holds)
 #   open     3 x cat small.txt
+#   meta     the namespace and attribute calls: mkdir, create, link, symlink, rename, chmod,
+#            a listing, remove, rmdir (in MOUNT/work/probekit/meta)
 #   all      write, read, stat, open
 set -eu
 step=${1:?usage: workload.sh STEP MOUNT}
@@ -38,6 +40,18 @@ stat)
     ;;
 open)
     for i in 1 2 3; do cat "$d/small.txt" > /dev/null; done
+    ;;
+meta)
+    m="$d/meta"
+    mkdir "$m"
+    : > "$m/f"
+    ln "$m/f" "$m/hard"
+    ln -s f "$m/soft"
+    mv "$m/f" "$m/g"
+    chmod 600 "$m/g"
+    ls -l "$m" > /dev/null
+    rm "$m/g" "$m/hard" "$m/soft"
+    rmdir "$m"
     ;;
 all)
     for s in write read stat open; do sh "$0" "$s" "${2}"; done
