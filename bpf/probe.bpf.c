@@ -561,6 +561,13 @@ static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s6
         v.s.bytes = bytes_at_end;
     record(ctx, op, v.pid, v.comm, v.cgroup, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
 }
+
+/* the end of a start tracked in flight only (an RPC beneath the operations asked): it
+ * leaves the in-flight view, and nothing is recorded */
+static __always_inline void async_forget(struct async_key *k)
+{
+    async_starts.delete(k);
+}
 #endif
 
 /* generated handlers follow */

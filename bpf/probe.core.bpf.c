@@ -670,7 +670,10 @@ static __always_inline void tp_end(void *ctx, u32 point)
         struct async_key k = {.point = cfg.points[point].id};
         for (int i = 0; i < NKEYS; i++)
             k.k[i] = tp_field(ctx, point, TP_EXIT_KEY0 + i);
-        async_end(&k, cfg.points[point].op, bytes);
+        if (cfg.points[point].watch)  /* tracked in flight only: nothing recorded */
+            bpf_map_delete_elem(&async_starts, &k);
+        else
+            async_end(&k, cfg.points[point].op, bytes);
     } else {
         task_end(point, bytes, tp_string(ctx, point, TP_EXIT_NAME));
     }

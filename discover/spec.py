@@ -27,6 +27,10 @@ OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "
                        "symlink": "Y", "rpc": "P"}
 #: what `--ops` means when not given
 DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
+#: the layer every other operation waits in: tracked in flight by the tools that show stuck
+#: operations whatever `--ops` asks (a create stuck on a dead server is then seen as its RPC),
+#: its completions counted and printed only when `--ops` names it
+INFLIGHT_ALWAYS = ("rpc",)
 
 
 def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:

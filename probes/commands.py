@@ -32,7 +32,8 @@ from discover.spec import DEFAULT_OPS, OPS, load_spec, parse_ops, serves_fstype,
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
             + ", ".join(f"{name} ({letter})" for name, letter in OPS.items())
             + f". Default: {','.join(OPS[op] for op in DEFAULT_OPS)}. P times every RPC (sunrpc),"
-            " whoever started it.")
+            " whoever started it; RPCs are tracked in flight whatever --ops says, so an operation"
+            " stuck outside it shows as the RPC it waits in.")
 COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, not by the writing "
                "process: with -p PID only the commits its own fsync starts are shown.")
 
@@ -131,9 +132,13 @@ def _with_mount(name: str, mount: Optional[str]) -> str:
 
 
 def _stall_file(stall: Stall) -> str:
-    """FILENAME of a stall line: the file, and the RPC the thread waits for (and where)."""
+    """FILENAME of a stall line: the file, and the RPC the thread waits for (and where); an RPC
+    line names the file only where its thread's system call does (not a kworker's)."""
     if stall.op == "rpc":
-        return f"{stall.rpc or '?'} (RPC in flight{' to ' + stall.server if stall.server else ''})"
+        to = f" in flight{' to ' + stall.server if stall.server else ''})"
+        if stall.file not in ("?", stall.rpc):
+            return f"{stall.file} (RPC {stall.rpc or '?'}{to}"
+        return f"{stall.rpc or '?'} (RPC{to}"
     rpc = f"; RPC {stall.rpc}{' to ' + stall.server if stall.server else ''}" if stall.rpc else ""
     return f"{stall.file} (in flight{rpc})"
 
@@ -327,7 +332,7 @@ def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_cs
             print(SLOWER_HEADER if not show_mount else SLOWER_HEADER.replace("FILENAME", "%-12s FILENAME" % "MOUNT"),
                   flush=True)
         else:
-            print(json.dumps({"tracing": session.probe.ops, "min_ms": min_ms}), flush=True)
+            print(json.dumps({"tracing": session.ops, "min_ms": min_ms}), flush=True)
         session.poll_until_stopped(duration)
 
 
@@ -466,7 +471,7 @@ def run_dist(prog: str, target: Target, interval: int, count: int, timestamp: bo
         if not as_json:
             print(f"Tracing {target.title} operation latency... Hit Ctrl-C to end.", flush=True)
         else:
-            print(json.dumps({"tracing": session.probe.ops, "val_type": unit}), flush=True)
+            print(json.dumps({"tracing": session.ops, "val_type": unit}), flush=True)
         remaining = count
         stopping = False
         while remaining > 0 and not stopping:
@@ -683,7 +688,7 @@ def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: st
             if clear:
                 print("\033[H\033[2J", end="")
             print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
-            print("\n".join(top_text(rows, session.probe.ops, letters, by)))
+            print("\n".join(top_text(rows, session.ops, letters, by)))
             sys.stdout.flush()
 
 

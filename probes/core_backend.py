@@ -132,7 +132,7 @@ class CoreBackend:
             for name in names:
                 programs[name] = tuple(sorted(set(programs.get(name, ())) | {point.op}))
             settings[core] = PointSettings(point.id, ops.index(point.op), slot, PTR_KINDS[ptr_kind],
-                                           point.args.get("bytes") == "retval", (args[0], args[1]), tp)
+                                           point.args.get("bytes") == "retval", (args[0], args[1]), tp, point.watch)
         cfg = cfg_bytes(self.table, tool, task_storage, settings)
         nops = len(ops)
         sizes = {"dist": dist_entries(tool, nops), "op_totals": total_entries(tool, nops),
@@ -144,7 +144,7 @@ class CoreBackend:
         unused += [] if any(self.table.points[core].match == "keys" for core in settings) else ["async_starts"]
         sizes.update({name: 1 for name in unused})
         probe = Probe("", ops, [c.letter for c in chosen], points, [], layout is not None, True, task_storage,
-                      sorted(set(mountless)), programs)
+                      sorted(set(mountless)), programs, tuple(c.op for c in chosen if c.watch))
         self._plan = (probe, sorted(programs), cfg, sizes)
         return probe
 

@@ -129,6 +129,8 @@ class Point(NamedTuple):
     exit: str
     keys: Tuple[str, ...]
     args: Dict[str, str]  # role -> expression (spec's, or inferred from BTF)
+    #: tracked in flight only (select.Chosen.watch): its end forgets the start, records nothing
+    watch: bool = False
 
 
 class Probe(NamedTuple):
@@ -142,6 +144,8 @@ class Probe(NamedTuple):
     task_storage: bool           # start times in task local storage (else a hash map by thread)
     mountless: List[str]         # ops with an attach point that cannot tell its mount (no file, dentry or dev)
     programs: Dict[str, Tuple[str, ...]]  # BPF function name -> the ops it starts or ends (missed runs)
+    #: ops tracked in flight only (select.Chosen.watch): no completion of theirs is recorded
+    watched: Tuple[str, ...] = ()
 
 
 def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
@@ -168,8 +172,10 @@ def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
                 args = layout.infer_args(attach["entry"])
                 if choice.op in ("read", "write"):
                     args.setdefault("bytes", "retval")
+            if choice.watch and cand["match"] != "keys":
+                raise ValueError(f"{choice.op}: only asynchronous (keys) points can be tracked in flight only")
             points.append(Point(len(points), choice.op, point_kind, cand["match"], attach["entry"],
-                                attach["exit"], tuple(cand.get("keys", ())), args))
+                                attach["exit"], tuple(cand.get("keys", ())), args, choice.watch))
     return points
 
 
@@ -259,7 +265,8 @@ def _tp_end(point: Point, op_macro: str) -> List[str]:
         lines = ["    {", "        struct async_key k;", "        __builtin_memset(&k, 0, sizeof(k));",
                  f"        k.point = {point.id};"]
         lines += [f"        k.k[{i}] = (u64)args->{key};" for i, key in enumerate(point.keys)]
-        return lines + [f"        async_end(args, &k, {op_macro}, {bytes_end});", "    }"]
+        end = "async_forget(&k);" if point.watch else f"async_end(args, &k, {op_macro}, {bytes_end});"
+        return lines + [f"        {end}", "    }"]
     return [f"    task_end(args, {point.id}, {op_macro}, {bytes_end}, PTR_NONE, {_tp_string(point, True)});"]
 
 
@@ -339,4 +346,4 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
         handlers.append(f"TRACEPOINT_PROBE({system}, {name})\n{{\n" + "\n".join(body) + "\n    return 0;\n}\n")
     c_text = "\n".join(head) + "\n\n" + template.read_text() + "\n" + "\n".join(handlers)
     return Probe(c_text, ops, letters, points, kprobes, bool(offsets), ringbuf and tool.events, task_storage,
-                 sorted(set(mountless)), programs)
+                 sorted(set(mountless)), programs, tuple(c.op for c in chosen if c.watch))

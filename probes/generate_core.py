@@ -40,7 +40,7 @@ CFG_GLOBALS: Tuple[Tuple[str, str], ...] = (
     ("dev_at_entry", "u32"), ("task_storage", "u32"),
 )
 #: settings of one attach point, before its arg[] and tp[] arrays
-POINT_SCALARS = ("on", "id", "op", "slot", "keyed", "ptr_kind", "ret_bytes")
+POINT_SCALARS = ("on", "id", "op", "slot", "keyed", "ptr_kind", "ret_bytes", "watch")
 
 
 class CorePoint(NamedTuple):
@@ -215,6 +215,7 @@ class PointSettings(NamedTuple):
     ret_bytes: bool
     args: Tuple[Optional[Tuple[int, Tuple[int, ...]]], Optional[Tuple[int, Tuple[int, ...]]]]
     tp: Dict[str, Tuple[int, int, bool]]   # role -> (offset, size, signed)
+    watch: bool = False  # tracked in flight only (generate.Point.watch)
 
 
 def cfg_bytes(table: CoreTable, tool: Tool, task_storage: bool, chosen: Dict[int, PointSettings]) -> bytes:
@@ -231,7 +232,7 @@ def cfg_bytes(table: CoreTable, tool: Tool, task_storage: bool, chosen: Dict[int
             values += [0] * len(POINT_SCALARS) + ([NO_PARAM, 0] + [0] * MAX_DEREFS) * 2 + [0, 0, 0] * len(roles)
             continue
         values += [1, settings.id, settings.op, settings.slot, int(point.match == "keys"), settings.ptr_kind,
-                   int(settings.ret_bytes)]
+                   int(settings.ret_bytes), int(settings.watch)]
         for arg in settings.args:
             if arg is None:
                 values += [NO_PARAM, 0] + [0] * MAX_DEREFS

@@ -59,6 +59,7 @@ class Stall(NamedTuple):
     rpc: Optional[str]
     server: Optional[str]
     dev: int = 0
+    client_id: Optional[int] = None  # the sunrpc client of the RPC it waits in (rpc_server)
 
 
 def _read(path: str, limit: int = 65536) -> Optional[bytes]:
@@ -145,9 +146,11 @@ def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int, describe: 
 
     An RPC whose issuing thread is itself stuck in an operation is that operation's `rpc`;
     any other RPC (started by a kworker or rpciod for writeback, read-ahead, a lease) is
-    reported on its own, as op "rpc". Threads that have gone are dropped: their slot is
-    stale (a missed return), not a stall. /proc is read only for entries old enough;
-    `describe=False` (counts and ages only, as nfstop shows) skips the file and server.
+    reported on its own, as op "rpc", with the file its thread's system call names (a
+    process's create or rename stuck in its RPC; "?" for a kworker). Threads that have gone
+    are dropped: their slot is stale (a missed return), not a stall. /proc is read only for
+    entries old enough; `describe=False` (counts and ages only, as nfstop shows) skips the
+    file and server, keeping the RPC's client id for the caller (Stall.client_id).
     """
     rpcs: Dict[int, InFlight] = {}
     for e in entries:
@@ -168,13 +171,15 @@ def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int, describe: 
         out.append(Stall(e.tid, pid, e.comm or thread_comm(pid, e.tid), e.op, e.start_ns, age,
                          file_of(pid, e.tid) if describe else "?", rpc.name if rpc else None,
                          rpc_server(rpc.client_id) if describe and rpc and rpc.client_id is not None else None,
-                         e.dev))
+                         e.dev, rpc.client_id if rpc else None))
     for e in sorted(entries, key=lambda item: item.start_ns):
         age = now_ns - e.start_ns
         if e.op == "rpc" and e not in folded and age >= min_age_ns:
+            file = file_of(e.pid, e.tid) if describe else "?"
             out.append(Stall(e.tid, e.pid, e.comm or thread_comm(e.pid, e.tid), "rpc", e.start_ns, age,
-                             e.name or "?", e.name or None,
-                             rpc_server(e.client_id) if describe and e.client_id is not None else None))
+                             (e.name or "?") if file == "?" else file, e.name or None,
+                             rpc_server(e.client_id) if describe and e.client_id is not None else None,
+                             client_id=e.client_id))
     return sorted(out, key=lambda s: s.start_ns)
 
 

@@ -24,7 +24,7 @@ from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_even
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, Selection, select
-from discover.spec import load_spec, spec_title
+from discover.spec import INFLIGHT_ALWAYS, load_spec, spec_title
 
 #: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -123,7 +123,7 @@ def describe(selection: Selection) -> List[str]:
         points = ", ".join(p["entry"] if p["entry"] == p["exit"] else f"{p['entry']} -> {p['exit']}"
                            for p in c.points)
         lines.append(f"{c.op} ({c.letter}): candidate {c.index + 1} {c.candidate['kind']}/"
-                     f"{c.candidate['match']}: {points}")
+                     f"{c.candidate['match']}: {points}" + (" (in flight only)" if c.watch else ""))
         lines += [f"    skipped {why}" for why in c.skipped]
     return lines
 
@@ -191,6 +191,8 @@ class Session:
         self.selection = select(spec, facts, ops)
         for op, why in self.selection.uncovered.items():
             self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
+        if tool.inflight and self.selection.chosen:
+            self.selection = self._watch_beneath(spec, facts, ops)
         #: modules whose absence left an operation or attach point out, said again if they load
         self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         if not self.selection.chosen:
@@ -259,6 +261,25 @@ class Session:
         self._dist_base: Dict[Tuple[int, int, int, int], int] = {}
         self._totals_base: Dict[Tuple[int, int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
+
+    def _watch_beneath(self, spec: Dict[str, Any], facts: KernelFacts, ops: Sequence[str]) -> Selection:
+        """The selection with spec.INFLIGHT_ALWAYS's ops --ops left out tracked in flight only:
+        an operation stuck outside what was asked (a create, with the default ops) is still
+        seen, as the RPC it waits in. Only an asynchronous layer (a client's RPCs, ended by
+        another task) is; a server's requests (nfsd.toml's rpc, timed on its own thread) are
+        not beneath anything. Where the kernel lacks them, --verbose says so."""
+        beneath = [op for op in INFLIGHT_ALWAYS if op in spec["ops"] and op not in ops]
+        extra = select(spec, facts, beneath)
+        watched = [c._replace(watch=True) for c in extra.chosen if c.candidate["match"] == "keys"]
+        if self.verbose:
+            for op, why in extra.uncovered.items():
+                self.warn(f"{op}: not tracked in flight on {facts.release}: {why}")
+        return Selection(self.selection.chosen + watched, self.selection.uncovered)
+
+    @property
+    def ops(self) -> List[str]:
+        """The operations asked and traced: those whose completions are printed and counted."""
+        return [op for op in self.probe.ops if op not in self.probe.watched]
 
     def _fentry_functions(self, layout: Optional[KernelLayout]) -> List[str]:
         """The fentry candidates' functions that pass fentry_can_attach; --verbose says
@@ -445,14 +466,15 @@ class Session:
         program, or by a task preempted inside a BPF map access; one skipped start or end loses
         one operation, a skipped pair one too) plus the starts and ends the start store refused.
         Each op appears, 0 when nothing was missed."""
-        out = {op: 0 for op in self.probe.ops}
+        out = {op: 0 for op in self.ops}
         for name, fd in self.backend.program_fds().items():
             skipped = fdinfo_counts(fd, ("recursion_misses",)).get("recursion_misses", 0)
             for op in self.probe.programs.get(name, ()):
-                out[op] += skipped
+                if op in out:  # an op tracked in flight only counts nothing to miss
+                    out[op] += skipped
         with self.reading():
             for key, value in self.backend.map("untimed").items():
-                if int(key.value) < len(self.probe.ops):
+                if int(key.value) < len(self.probe.ops) and self.op_name(int(key.value)) in out:
                     out[self.op_name(int(key.value))] += int(value.value)
         return out
 
@@ -523,7 +545,7 @@ class Session:
         def empty() -> Dict[str, Any]:
             return {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
 
-        out: Dict[str, Dict[str, Any]] = {op: empty() for op in self.probe.ops}
+        out: Dict[str, Dict[str, Any]] = {op: empty() for op in self.ops}
         for entry in out.values():
             if self.tool.per_mount:
                 entry["mounts"] = {}

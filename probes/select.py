@@ -125,6 +125,9 @@ class Chosen(NamedTuple):
     candidate: Dict[str, Any]
     points: List[Dict[str, Any]]
     skipped: List[str]      # why earlier candidates / optional points were not used
+    #: tracked in flight only (spec.INFLIGHT_ALWAYS beneath what --ops asked): its
+    #: completions are neither printed nor counted
+    watch: bool = False
 
 
 class Selection(NamedTuple):

@@ -169,3 +169,27 @@ def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: Kernel
         assert lib.bpf_map__max_entries(maps["async_starts"]) > 1  # commit's keyed tracepoint point
     finally:
         obj.close()
+
+
+def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile: KernelProfile) -> None:
+    """The RPC layer tracked in flight only (runtime.Session beneath the default ops): the loader
+    sets its points' `watch`, which the object's tracepoint end reads to delete the start instead
+    of recording it (the bcc form generates async_forget), and no asked point's."""
+    facts = KernelFacts.from_profile(profile)
+    chosen = select(spec, facts, ["read", "commit"]).chosen + \
+        [c._replace(watch=True) for c in select(spec, facts, ["rpc"]).chosen]
+    backend = CoreBackend(spec, b"", "6.1.0-50-amd64", formats_of(profile))
+    probe = backend.generate(chosen, Tool(events=True, inflight=True), None, [], True, True, ())
+    assert probe.watched == ("rpc",)
+    assert backend._plan is not None
+    table = core_table(spec)
+    values = cfg_format(len(table.points), table.nkeys).unpack(backend._plan[2])
+    per_point = (len(values) - len(CFG_GLOBALS)) // len(table.points)
+    watch = {}
+    for point in table.points:
+        scalars = dict(zip(POINT_SCALARS, values[len(CFG_GLOBALS) + point.id * per_point:][:len(POINT_SCALARS)]))
+        if scalars["on"]:
+            watch[point.op] = scalars["watch"]
+    assert watch == {"read": 0, "commit": 0, "rpc": 1}
+    source = generate_core(spec).c_text
+    assert "if (cfg.points[point].watch)" in source and "u32 watch;" in source

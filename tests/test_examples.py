@@ -41,6 +41,7 @@ class FakeSession:
     def __init__(self, _prog: str, _tool: Any, ops: List[str], *_args: Any, **_kwargs: Any) -> None:
         self.probe = _Probe(list(ops))
         self.events: Optional[Callable[[List[Dict[str, Any]]], None]] = None
+        self.ops = list(ops)
 
     def __enter__(self) -> "FakeSession":
         return self

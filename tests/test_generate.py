@@ -352,3 +352,51 @@ def test_fentry_can_attach_names_what_is_missing() -> None:
     assert "no BTF prototype" in (runtime.fentry_can_attach("nfs_file_read", layout) or "")
     assert layout is not None and layout.btf_module_of("vfs_read") == "vmlinux"
     assert layout.btf_module_of("nfs_file_read") is None
+
+
+def test_rpcs_beneath_the_default_ops_are_tracked_in_flight_only(spec: Dict[str, Any],
+                                                                  profile_data: Dict[str, Any]) -> None:
+    """The default ops with the RPC layer watched (Session with in-flight tracking): RPC starts
+    go to the in-flight view, their ends forget them; nothing of an RPC is recorded, while the
+    asked ops' async ends (commit) still record."""
+    facts = KernelFacts.from_profile(KernelProfile(profile_data))
+    asked = select(spec, facts, list(commands.DEFAULT_OPS))
+    watched = [c._replace(watch=True) for c in select(spec, facts, ["rpc"]).chosen]
+    probe = generate(asked.chosen + watched, Tool(events=True, inflight=True), None)
+    assert probe.watched == ("rpc",) and probe.ops[-1] == "rpc" and probe.letters[-1] == "P"
+    end = re.search(r"TRACEPOINT_PROBE\(sunrpc, rpc_task_end\)\n\{(.*?)\n\}", probe.c_text, re.S).group(1)
+    assert "async_forget(&k);" in end and "async_end" not in end
+    start = re.search(r"TRACEPOINT_PROBE\(sunrpc, rpc_request\)\n\{(.*?)\n\}", probe.c_text, re.S).group(1)
+    assert "async_start(&k, OP_RPC" in start
+    commit_end = re.search(r"TRACEPOINT_PROBE\(nfs, nfs_commit_done\)\n\{(.*?)\n\}", probe.c_text, re.S).group(1)
+    assert "async_end(args, &k, OP_COMMIT" in commit_end
+    # asked for, the RPC layer is timed as before
+    timed = generate(select(spec, facts, ["read", "rpc"]).chosen, Tool(events=True, inflight=True), None)
+    assert timed.watched == () and "async_forget(&k);" not in timed.c_text.split("/* generated handlers follow */")[1]
+
+
+def test_only_asynchronous_points_can_be_watched(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    facts = KernelFacts.from_profile(KernelProfile(profile_data))
+    read = [c._replace(watch=True) for c in select(spec, facts, ["read"]).chosen]
+    with pytest.raises(ValueError, match="only asynchronous"):
+        generate(read, Tool(inflight=True), None)
+
+
+def test_only_a_clients_asynchronous_rpc_layer_is_watched_beneath_the_asked_ops(
+        spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    """Session._watch_beneath: the NFS client's RPCs (sunrpc, keys-matched) join the default
+    ops in flight only; the NFS server's `rpc` (nfsd.toml: nfsd_dispatch, on the request's own
+    thread) is what a server tool asks for, not a layer beneath: it is left out, not failed on."""
+    from types import SimpleNamespace
+
+    facts = KernelFacts.from_profile(KernelProfile(profile_data))
+    ops = list(commands.DEFAULT_OPS)
+    host = SimpleNamespace(selection=select(spec, facts, ops), verbose=False)
+    watched = runtime.Session._watch_beneath(host, spec, facts, ops)
+    assert [(c.op, c.watch) for c in watched.chosen if c.watch] == [("rpc", True)]
+    nfsd = load_spec(REPO / "probes" / "specs" / "nfsd.toml")
+    server = KernelFacts({"nfsd_dispatch", "nfsd3_proc_read", "nfsd4_read"}, {"sunrpc:svc_process", "sunrpc:svc_send"},
+                         {"nfsd", "sunrpc"})
+    assert select(nfsd, server, ["rpc"]).chosen[0].candidate["match"] == "task"
+    host = SimpleNamespace(selection=select(nfsd, server, ["read"]), verbose=False)
+    assert not any(c.watch for c in runtime.Session._watch_beneath(host, nfsd, server, ["read"]).chosen)

@@ -107,6 +107,9 @@ def test_stall_lines_keep_bccs_columns_and_are_marked() -> None:
     assert len(line.split(None, 7)) == len(SLOWER_HEADER.split())
     rpc = stall._replace(comm="kworker/u4:9", op="rpc", file="SEQUENCE", rpc="SEQUENCE", server=None)
     assert stall_row("22:27:43", rpc, "P").endswith(">1765.03 SEQUENCE (RPC in flight)")
+    # a process's RPC with no traced operation around it (a create, outside the default ops)
+    mine = stall._replace(op="rpc", file="new-1.bin", rpc="CREATE", server="10.77.0.1")
+    assert stall_row("22:27:43", mine, "P").endswith(">1765.03 new-1.bin (RPC CREATE in flight to 10.77.0.1)")
 
 
 def test_minus_t_means_what_each_original_tool_means(monkeypatch: pytest.MonkeyPatch) -> None:

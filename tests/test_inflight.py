@@ -107,6 +107,19 @@ def test_a_threads_rpc_is_folded_into_its_operation_and_kworker_rpcs_stand_alone
     assert stalls([InFlight(proc.pid, proc.pid, "read", now - 60 * 10**9, "", "")], now, 0) == []
 
 
+def test_a_threads_rpc_outside_the_traced_ops_names_its_file(fifo: Path) -> None:
+    """With the default ops a create is not traced, only the RPC it waits in: that RPC's line
+    names the file the stuck thread's system call names, and keeps the sunrpc client id for
+    the exporter's per-mount series (describe=False reads no /proc file)."""
+    for proc in _blocked("import sys; open(sys.argv[1])", fifo):
+        now = time.monotonic_ns()
+        entries = [InFlight(proc.pid, proc.pid, "rpc", now - 30 * 10**9, "python3", "CREATE", 7)]
+        found = stalls(entries, now, 10**9)
+        assert [(s.op, s.pid, s.rpc, s.file, s.client_id) for s in found] == \
+            [("rpc", proc.pid, "CREATE", "stuck-file.fifo", 7)]
+        assert [(s.file, s.client_id) for s in stalls(entries, now, 0, describe=False)] == [("CREATE", 7)]
+
+
 def test_stall_lines_when_crossing_then_every_interval() -> None:
     reporter = StallReporter(min_age_ns=10**9, interval_s=10)
     stall = Stall(7, 7, "dd", "write", 5, 2 * 10**9, "f", None, None)
