@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from discover.spec import DEFAULT_OPS
 from labs.base import SERVER, CommandResult
 from labs.console import GuestFailure
 from labs.guest.probes_guest import interval_in
@@ -149,22 +150,20 @@ def exact_counts(data: Dict[str, Any], phase: str, skip: tuple = ()) -> str:
     return ", ".join(checked)
 
 
-def stall_records(data: Dict[str, Any], phase: str) -> List[Dict[str, Any]]:
-    """nfsslower's in-flight records that appeared while a phase ran, with when (guest monotonic)."""
+def stall_records(data: Dict[str, Any], phase: str, lines: str = "slower_lines") -> List[Dict[str, Any]]:
+    """nfsslower's in-flight records that appeared while a phase ran, with when (guest monotonic);
+    `lines`: default_slower_lines for the nfsslower run with its default operations."""
     p = data["phases"][phase]
-    return [dict(line["record"], seen_mono=line["mono"]) for line in data["slower_lines"]
+    return [dict(line["record"], seen_mono=line["mono"]) for line in data[lines]
             if line["record"].get("in_flight") is True and p["mono_start"] <= line["mono"] <= p["mono_end"] + 5]
 
 
-def verify_pause_stalls(result: Dict[str, Any]) -> str:
-    """Stall lines while the server is stopped: within threshold + one stall interval, naming the
-    workload's op, pid and file (or the RPC a kworker waits in), repeated at most every interval,
-    and each stuck operation later completes with at least the time it was seen in flight."""
-    data = _data(result)
+def _stall_timing(data: Dict[str, Any], stalls: List[Dict[str, Any]]) -> Dict[Any, List[Dict[str, Any]]]:
+    """The pause's stall lines, grouped per stuck operation, came in time: none older than the
+    pause, the first within threshold + one stall interval (plus how late this run's ticks were,
+    read from its own re-prints), each re-printed no faster than every interval."""
     phase = data["phases"]["pause"]
     threshold_s, interval_s = data["threshold_ms"] / 1000, data["stall_interval_s"]
-    stalls = stall_records(data, "pause")
-    assert stalls, "no in-flight line while the server was stopped"
     requested = phase["mono_start"]
     first = min(s["seen_mono"] for s in stalls)
     pause_at = first - min(s["in_flight_ms"] for s in stalls) / 1000  # when the first stuck op began
@@ -184,19 +183,40 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
         f"first in-flight line only after {first_ms:.0f} ms (threshold {threshold_s:.0f} s + interval " \
         f"{interval_s} s, ticks at most {late_ms:.0f} ms late)"
     assert all(s["in_flight_ms"] >= data["threshold_ms"] for s in stalls), "an in-flight line below the threshold"
+    for key, op_gaps in gaps_by_op.items():
+        assert all(gap >= interval_s * 1000 - 500 for gap in op_gaps), \
+            f"{key} re-printed faster than every {interval_s} s: {ages_by_op[key]}"
+    return by_op
+
+
+def _stall_detail(stalls: List[Dict[str, Any]]) -> str:
+    return "\n".join(f"      stall: pid {s['pid']} {s['comm']} op {s['op']} ({s['type']}) rpc {s['rpc']} "
+                     f"file {s['file']} in flight {s['in_flight_ms']:.0f} ms server {s['server']}"
+                     for s in sorted(stalls, key=lambda s: s["seen_mono"]))
+
+
+def _workload_files(data: Dict[str, Any]) -> set:
+    phase = data["phases"]["pause"]
+    return set(phase["files"]) | {"read.bin"} | {f"missing-{i}" for i in range(phase["rounds"] + 1)}
+
+
+def verify_pause_stalls(result: Dict[str, Any]) -> str:
+    """Stall lines while the server is stopped: within threshold + one stall interval, naming the
+    workload's op, pid and file (or the RPC a kworker waits in), repeated at most every interval,
+    and each stuck operation later completes with at least the time it was seen in flight."""
+    data = _data(result)
+    stalls = stall_records(data, "pause")
+    assert stalls, "no in-flight line while the server was stopped"
+    by_op = _stall_timing(data, stalls)
     pid = data["workload_pid"]
     mine = [s for s in stalls if s["pid"] == pid and s["op"] != "rpc"]
     assert mine, f"no in-flight line for the workload's pid {pid}: {stalls[:3]}"
-    files = set(phase["files"]) | {"read.bin", f"missing-{phase['rounds']}"} | \
-        {f"missing-{i}" for i in range(phase["rounds"] + 1)}
+    files = _workload_files(data)
     if data["kernel"]["module_btf"]:
         assert all(os.path.basename(s["file"]) in files for s in mine), f"in-flight lines naming other files: {mine[:3]}"
     for s in stalls:
         if s.get("rpc") is not None:
             assert s["rpc"] in NFS3_PROCEDURES, f"unknown RPC procedure {s['rpc']!r}"
-    for key, op_gaps in gaps_by_op.items():
-        assert all(gap >= interval_s * 1000 - 500 for gap in op_gaps), \
-            f"{key} re-printed faster than every {interval_s} s: {ages_by_op[key]}"
     completed = [line["record"] for line in data["slower_lines"] if line["record"].get("in_flight") is False]
     for (spid, op, start_us), lines in by_op.items():
         if op == "rpc":
@@ -205,9 +225,75 @@ def verify_pause_stalls(result: Dict[str, Any]) -> str:
         done = [c for c in completed if c["pid"] == spid and c["op"] == op and c["lat_us"] >= longest * 1000
                 and abs(c["end_us"] - c["lat_us"] - start_us) < 50_000]
         assert done, f"the stuck {op} of pid {spid} (start {start_us} us) never completed"
-    return "\n".join(f"      stall: pid {s['pid']} {s['comm']} op {s['op']} ({s['type']}) rpc {s['rpc']} "
-                     f"file {s['file']} in flight {s['in_flight_ms']:.0f} ms server {s['server']}"
-                     for s in sorted(stalls, key=lambda s: s["seen_mono"]))
+    return _stall_detail(stalls)
+
+
+def verify_default_pause_stalls(result: Dict[str, Any]) -> str:
+    """nfsslower as a new user runs it (bcc's default operations, no --ops) sees the pause too:
+    in time, a line for the workload's process naming the operation it is stuck in, the one
+    the --ops all run shows (as the RPC beneath it, with its file, where that operation is
+    outside the default set); and no completed line of an operation it was not asked for."""
+    data = _data(result)
+    lines = data["default_slower_lines"]
+    tracing = next(line["record"]["tracing"] for line in lines if "tracing" in line["record"])
+    assert set(tracing) <= set(DEFAULT_OPS), f"the default nfsslower traced {tracing}"
+    completed = {line["record"]["op"] for line in lines if line["record"].get("in_flight") is False}
+    assert completed <= set(tracing), f"completed lines of operations not asked for: {completed - set(tracing)}"
+    stalls = stall_records(data, "pause", "default_slower_lines")
+    assert stalls, "no in-flight line from nfsslower with its default operations while the server was stopped"
+    _stall_timing(data, stalls)
+    pid = data["workload_pid"]
+    mine = [s for s in stalls if s["pid"] == pid]
+    assert mine, f"no in-flight line for the workload's pid {pid} with the default operations: {stalls[:3]}"
+    stuck = {(s["op"], s["rpc"]) for s in stall_records(data, "pause") if s["pid"] == pid and s["op"] != "rpc"}
+    shown = {(s["op"], s["rpc"]) for s in mine}
+    named = [(op, rpc) for op, rpc in stuck if (op, rpc) in shown or ("rpc", rpc) in shown]
+    assert named, f"the default run shows {sorted(shown, key=str)}, not the stuck {sorted(stuck, key=str)}"
+    assert all(op in tracing for op, rpc in shown if op != "rpc"), shown
+    for s in mine:
+        if s["op"] == "rpc":
+            assert s["rpc"] in NFS3_PROCEDURES and s["server"] == data["server"], s
+    if data["kernel"]["module_btf"]:
+        files = _workload_files(data)
+        assert all(os.path.basename(s["file"]) in files for s in mine), f"lines naming other files: {mine[:3]}"
+    return f"tracing {','.join(tracing)}; stuck (--ops all) {sorted(stuck, key=str)}\n" + _stall_detail(stalls)
+
+
+def _mount_series(scrape: Dict[str, Any], mountpoint: str) -> Optional[Dict[str, Any]]:
+    return next((s for s in scrape["series"] if s["mountpoint"] == mountpoint), None)
+
+
+def verify_exporter_names_the_stuck_server(result: Dict[str, Any]) -> str:
+    """While the server is stopped, nfs-exporter's per-mount series of the paused mount, labelled
+    with the server and export, show operations in flight for seconds (the bar nfstop's check
+    sets), older than anything in flight in the plain phase; once the server answers, the
+    mount's series is back to nothing in flight before the next phase; it ran to the end."""
+    data = _data(result)
+    exporter = data["nfs_exporter"]
+    # 143: SIGTERM detached it; killed by the signal: it was compiling again for nfsv4 (nothing attached)
+    assert exporter["rc"] in (143, -signal.SIGTERM), f"nfs-exporter exited {exporter['rc']}: {exporter['stderr'][-300:]}"
+    scrapes = exporter["scrapes"]
+    pause, plain, restart = (data["phases"][name] for name in ("pause", "plain", "restart"))
+    mount = pause["mount"]
+
+    def window(start: float, end: float) -> List[Dict[str, Any]]:
+        return [s for sc in scrapes if start <= sc["mono"] <= end for s in [_mount_series(sc, mount)] if s]
+
+    during = window(pause["mono_start"], pause["mono_end"])
+    assert during, f"no scrape of {mount}'s series while the server was stopped ({len(scrapes)} scrapes)"
+    stuck = [s for s in during if s.get("in_flight", 0) >= 1]
+    assert stuck, f"{mount}: nothing in flight in {len(during)} scrapes while the server was stopped"
+    assert all(s["server"] == data["server"] and s["export"].startswith(data["server"] + ":") for s in stuck), stuck[0]
+    oldest = max(s["oldest_s"] for s in stuck)
+    before = max((s.get("oldest_s", 0.0) for s in window(plain["mono_start"], plain["mono_end"])), default=0.0)
+    assert oldest >= PAUSE_S / 3 and oldest > before, \
+        f"{mount}: oldest in flight {oldest} s while stopped, {before} s in the plain phase"
+    after = window(pause["mono_end"], restart["mono_start"])
+    assert any(s.get("in_flight") == 0 for s in after), \
+        f"{mount}: still in flight in every scrape after the pause ({[s.get('in_flight') for s in after]})"
+    return (f"server {stuck[0]['server']} export {stuck[0]['export']} mountpoint {mount}: in flight in "
+            f"{len(stuck)} of {len(during)} scrapes while stopped, oldest {oldest:.1f} s (plain phase: {before:.1f} s); "
+            f"{len(after)} scrapes after, back to 0")
 
 
 def verify_pause_completes(result: Dict[str, Any]) -> str:
@@ -277,8 +363,10 @@ def verify_v4late(result: Dict[str, Any]) -> str:
 
 
 def verify_nfstop_process(result: Dict[str, Any]) -> str:
-    """nfstop names the workload's process with every read and write it issued over all five
-    phases, and while the server is stopped shows it with an operation in flight for seconds."""
+    """nfstop with its default operations names the workload's process with every read and write
+    it issued over all five phases, counts no other operation, and while the server is stopped
+    shows it with an operation in flight for seconds (an RPC beneath, where the stuck operation
+    is outside the default set)."""
     data = _data(result)
     rows = [json.loads(line) for line in data["nfstop"]["lines"] if line.startswith("{")]
     mine = [(row["ts"], p) for row in rows for p in row["processes"] if p["pid"] == data["workload_pid"]]
@@ -290,6 +378,8 @@ def verify_nfstop_process(result: Dict[str, Any]) -> str:
         seen = sum(p["ops"].get(op, {}).get("count", 0) for _, p in mine)
         missed = sum(row.get("missed", {}).get(op, 0) for row in rows)
         counted.append(f"{op} " + counted_once(f"nfstop, pid {data['workload_pid']}, {op}", seen, issued, missed))
+    outside = {op for row in rows for p in row["processes"] for op in p["ops"]} - set(DEFAULT_OPS)
+    assert not outside, f"nfstop with its default operations counted {outside}"
     stuck = [p for ts, p in mine if interval_in(ts, data["phases"]["pause"]) and p["in_flight"]]
     oldest = max((p["oldest_ms"] for p in stuck), default=0.0)
     assert oldest >= PAUSE_S * 1000 / 3, \
@@ -313,6 +403,8 @@ def verify_silent_guest(result: Dict[str, Any]) -> str:
 #: the fault checks of `labs test --topology pair`, in the order they ran
 FAULT_CHECKS = [
     ("fault: server paused, stall lines", verify_pause_stalls),
+    ("fault: server paused, default nfsslower", verify_default_pause_stalls),
+    ("fault: server paused, exporter per mount", verify_exporter_names_the_stuck_server),
     ("fault: server paused, all complete", verify_pause_completes),
     ("fault: stopped guest reported", verify_silent_guest),
     ("fault: netem loss on the link", verify_loss),

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import click
@@ -29,6 +29,7 @@ from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import nfs_target
 from probes.generate import Tool
+from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, MountTable
 from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
 from probes.runtime import NothingToTrace, Session, wait_for_modules
@@ -45,6 +46,8 @@ BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 #: labels of every per-operation series: the op, then the mount as node_exporter's
 #: mountstats collector names it (export, protocol, mountaddr), its mount point and NFS version
 MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
+#: labels of the per-mount in-flight series: enough to name a stuck server and what it holds up
+IN_FLIGHT_LABELS = ["server", "export", "mountpoint"]
 #: --cgroup-limit's default: distinct `cgroup` values before the rest share CgroupLabels.OVERFLOW
 CGROUP_LIMIT = 64
 
@@ -121,7 +124,10 @@ class NfsCollector:
                 for cgroup in self.cgroups.expired(admitted):
                     session.forget_cgroup(cgroup)
                     admitted.remove(cgroup)
-            return {"session": session, "dist": session.dist(clear=False), "in_flight": session.in_flight(),
+            in_flight = session.in_flight()
+            now = time.monotonic_ns()  # the probe's clock (bpf_ktime_get_ns), read with the entries
+            return {"session": session, "dist": session.dist(clear=False), "in_flight": in_flight,
+                    "stuck": stalls(in_flight, now, 0, describe=False),
                     "anomalies": session.anomalies(), "inflight_lost": session.counter("inflight_lost"),
                     "missed": session.missed(), "admitted": len(admitted),
                     "bpf_stats": stats_on, "programs": session.program_stats() if stats_on else {}}
@@ -143,7 +149,7 @@ class NfsCollector:
         yield GaugeMetricFamily("probekit_nfs_probe_attach_time_seconds", "Unix time the probe was attached: "
                                 "its counters started from zero then (again after NFS modules loaded).",
                                 value=self.attached_at)
-        ops = session.probe.ops
+        ops = session.probe.ops  # the RPC layer too, tracked in flight beneath what --ops asked
         labels = ["op"] + MOUNT_LABELS + (["cgroup"] if self.cgroups else [])
         latency = HistogramMetricFamily("probekit_nfs_op_latency_seconds",
                                         "Latency of completed NFS operations (log2 buckets: le = 2^k - 1 ns).",
@@ -165,6 +171,17 @@ class NfsCollector:
         for op, value in per_op.items():
             flying.add_metric([op], value)
         yield flying
+        mount_flying = GaugeMetricFamily("probekit_nfs_mount_ops_in_flight", "NFS operations in flight on "
+                                         "the mount (each thread's outermost on one of its files), and RPCs to "
+                                         "its server no traced operation waits for (counted on each mount of "
+                                         "that server).", labels=IN_FLIGHT_LABELS)
+        oldest = GaugeMetricFamily("probekit_nfs_mount_oldest_in_flight_seconds", "How long the oldest of "
+                                   "probekit_nfs_mount_ops_in_flight has been in flight (0: none).",
+                                   labels=IN_FLIGHT_LABELS)
+        for key, (value, age) in sorted(self.in_flight_per_mount(snap["stuck"]).items()):
+            mount_flying.add_metric(list(key), value)
+            oldest.add_metric(list(key), age)
+        yield from (mount_flying, oldest)
         info = GaugeMetricFamily("probekit_probe_info", "The attach point each traced operation uses (value 1).",
                                  labels=["op", "kind", "point"])
         for point in session.probe.points:
@@ -197,6 +214,31 @@ class NfsCollector:
                 runs.add_metric([name], cnt)
             yield from (run_time, runs)
 
+
+    def in_flight_per_mount(self, stuck: List[Stall], server_of: Callable[[int], Optional[str]] = rpc_server
+                            ) -> Dict[Tuple[str, str, str], Tuple[int, float]]:
+        """(server, export, mountpoint) -> (in flight, oldest age in s), every NFS mount known
+        (0 when idle). An operation counts on its file's mount; an RPC (a kworker's, or a
+        process's in an operation not traced) on each mount of the server it went to, which
+        sunrpc's debugfs names; an RPC whose server has no mount here, or is not known (no
+        debugfs), on the server alone (export and mountpoint empty). A thread's RPC inside a
+        traced operation is that operation (inflight.stalls folds it)."""
+        out: Dict[Tuple[str, str, str], Tuple[int, float]] = {
+            (m.mountaddr, m.export, m.mountpoint): (0, 0.0) for m in self.mounts.known.values() if m is not None}
+        servers: Dict[int, Optional[str]] = {}
+        for stall in stuck:
+            if stall.op != "rpc":
+                mount = self.mounts.known.get(stall.dev)
+                keys = [(mount.mountaddr, mount.export, mount.mountpoint) if mount else ("", "", "")]
+            else:
+                if stall.client_id is not None and stall.client_id not in servers:
+                    servers[stall.client_id] = server_of(stall.client_id)
+                server = servers.get(stall.client_id) if stall.client_id is not None else None
+                keys = [key for key in out if server and key[0] == server] or [(server or "", "", "")]
+            for key in keys:
+                count, age = out.get(key, (0, 0.0))
+                out[key] = (count + 1, max(age, stall.age_ns / 1e9))
+        return out
 
     def per_mount(self, dist: Dict[str, Dict[str, Any]]) -> Dict[Tuple[str, ...], Dict[str, Any]]:
         """(op, mount labels...[, cgroup]) -> slots, count, bytes, lat_ns. Devs that are no NFS
@@ -265,7 +307,8 @@ Prometheus scrape job:
     static_configs: [{{targets: ['127.0.0.1:{DEFAULT_PORT}']}}]
 \b
 Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
-probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_probe_info{{op,kind,point}},
+probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_nfs_mount_ops_in_flight and
+probekit_nfs_mount_oldest_in_flight_seconds{{server,export,mountpoint}}, probekit_probe_info{{op,kind,point}},
 probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_nfs_missed_total{{op}},
 probekit_build_info, probekit_nfs_probe_attached, probekit_nfs_probe_attach_time_seconds; with
 --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
@@ -342,7 +385,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
             with session:
                 with lock:
                     collector.session, collector.attached_at = session, time.time()
-                session.warn(f"probe attached: {', '.join(session.probe.ops)}")
+                session.warn(f"probe attached: {', '.join(session.ops)}")
                 while session.wait(1.0) and not session.late_modules:
                     pass
                 with lock:  # a scrape still reading the maps ends first; detaching comes after

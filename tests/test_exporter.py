@@ -372,3 +372,29 @@ def test_waiting_for_modules_ends_when_one_loads_or_on_a_signal(tmp_path: Path) 
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
     assert wait_for_modules(["nfs"], root=tmp_path, poll_s=0.05) == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_in_flight_per_mount_names_the_server_and_its_mounts() -> None:
+    """On the 6.1.0-50 guest's mounts (NFSv3 and NFSv4.2 of one server, 127.0.0.1): a read stuck
+    on /mnt/nfs3 counts there; a kworker's RPC to that server on both its mounts (the server holds
+    both up); an RPC to a server with no mount here, or of unknown server, on the server alone.
+    Every mount has its series, 0 when idle."""
+    from probes.inflight import Stall
+    from probes.mounts import MountTable, kernel_dev
+
+    fixtures = Path(__file__).resolve().parent / "fixtures/6.1.0-50-amd64/exporter"
+    mounts = MountTable(fixtures / "mountinfo", fixtures / "mountstats")
+    mounts.refresh()
+    collector = NfsCollector(None, threading.Lock(), "6.1.0-50-amd64", "0.26.0", mounts)
+    export = "127.0.0.1:/srv/nfs"
+    idle = collector.in_flight_per_mount([])
+    assert idle == {("127.0.0.1", export, "/mnt/nfs3"): (0, 0.0), ("127.0.0.1", export, "/mnt/nfs42"): (0, 0.0)}
+    s = 10**9
+    stuck = [Stall(501, 501, "python3", "read", 0, 30 * s, "?", "READ", None, kernel_dev(0, 44), 5),
+             Stall(90, 2, "kworker/u2:1", "rpc", 0, 12 * s, "WRITE", "WRITE", None, client_id=5),
+             Stall(91, 2, "kworker/u2:1", "rpc", 0, 3 * s, "NULL", "NULL", None, client_id=9),
+             Stall(92, 2, "kworker/u2:1", "rpc", 0, 1 * s, "NULL", "NULL", None, client_id=11)]
+    servers = {5: "127.0.0.1", 9: "10.0.0.9", 11: None}
+    assert collector.in_flight_per_mount(stuck, servers.get) == {
+        ("127.0.0.1", export, "/mnt/nfs3"): (2, 30.0), ("127.0.0.1", export, "/mnt/nfs42"): (1, 12.0),
+        ("10.0.0.9", "", ""): (1, 3.0), ("", "", ""): (1, 1.0)}

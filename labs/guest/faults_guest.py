@@ -1,11 +1,12 @@
 """Guest side of the pair's fault checks: the tools watch a mixed workload while the server fails.
 
 Runs in the client guest of a QEMU pair (labs/faults.py drives it from the host) and prints
-one JSON document. nfsslower (`--ops all`, a threshold below the pause, a short stall
-interval), nfsdist (`--ops all`, 1 s intervals) and nfstop (1 s intervals) start once, with
-nfsv4 unloaded and the NFSv4.2 mount gone (the v3-only client of the single-guest probe
-checks), and watch five phases of the same mixed workload (creates, lookups,
-opens, reads, writes, fsyncs, stats):
+one JSON document. nfsslower twice (`--ops all`, and bcc's default operations as a new user
+runs it; a threshold below the pause, a short stall interval), nfsdist (`--ops all`, 1 s
+intervals), nfstop (its default operations, 1 s intervals) and nfs-exporter (scraped every
+second for its per-mount in-flight series) start once, with nfsv4 unloaded and the NFSv4.2
+mount gone (the v3-only client of the single-guest probe checks), and watch five phases of
+the same mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats):
 
   plain    on NFSv3, nothing wrong (the baseline latencies)
   loss     on NFSv3 with netem loss on the client's link to the server
@@ -23,10 +24,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +50,14 @@ RUN = str(time.monotonic_ns())
 PER_ROUND = {"open": 2, "create": 1, "write": 1, "fsync": 1, "read": 1, "getattr": 1}
 #: ops counted only by a module that may be missing (NFSv4's open is nfs4_file_open, in nfsv4)
 V4_MODULE_OPS = ("open",)
+#: the exporter's port here (the exporter checks' own exporter uses the default, 19910)
+EXPORTER_PORT = 19912
+SCRAPE_GAP_S = 1.0
+#: the exporter's per-mount in-flight series, as the faults verdicts read them
+IN_FLIGHT_SERIES = {"probekit_nfs_mount_ops_in_flight": "in_flight",
+                    "probekit_nfs_mount_oldest_in_flight_seconds": "oldest_s"}
+_SAMPLE = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 class Tail(threading.Thread):
@@ -72,6 +83,37 @@ class Tail(threading.Thread):
                     return
                 else:
                     time.sleep(0.1)
+
+
+class Scraper(threading.Thread):
+    """Scrape the exporter every SCRAPE_GAP_S; keep each scrape's per-mount in-flight series
+    with the guest's monotonic time it was read."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.scrapes: List[Dict[str, Any]] = []
+        self.errors: List[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(SCRAPE_GAP_S):
+            try:
+                text = urllib.request.urlopen(self.url, timeout=30).read().decode()
+            except OSError as exc:
+                self.errors.append(f"{time.monotonic():.1f}: {exc}")
+                continue
+            series: Dict[str, Dict[str, Any]] = {}
+            for line in text.splitlines():
+                match = _SAMPLE.match(line)
+                if match and match.group(1) in IN_FLIGHT_SERIES:
+                    labels = dict(_LABEL.findall(match.group(2)))
+                    key = "|".join(labels.get(name, "") for name in ("server", "export", "mountpoint"))
+                    entry = series.setdefault(key, {"server": labels.get("server", ""),
+                                                     "export": labels.get("export", ""),
+                                                     "mountpoint": labels.get("mountpoint", "")})
+                    entry[IN_FLIGHT_SERIES[match.group(1)]] = float(match.group(3))
+            self.scrapes.append({"mono": time.monotonic(), "series": list(series.values())})
 
 
 def wait_for(path: str, timeout: float) -> Dict[str, Any]:
@@ -180,15 +222,22 @@ def run() -> Dict[str, Any]:
     with pg.nfsv4_unloaded() as unload:
         out.update(nfsv4_loaded_at_start=os.path.exists("/sys/module/nfsv4"), unload=unload)
         slower_log, dist_log, top_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out", "/tmp/faults-nfstop.out"
+        default_log, exporter_log = "/tmp/faults-nfsslower-default.out", "/tmp/faults-nfs-exporter.out"
         slower = pg.tool(["nfsslower", "--json", "-v", "--ops", "all", "--stall-interval", str(STALL_INTERVAL_S),
                           str(THRESHOLD_MS)] + pg.spec_args(), slower_log)
+        default = pg.tool(["nfsslower", "--json", "-v", "--stall-interval", str(STALL_INTERVAL_S),
+                           str(THRESHOLD_MS)] + pg.spec_args(), default_log)
         dist = pg.tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + pg.spec_args(), dist_log)
-        top = pg.tool(["nfstop", "--json", "-v", "--ops", "all", "-i", "1"] + pg.spec_args(), top_log)
-        tail = Tail(slower_log)
+        top = pg.tool(["nfstop", "--json", "-v", "-i", "1"] + pg.spec_args(), top_log)
+        exporter = pg.tool(["nfs-exporter", "-v", "--port", str(EXPORTER_PORT)] + pg.spec_args(), exporter_log)
+        tail, default_tail, scraper = Tail(slower_log), Tail(default_log), Scraper(EXPORTER_PORT)
         tail.start()
+        default_tail.start()
         try:
             out["ready_s"] = [pg.wait_ready(slower, slower_log), pg.wait_ready(dist, dist_log),
-                              pg.wait_ready(top, top_log)]
+                              pg.wait_ready(top, top_log), pg.wait_ready(default, default_log)]
+            pg.wait_said([exporter_log], "nfs-exporter: probe attached: ", "its start")
+            scraper.start()
             for name, mount, host_action in plan:
                 if name == "loss":
                     netem_loss(device, LOSS_PERCENT)
@@ -211,11 +260,20 @@ def run() -> Dict[str, Any]:
             out["nfsslower"] = pg.stop(slower, slower_log)
             out["nfsdist"] = pg.stop(dist, dist_log)
             out["nfstop"] = pg.stop(top, top_log)
-            tail.stopping.set()
-            tail.join(10)
+            out["nfsslower_default"] = pg.stop(default, default_log)
+            scraper.stopping.set()
+            if scraper.is_alive():
+                scraper.join(60)
+            out["nfs_exporter"] = pg.stop(exporter, exporter_log)
+            for thread in (tail, default_tail):
+                thread.stopping.set()
+                thread.join(10)
     out["phases"] = phases
     out["slower_lines"] = [{"mono": mono, "record": json.loads(line)} for mono, line in tail.lines
                            if line.startswith("{")]
+    out["default_slower_lines"] = [{"mono": mono, "record": json.loads(line)} for mono, line in default_tail.lines
+                                   if line.startswith("{")]
+    out["nfs_exporter"].update(scrapes=scraper.scrapes, scrape_errors=scraper.errors, port=EXPORTER_PORT)
     intervals = pg.json_lines(out["nfsdist"]["lines"], "ops")
     label(intervals, phases)
     out["nfsdist"]["intervals"] = intervals

@@ -1,8 +1,9 @@
 """Lab tests: the tools on the client of a QEMU pair while the server fails (labs/faults.py).
 
 On the pair kernels of tests/lab/conftest.py (7.3 in CI), in the same boot as their
-probe checks: one nfsslower (--ops all, threshold 2 s, stall interval 5 s), one nfsdist and
-one nfstop watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
+probe checks: two nfsslower (--ops all, and bcc's default operations; threshold 2 s, stall
+interval 5 s), one nfsdist, one nfstop (default operations) and one nfs-exporter (scraped
+every second) watch a mixed workload (creates, lookups, opens, reads, writes, fsyncs, stats) through five
 phases: plain, 20% netem loss on the link, the server's QEMU stopped for 30 s, nfs-server
 restarted, and nfsv4 loaded after the tools started; while the server is stopped, a
 command sent to it must fail within a minute, naming the kernel and the console log (the
@@ -17,8 +18,9 @@ from typing import Any, Callable, Dict
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
-from labs.faults import (run_faults, verify_loss, verify_nfstop_process, verify_pause_completes,
-                         verify_pause_stalls, verify_restart, verify_silent_guest, verify_v4late)
+from labs.faults import (run_faults, verify_default_pause_stalls, verify_exporter_names_the_stuck_server,
+                         verify_loss, verify_nfstop_process, verify_pause_completes, verify_pause_stalls,
+                         verify_restart, verify_silent_guest, verify_v4late)
 
 pytestmark = [pytest.mark.lab, on_kernels("faults")]
 
@@ -44,6 +46,15 @@ def _verdict(kernel_lab: Any, faults: Dict[str, Any], verify: Callable[[Dict[str
 
 def test_server_pause_shows_stall_lines(kernel_lab: Any, faults: Dict[str, Any]) -> None:
     _verdict(kernel_lab, faults, verify_pause_stalls)
+
+
+def test_server_pause_seen_by_nfsslower_with_its_default_operations(kernel_lab: Any,
+                                                                   faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_default_pause_stalls)
+
+
+def test_server_pause_named_by_the_exporters_per_mount_series(kernel_lab: Any, faults: Dict[str, Any]) -> None:
+    _verdict(kernel_lab, faults, verify_exporter_names_the_stuck_server)
 
 
 def test_server_pause_every_operation_completes_once(kernel_lab: Any, faults: Dict[str, Any]) -> None:
