@@ -37,7 +37,8 @@ def _decisions(spec: Dict[str, Any]) -> Dict[str, Any]:
 @pytest.fixture(scope="module")
 def proposer(tmp_path_factory: pytest.TempPathFactory) -> Proposer:
     graphs = tmp_path_factory.mktemp("nfsd")
-    shutil.copy(LAB / "nfsd-ops.events.trace.gz", graphs)
+    for trace in LAB.glob("*.trace.gz"):
+        shutil.copy(trace, graphs)
     return Proposer(load_profile(LAB / "profile.json.gz"), "nfsd", CallGraphs.load_dir(graphs))
 
 
@@ -64,6 +65,13 @@ def test_read_and_write_are_timed_by_the_nfsd_pairs_both_versions_fire(proposer:
         second = proposer.candidates(op)[1]
         assert [a["entry"] for a in second.attach] == [f"nfsd3_proc_{op}", f"nfsd4_{op}"]
         assert all(a["optional"] for a in second.attach)
+
+
+def test_commit_of_both_versions_was_seen(proposer: Proposer) -> None:
+    """The second capture's larger writes went UNSTABLE: COMMIT reached the server in both versions."""
+    first = proposer.candidates("commit")[0]
+    assert [a["entry"] for a in first.attach] == ["nfsd3_proc_commit", "nfsd4_commit"]
+    assert first.evidence.endswith("calling for this request: nfsd3_proc_commit, nfsd4_commit")
 
 
 def test_the_request_is_what_svc_process_dispatches(proposer: Proposer) -> None:
