@@ -258,7 +258,9 @@ static __always_inline u64 read_ptr(u64 addr)
     return val;
 }
 
-/* log2 of v, 0 for 0 and 1: the histogram slot */
+/* the histogram slot of v, bcc's bpf_log2l: floor(log2 v) + 1, and 1 for 0, so that slot k
+ * holds [2^(k-1), 2^k - 1] whichever loader ran (the readers and the exporter's buckets
+ * count on it) */
 static __always_inline u32 log2l(u64 v)
 {
     u32 r = 0;
@@ -268,7 +270,7 @@ static __always_inline u32 log2l(u64 v)
             r += i;
         }
     }
-    return r;
+    return r + 1;
 }
 
 /* argument `param` of a kprobe (x86-64 calling convention), 0 past the sixth */

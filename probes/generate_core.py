@@ -39,6 +39,8 @@ CFG_GLOBALS: Tuple[Tuple[str, str], ...] = (
     ("want_lat_sum", "u32"), ("want_dev", "u32"), ("want_cgroup_key", "u32"), ("cgroup_filter", "u32"),
     ("dev_at_entry", "u32"), ("task_storage", "u32"),
 )
+#: the alignment of `struct cfg`: that of its u64 members (x86-64 and BPF alike)
+CFG_ALIGN = 8
 #: settings of one attach point, before its arg[] and tp[] arrays
 POINT_SCALARS = ("on", "id", "op", "slot", "keyed", "ptr_kind", "ret_bytes", "watch")
 
@@ -116,7 +118,9 @@ def _point_format(nkeys: int) -> str:
 def cfg_format(npoints: int, nkeys: int) -> struct.Struct:
     """The packer of `struct cfg`, from the same tables as cfg_c_struct."""
     codes = {"u64": "Q", "u32": "I"}
-    return struct.Struct("=" + "".join(codes[t] for _, t in CFG_GLOBALS) + _point_format(nkeys) * npoints)
+    packed = "=" + "".join(codes[t] for _, t in CFG_GLOBALS) + _point_format(nkeys) * npoints
+    # the C struct ends padded to its u64 members' alignment (ext4's object: 3568 bytes, not 3564)
+    return struct.Struct(packed + "x" * (-struct.calcsize(packed) % CFG_ALIGN))
 
 
 def _section(end: str, function: str) -> str:
