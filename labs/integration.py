@@ -10,12 +10,11 @@ operation, the spec candidate they picked and whether it recorded the operation:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shlex
+import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
-from discover.errors import UserError
+from discover.errors import UserError, cache_root
 from labs.base import CLIENT, Lab
 from labs.console import GuestFailure
 
@@ -33,11 +32,8 @@ Progress = Callable[[str], None]
 GUEST_RESULTS = "/var/tmp/probekit-results"
 WORKLOAD = "labs/guest/workload.sh"
 PROBES_GUEST = "labs/guest/probes_guest.py"
-#: where the spec goes as JSON for guests without a TOML module (probes_guest.SPEC_JSON)
-#: where each spec of probes/specs goes as JSON ({fs}: its filesystem), for Debian 11's Python
-GUEST_SPEC_JSON = "/tmp/probekit-{fs}-spec.json"
-#: the venv the image made for probekit (labs/provision/node.sh; probes_guest.INSTALLED)
-GUEST_VENV = "/usr/local/probekit"
+#: the digest (scripts/build-deb --digest) of the probekit package installed in the guest
+GUEST_DEB_MARKER = "/var/lib/probekit-lab/deb.digest"
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -328,59 +324,69 @@ wc -l < {out}/available_filter_functions.nfs.txt
         local.unlink()
 
 
-_WHEELS: Dict[str, Path] = {}
-_WHEEL_LOCK = threading.Lock()
+_DEBS: Dict[str, Path] = {}
+_DEB_LOCK = threading.Lock()
 
 
-def project_wheel() -> Path:
-    """probekit's wheel built from this tree, once per process (what a user installs); two labs
-    booting at once wait for the one build (pip builds in the tree)."""
-    with _WHEEL_LOCK:
-        return _build_wheel()
+def project_deb() -> Path:
+    """probekit's Debian package of this tree (what a client installs), built by scripts/build-deb
+    once per content: cached under the digest build-deb gives for what it builds from, so an
+    unchanged tree reuses it across runs; two labs booting at once wait for the one build."""
+    with _DEB_LOCK:
+        return _build_deb()
 
 
-def _build_wheel() -> Path:
-    if "wheel" not in _WHEELS:
-        out = Path(tempfile.mkdtemp(prefix="probekit-wheel-"))
-        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, cwd=out)
-        if res.returncode != 0:
-            raise UserError(f"cannot build probekit's wheel: {res.stdout.strip().splitlines()[-1:]}")
-        _WHEELS["wheel"] = next(out.glob("probekit-*.whl"))
-    return _WHEELS["wheel"]
+def _build_deb() -> Path:
+    if "deb" not in _DEBS:
+        script = REPO / "scripts" / "build-deb"
+        digest = _run_build_deb([str(script), "--digest"])
+        cached = cache_root() / "deb" / digest
+        if not list(cached.glob("probekit_*.deb")):
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=cached.parent))
+            try:
+                _run_build_deb([str(script), str(work)])
+                shutil.rmtree(cached, ignore_errors=True)
+                work.rename(cached)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        _DEBS["deb"] = next(cached.glob("probekit_*.deb"))
+    return _DEBS["deb"]
+
+
+def _run_build_deb(argv: List[str]) -> str:
+    """scripts/build-deb's last line (the digest, or the .deb's path); its failure in one line."""
+    res = subprocess.run(["bash", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    lines = res.stdout.strip().splitlines()
+    if res.returncode != 0:
+        raise UserError(f"cannot build probekit's Debian package (scripts/build-deb): {lines[-1:]}")
+    return lines[-1]
 
 
 def install_tools(lab: Lab, local_dir: Path) -> None:
-    """On the client, probekit as a user installs it (docs/install.md): its wheel into the venv
-    the image made, with the system site packages (bcc and the dependencies are Debian's), so
-    the lab's tools run from the installed form, not from the source share. Also the default
-    specs as JSON at GUEST_SPEC_JSON for guests whose Python has no TOML module (Debian 11);
-    copies stay in local_dir. Once per boot and wheel."""
-    from probes.runtime import SPECS_DIR
-    from discover.spec import load_spec
+    """On the client, probekit as a user installs it (docs/install.md): its Debian package with
+    apt, offline (the image carries every package it depends on), so the lab's tools run from
+    /usr/bin with their packaged specs (read with python3-toml on Debian 11), not from the
+    source share. What dpkg then says is installed goes to local_dir. Once per boot and package."""
     local_dir.mkdir(parents=True, exist_ok=True)
-    for spec_path in sorted(SPECS_DIR.glob("*.toml")):
-        spec_json = local_dir / f"{spec_path.stem}-spec.json"
-        spec_json.write_text(json.dumps(load_spec(spec_path)))
-        lab.put(spec_json, GUEST_SPEC_JSON.format(fs=spec_path.stem))
-    wheel = project_wheel()
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    marker = f"{GUEST_VENV}/probekit-wheel.sha256"
-    if lab.run(f"grep -qx {digest} {marker}").exit_code == 0:
+    deb = project_deb()
+    digest = deb.parent.name
+    installed = "dpkg -s probekit | grep -qx 'Status: install ok installed'"
+    if lab.run(f"grep -qx {digest} {GUEST_DEB_MARKER} && {installed}").exit_code == 0:
         return
-    lab.put(wheel, f"/tmp/{wheel.name}")
-    # --no-index: every dependency must already be there (Debian's packages), as on a client
-    # without PyPI; an earlier wheel of the same version goes first (pip would keep it)
-    # without the lab agent's PYTHONPATH (the source share): pip would take its egg-info for
-    # an installed probekit. Debian 11's python3-rich (9.11) says it is rich 8.0.0 in its
-    # egg-info: there, as docs/install.md tells users, without pip's dependency check
-    pip = f"cd / && env -u PYTHONPATH {GUEST_VENV}/bin/pip"
-    install = f"{pip} install --quiet --no-index /tmp/{wheel.name}"
-    res = lab.run(f"{pip} uninstall --quiet --yes probekit >/dev/null 2>&1; "
-                  f"if grep -q '^11' /etc/debian_version; then {install} --no-deps; else {install}; fi "
-                  f"&& echo {digest} > {marker}", timeout=600)
+    lab.put(deb, f"/tmp/{deb.name}")
+    # the same version with other contents (an uncommitted change) must replace the installed
+    # one: --reinstall; an older commit's package after a newer one: --allow-downgrades.
+    # Without the lab agent's PYTHONPATH (the source share): the maintainer scripts' Python
+    # would see the share's modules first
+    res = lab.run(f"cd / && env -u PYTHONPATH DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                  f"--no-install-recommends --reinstall --allow-downgrades /tmp/{deb.name} "
+                  f"&& mkdir -p {Path(GUEST_DEB_MARKER).parent} && echo {digest} > {GUEST_DEB_MARKER}", timeout=600)
     if res.exit_code != 0:
-        raise UserError(f"pip install of {wheel.name} in the guest failed: {(res.stdout + res.stderr).strip()[-300:]}")
+        raise UserError(f"apt-get install of {deb.name} in the guest failed: {(res.stdout + res.stderr).strip()[-300:]}")
+    # what dpkg says is installed, and that the commands the guest scripts run are its files
+    (local_dir / "probekit-package.txt").write_text(
+        lab.run("dpkg -s probekit; dpkg -S /usr/bin/nfsslower /usr/bin/nfs-exporter /usr/bin/fsslower").stdout)
 
 
 BUFFER_SIZE_KB = "/sys/kernel/tracing/buffer_size_kb"

@@ -16,6 +16,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
+from labs.images import KERNEL_SUITES, read_package_list
 from needs import missing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,9 +38,9 @@ def _dpkg_deb(*args: str) -> str:
 def deb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The .deb built by the project script; its absence of tools is a skip on a contributor's
     machine and a failure in CI, which must run every test."""
-    missing = [tool for tool in BUILD_TOOLS if shutil.which(tool, path="/usr/bin:/bin") is None]
-    if missing:
-        why = (f"building the Debian package needs {', '.join(missing)}: bash scripts/setup installs "
+    absent = [tool for tool in BUILD_TOOLS if shutil.which(tool, path="/usr/bin:/bin") is None]
+    if absent:
+        why = (f"building the Debian package needs {', '.join(absent)}: bash scripts/setup installs "
                "the build tools (scripts/apt-packages.txt)")
         missing(why)
     out = tmp_path_factory.mktemp("deb")
@@ -134,3 +135,35 @@ def test_lintian_finds_no_error(deb: Path) -> None:
                          universal_newlines=True)
     errors = [line for line in res.stdout.splitlines() if line.startswith("E:")]
     assert not errors, res.stdout
+
+
+def test_every_lab_image_carries_what_the_package_depends_on(deb: Path) -> None:
+    """The lab installs the package offline after boot (labs.integration.install_tools): each
+    Depends needs a package of each image's list (the versions are apt's to check, in the guest)."""
+    groups = [[alt.split()[0].split(":")[0] for alt in group.split("|")]
+              for group in _dpkg_deb("--field", str(deb), "Depends").split(",")]
+    for suite in sorted(set(KERNEL_SUITES.values())):
+        listed = set(read_package_list(suite))
+        assert not [group for group in groups if not listed & set(group)], suite
+    # Debian 11's Python is 3.9: its image carries the TOML module of the alternative
+    assert "python3-toml" in read_package_list("bullseye")
+
+
+def test_digest_follows_what_the_package_is_built_from(tmp_path: Path) -> None:
+    """`build-deb --digest` keys the lab's cached build: the same tree gives the same digest, a
+    changed packaged file another one, a file the package leaves out the same."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    shutil.copy(REPO / "scripts/build-deb", clone / "scripts/build-deb")  # this checkout's, committed or not
+
+    def digest() -> str:
+        return subprocess.run(["bash", str(clone / "scripts/build-deb"), "--digest"], check=True,
+                              stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+
+    first = digest()
+    assert re.fullmatch(r"[0-9a-f]{64}", first) and digest() == first
+    (clone / "docs" / "install.md").write_text("not in the package\n")
+    assert digest() == first
+    with (clone / "probes" / "specs" / "nfs.toml").open("a") as spec:
+        spec.write("\n")
+    assert digest() != first

@@ -1,11 +1,11 @@
 #!/bin/sh
-# docs/walkthrough.md's last lab step, as run: `fsslower -t xfs 1` (the installed wheel)
+# docs/walkthrough.md's last lab step, as run: `fsslower -t xfs 1` (the installed Debian package)
 # on XFS over a dm `delay` device while dd writes 512 KiB with fsync, the pages are dropped
 # and read back, and stat runs; once without delay, once with 300 ms on every I/O.
 # Output in /results: slower.txt (the tool's), marks.txt (when each round began),
 # table.txt (the dm table of the delayed round). Everything made is removed at the end.
 set -e
-export PATH=/usr/local/probekit/bin:/usr/sbin:/sbin:$PATH
+export PATH=/usr/sbin:/sbin:$PATH
 truncate -s 512M /var/tmp/demo.img
 L=$(losetup -f --show /var/tmp/demo.img)
 dmsetup create demo-xfs --table "0 1048576 delay $L 0 0"

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probes_guest import (EVIDENCE_WAIT_S, GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed,  # noqa: E402
                           interval_in, json_lines, kernel_attachments, netem, netem_delay, nfs_server, prepare,
-                          route_device, mount_v42, slice_path, spec_args, stop, tool, user_env, wait_flushed,
+                          route_device, mount_v42, slice_path, stop, tool, user_env, wait_flushed,
                           wait_ready, workload)
 
 PORT, NODE_PORT, PROM_PORT = 19910, 9100, 9090
@@ -171,7 +171,7 @@ def start(port: int, log: str, extra: List[str]) -> subprocess.Popen:
     """The exporter, once its probe is attached (compiling takes minutes under TCG)."""
     err = open(log, "w")
     proc = subprocess.Popen([installed("nfs-exporter"), "--port", str(port), "-v",
-                             "--gone-mount-grace", str(GRACE_S)] + extra + spec_args(),
+                             "--gone-mount-grace", str(GRACE_S)] + extra,
                             cwd="/", env=user_env(), stdout=subprocess.DEVNULL, stderr=err)
     wait_attached(proc, log, 1)
     return proc
@@ -317,7 +317,7 @@ def main(argv: List[str]) -> Dict[str, Any]:
             out["nfsv4_at_start"] = os.path.exists("/sys/module/nfsv4")
         node_and_prometheus(servers)
         # nfsdist beside the exporter (its own probe, the same operations): both compile at once
-        dist = tool(["nfsdist", "--json", "1"] + spec_args(), dist_log)
+        dist = tool(["nfsdist", "--json", "1"], dist_log)
         proc = start(PORT, log, extra)
         if late:
             subprocess.run(["modprobe", "nfsv4"], check=True)

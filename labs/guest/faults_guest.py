@@ -224,12 +224,12 @@ def run() -> Dict[str, Any]:
         slower_log, dist_log, top_log = "/tmp/faults-nfsslower.out", "/tmp/faults-nfsdist.out", "/tmp/faults-nfstop.out"
         default_log, exporter_log = "/tmp/faults-nfsslower-default.out", "/tmp/faults-nfs-exporter.out"
         slower = pg.tool(["nfsslower", "--json", "-v", "--ops", "all", "--stall-interval", str(STALL_INTERVAL_S),
-                          str(THRESHOLD_MS)] + pg.spec_args(), slower_log)
+                          str(THRESHOLD_MS)], slower_log)
         default = pg.tool(["nfsslower", "--json", "-v", "--stall-interval", str(STALL_INTERVAL_S),
-                           str(THRESHOLD_MS)] + pg.spec_args(), default_log)
-        dist = pg.tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + pg.spec_args(), dist_log)
-        top = pg.tool(["nfstop", "--json", "-v", "-i", "1"] + pg.spec_args(), top_log)
-        exporter = pg.tool(["nfs-exporter", "-v", "--port", str(EXPORTER_PORT)] + pg.spec_args(), exporter_log)
+                           str(THRESHOLD_MS)], default_log)
+        dist = pg.tool(["nfsdist", "--json", "-v", "--ops", "all", "1"], dist_log)
+        top = pg.tool(["nfstop", "--json", "-v", "-i", "1"], top_log)
+        exporter = pg.tool(["nfs-exporter", "-v", "--port", str(EXPORTER_PORT)], exporter_log)
         tail, default_tail, scraper = Tail(slower_log), Tail(default_log), Scraper(EXPORTER_PORT)
         tail.start()
         default_tail.start()

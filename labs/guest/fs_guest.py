@@ -52,23 +52,11 @@ K_STATS = 3
 GAP_S = 3.0       # quiet seconds between a phase's end (its intervals printed) and the next one
 #: the tools that print a record per interval (their phases wait for the one after the workload)
 INTERVAL_TOOLS = ("fsdist", "fstop")
-SPEC_JSON = "/tmp/probekit-{fs}-spec.json"
 
 
 def sh(*argv: str) -> str:
     return subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True,
                           universal_newlines=True).stdout.strip()
-
-
-def spec_args(fs: str) -> List[str]:
-    """`-t FS`, or `--spec FILE.json` where this Python reads no TOML (Debian 11)."""
-    for module in ("tomllib", "tomli", "toml"):
-        try:
-            __import__(module)
-            return ["-t", fs]
-        except ImportError:
-            continue
-    return ["--spec", SPEC_JSON.format(fs=fs)]
 
 
 class DelayedFs:
@@ -264,7 +252,7 @@ def filesystems(names: List[str]) -> Iterator[Dict[str, Any]]:
 
 def tool_args(fs: str, name: str, worker: int) -> List[str]:
     """Each tool as a user would run it on this filesystem (JSON for the judging)."""
-    base = [name] + spec_args(fs) + ["-v", "--json"]
+    base = [name, "-t", fs, "-v", "--json"]
     if name == "fsslower":
         return base + ["0"]
     if name == "fsdist":  # the guest's root is ext4 too: the worker's operations only

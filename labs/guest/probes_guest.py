@@ -25,10 +25,8 @@ sys.path.insert(0, PROJECT)
 from discover.spec import OPS  # noqa: E402  (the project share is not on sys.path by itself)
 
 MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
-#: where the host puts the spec as JSON, for guests without a TOML module (Debian 11's Python 3.9)
-SPEC_JSON = "/tmp/probekit-nfs-spec.json"
-#: probekit's venv in the image (labs/provision/node.sh), where the host installs its wheel
-INSTALLED = "/usr/local/probekit"
+#: where probekit's Debian package puts its commands (the host installs it after boot)
+INSTALLED = "/usr/bin"
 
 #: the known workload: N reads of 64 KiB, M writes of 1 MiB (more than wsize, so the
 #: flush is UNSTABLE and the kernel issues COMMIT by itself), K stats, 4 opens (first
@@ -41,10 +39,11 @@ GAP_S = 5.0  # quiet seconds between workload phases (their COMMITs done)
 
 
 def installed(command: str) -> str:
-    """A console script of probekit's wheel, as the host installed it (labs.integration.install_tools)."""
-    path = os.path.join(INSTALLED, "bin", command)
+    """A command of probekit's Debian package, as the host installed it (labs.integration.install_tools)."""
+    path = os.path.join(INSTALLED, command)
     if not os.path.exists(path):
-        raise RuntimeError(f"{path} is missing: the host installs probekit's wheel first (labs.integration.install_tools)")
+        raise RuntimeError(f"{path} is missing: the host installs probekit's Debian package first "
+                           "(labs.integration.install_tools)")
     return path
 
 
@@ -212,19 +211,6 @@ def metadata(mount: str, tag: str) -> Dict[str, int]:
     return issued
 
 
-def spec_args() -> List[str]:
-    """`--spec FILE.json` where this Python has no TOML module (Debian 11), else the default spec."""
-    for module in ("tomllib", "tomli", "toml"):
-        try:
-            __import__(module)
-            return []
-        except ImportError:
-            continue
-    if not os.path.exists(SPEC_JSON):
-        raise RuntimeError(f"no TOML module in Python {sys.version.split()[0]} and no {SPEC_JSON}")
-    return ["--spec", SPEC_JSON]
-
-
 def picks(stderr: str) -> Dict[str, int]:
     """op -> 0-based spec candidate, from a tool's --verbose lines (`read (R): candidate 2 ...`)."""
     found: Dict[str, int] = {}
@@ -262,8 +248,7 @@ def kernel_facts() -> Dict[str, Any]:
     with open(f"/proc/self/fdinfo/{sys.stdout.fileno()}") as fdinfo:
         fdinfo_ino = any(line.startswith("ino:") for line in fdinfo)  # Linux 5.14+
     return {"release": os.uname().release, "python": sys.version.split()[0], "bcc": bcc,
-            "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "fdinfo_ino": fdinfo_ino,
-            "spec": spec_args()[1:] or ["default"]}
+            "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "fdinfo_ino": fdinfo_ino}
 
 
 #: runs recorded before phases kept their "flushed" evidence: how late after a phase's end a
@@ -435,8 +420,8 @@ def check_main() -> Dict[str, Any]:
         if work is workload:
             prepare(mount, tag)
     attached_before = kernel_attachments()
-    slower = tool(["nfsslower", "--json", "-v", "--ops", "all", str(threshold_ms)] + spec_args(), slower_log)
-    dist = tool(["nfsdist", "--json", "-v", "--ops", "all", "1"] + spec_args(), dist_log)
+    slower = tool(["nfsslower", "--json", "-v", "--ops", "all", str(threshold_ms)], slower_log)
+    dist = tool(["nfsdist", "--json", "-v", "--ops", "all", "1"], dist_log)
     ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
     attached_during = kernel_attachments()
     phases: Dict[str, Any] = {}
@@ -472,7 +457,7 @@ def check_picks() -> Dict[str, Any]:
     log = "/tmp/nfsdist-picks.out"
     for name, mount in MOUNTS.items():
         prepare(mount, f"picks-{name}")
-    proc = tool(["nfsdist", "--json", "-v", "--ops", "all"] + spec_args(), log)
+    proc = tool(["nfsdist", "--json", "-v", "--ops", "all"], log)
     wait_ready(proc, log)
     for name, mount in MOUNTS.items():
         workload(mount, f"picks-{name}")
@@ -529,7 +514,7 @@ def check_v3only() -> Dict[str, Any]:
         runs = {"nfsslower": ["nfsslower", "--json", "0", "-v"], "nfsdist": ["nfsdist", "--json", "-v"],
                 "nfstop": ["nfstop", "--json", "-i", "1", "-v"]}
         prepare(MOUNTS["nfs3"], "v3only")
-        procs = {name: tool(args + spec_args(), f"/tmp/v3only-{name}.out") for name, args in runs.items()}
+        procs = {name: tool(args, f"/tmp/v3only-{name}.out") for name, args in runs.items()}
         # nfstop --json prints its first line after its first interval: ready then, too
         out["ready_s"] = {name: wait_ready(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
         child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload-child"],
@@ -577,7 +562,7 @@ def check_identity() -> Dict[str, Any]:
         runs = {"nfsslower": ["nfsslower", "--json", "-M", "--cgroup", only_a, "0"],
                 "nfstop": ["nfstop", "--json", "-i", "1", "--by", "cgroup"],
                 "nfsdist": ["nfsdist", "--json", "--per-mount"]}
-        procs = {name: tool(args + spec_args(), f"/tmp/identity-{name}.out") for name, args in runs.items()}
+        procs = {name: tool(args, f"/tmp/identity-{name}.out") for name, args in runs.items()}
         ready = {name: wait_ready(proc, f"/tmp/identity-{name}.out") for name, proc in procs.items()}
         units: Dict[str, Any] = {}
         for name, (slice_name, mount) in IDENTITY_UNITS.items():

@@ -15,14 +15,14 @@ import signal
 import sys
 from typing import Any, Dict
 
-from probes_guest import MOUNTS, json_lines, kernel_attachments, prepare, spec_args, stop, tool, wait_ready, workload
+from probes_guest import MOUNTS, json_lines, kernel_attachments, prepare, stop, tool, wait_ready, workload
 
 
 def smoke() -> Dict[str, Any]:
     log = "/tmp/nfsdist-smoke.out"
     prepare(MOUNTS["nfs3"], "smoke")
     before = kernel_attachments()
-    proc = tool(["nfsdist", "--json"] + spec_args(), log)
+    proc = tool(["nfsdist", "--json"], log)
     wait_ready(proc, log)
     during = kernel_attachments()
     issued = workload(MOUNTS["nfs3"], "smoke")

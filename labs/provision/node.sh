@@ -61,10 +61,6 @@ for unit in e2scrub_reap.service apt-daily.timer apt-daily-upgrade.timer man-db.
     systemctl mask "$unit" >/dev/null 2>&1 || true
 done
 
-# probekit as a user installs it (docs/install.md): a venv that sees Debian's python3-bpfcc;
-# the lab puts the wheel under test into it after boot (labs.integration.install_tools)
-[ -x /usr/local/probekit/bin/pip ] || python3 -m venv --system-site-packages /usr/local/probekit
-
 # servers the tests start themselves: nothing of theirs runs at boot
 for unit in prometheus.service prometheus-node-exporter.service smbd.service nmbd.service samba-ad-dc.service; do
     systemctl disable "$unit" >/dev/null 2>&1 || true

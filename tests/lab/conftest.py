@@ -305,7 +305,8 @@ def new_lab(kernel: str) -> QemuLab:
 
 
 def boot(lab: QemuLab, kernel: str, root: Path, started: float) -> KernelLab:
-    """Up, the wheel installed on the client: the KernelLab of one kernel's boot (UserError, one line)."""
+    """Up, probekit's Debian package installed on the client: the KernelLab of one kernel's boot
+    (UserError, one line)."""
     lab.down()  # a lab left over by an interrupted earlier run
     lab.up()
     times = {"up": round(time.monotonic() - started, 1)}

@@ -196,8 +196,8 @@ def test_one_capture_on_the_client(smoke: Dict[str, Any]) -> None:
 
 
 def test_one_exact_probe_count_and_nothing_left_attached(smoke: Dict[str, Any]) -> None:
-    """nfsdist, installed from the wheel, counts the known workload's reads, writes, opens, stats
-    and fsyncs once each (or says it missed them), bytes exact; after Ctrl-C the kernel holds
+    """nfsdist, installed from the Debian package, counts the known workload's reads, writes, opens,
+    stats and fsyncs once each (or says it missed them), bytes exact; after Ctrl-C the kernel holds
     the tracing programs it held before."""
     probe = pc.data({"smoke": smoke["probe"]}, "smoke")
     assert probe["rc"] == 0, probe["stderr"]
