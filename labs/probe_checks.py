@@ -21,6 +21,7 @@ from labs.guest.probes_guest import META_EXACT, META_SOME
 from discover.spec import OPS
 from probes.backend import major_minor
 from probes.bcc_backend import FENTRY_MIN_BCC
+from probes.core_backend import MIN_KERNEL, MODULE_TARGET_VERSION
 
 Results = Dict[str, Dict[str, Any]]
 
@@ -225,14 +226,33 @@ def verify_both_tools_pick_the_same_candidates(results: Results) -> None:
     assert picked["nfsslower"] == picked["nfsdist"] and list(picked["nfsdist"]) == list(OPS), picked
 
 
-def verify_fentry_where_bcc_and_btf_allow(results: Results) -> None:
-    """With bcc 0.28+ and the NFS modules' BTF (trixie and later), both tools time the fentry
-    candidates' functions (nfs_file_read, nfs_file_write, the open functions) with
-    fentry/fexit programs, and the counts checked elsewhere come from them; with an older
-    bcc (bullseye's 0.18, bookworm's 0.26) --verbose says kprobes and why."""
+def expected_backend(kernel: Dict[str, Any]) -> str:
+    """The loader --backend auto must pick on a lab kernel (probes/backend_choice.py): core on
+    5.17+ with the NFS modules' BTF (every lab image ships libbpf1 1.1+ and the wheel the
+    objects), bcc on 5.10."""
+    version = major_minor(kernel["release"])
+    return "core" if version is not None and version >= MIN_KERNEL and kernel["module_btf"] else "bcc"
+
+
+def fentry_expected(kernel: Dict[str, Any], backend: str) -> bool:
+    """Whether a tool on `backend` times the NFS functions with fentry/fexit on this kernel: on
+    bcc with bcc 0.28+ and module BTF; on core with libbpf 1.5+ (MODULE:FUNCTION targets)."""
+    if not kernel["module_btf"]:
+        return False
+    if backend == "bcc":
+        version = major_minor(kernel["bcc"].split(":")[-1])  # dpkg's version, an epoch left out
+        return version is not None and version >= FENTRY_MIN_BCC
+    version = major_minor(kernel["libbpf"].split(":")[-1])
+    return version is not None and version >= MODULE_TARGET_VERSION
+
+
+def verify_fentry_where_the_loader_and_btf_allow(results: Results) -> None:
+    """Where fentry_expected says so (bcc 0.28+ or libbpf 1.5+, with the NFS modules' BTF),
+    both tools time the fentry candidates' functions (nfs_file_read, nfs_file_write, the open
+    functions) with fentry/fexit programs, and the counts checked elsewhere come from them;
+    elsewhere --verbose says kprobes and why."""
     run = data(results, "main")
-    version = major_minor(run["kernel"]["bcc"].split(":")[-1])  # dpkg's version, an epoch left out
-    expect_fentry = version is not None and version >= FENTRY_MIN_BCC and run["kernel"]["module_btf"]
+    expect_fentry = fentry_expected(run["kernel"], run["attach_kinds"]["nfsdist"]["backend"])
     for name in ("nfsslower", "nfsdist"):
         kinds = run["attach_kinds"][name]
         functions = {fn: how for per_op in kinds["functions"].values() for fn, how in per_op.items()}
@@ -242,10 +262,42 @@ def verify_fentry_where_bcc_and_btf_allow(results: Results) -> None:
             assert set(functions.values()) == {"fentry/fexit"}, kinds
         else:
             assert kinds["attach"].startswith("kprobes (") and not functions, kinds
+    # taken once both were ready, before the bcc reference started
     during = run["attached"]["during"]["fentry_progs"] - run["attached"]["before"]["fentry_progs"]
     fentry_functions = {fn for per_op in run["attach_kinds"]["nfsdist"]["functions"].values() for fn in per_op}
     # each tool: one fentry and one fexit program per function
     assert during == (4 * len(fentry_functions) if expect_fentry else 0), during
+
+
+def verify_auto_picks_the_loader_and_bcc_counts_the_same(results: Results) -> None:
+    """--backend auto runs both tools on core where the kernel allows it, on bcc on 5.10, and
+    -v says which and why in one line. On core, the nfsdist run on bcc over the same phases
+    counted every operation and byte as the core one did, phase by phase; a difference only
+    where either reported operations missed, and by no more. RPCs are left out: the NFSv4
+    client's own lease renewals fall at each tool's interval edges differently."""
+    run = data(results, "main")
+    expected = expected_backend(run["kernel"])
+    for name in ("nfsslower", "nfsdist"):
+        kinds = run["attach_kinds"][name]
+        assert kinds["backend"] == expected and kinds["backend_why"].startswith("auto: "), kinds
+    if expected == "bcc":
+        assert run["nfsdist_bcc"] is None
+        return
+    reference = run["nfsdist_bcc"]
+    assert reference is not None and reference["rc"] == 0, reference
+    assert run["attach_kinds"]["nfsdist_bcc"]["backend"] == "bcc"
+    core, bcc = run["seen"], run["seen_bcc"]
+    for phase in run["phases"]:
+        for op in OPS:
+            if op == "rpc":
+                continue
+            mine, theirs = core[phase]["ops"][op], bcc[phase]["ops"][op]
+            missed = core[phase]["missed"].get(op, 0) + bcc[phase]["missed"].get(op, 0)
+            if missed:
+                assert abs(mine["count"] - theirs["count"]) <= missed, (phase, op, mine, theirs, missed)
+            else:
+                assert (mine["count"], mine["bytes"]) == (theirs["count"], theirs["bytes"]), (phase, op, mine, theirs)
+    assert sum(e["count"] for t in core.values() for op, e in t["ops"].items() if op != "rpc") > 0
 
 
 IDENTITY_OPS = ("read", "write", "open", "getattr", "fsync")
@@ -320,7 +372,8 @@ PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("probes: nfstop shows the process", verify_nfstop_shows_the_workload_process, ()),
     ("probes: every command without nfsv4", verify_every_command_runs_without_nfsv4, ()),
     ("probes: same candidates in both tools", verify_both_tools_pick_the_same_candidates, ()),
-    ("probes: fentry where bcc and BTF allow", verify_fentry_where_bcc_and_btf_allow, ()),
+    ("probes: fentry where the loader and BTF allow", verify_fentry_where_the_loader_and_btf_allow, ()),
+    ("probes: auto's loader, bcc counts the same", verify_auto_picks_the_loader_and_bcc_counts_the_same, ()),
 ]
 
 #: the checks of the `v3only` guest run. A QEMU pair skips that run (one bcc compile round

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import click
 
 from discover.errors import UserError, run_cli
+from probes.backend_choice import BACKENDS
 from probes.cgroups import CgroupNames, filter_dir, task_cgroup
 from probes.filenames import FileNames
 from probes.generate import Tool
@@ -91,9 +92,10 @@ def common(func: Any) -> Any:
     func = click.option("--kprobes", "kprobes_only", is_flag=True,
                         help="Attach kprobe pairs even where fentry/fexit work (they cost more per operation; "
                              "for comparing the two, or a kernel whose trampolines misbehave).")(func)
-    func = click.option("--backend", type=click.Choice(["bcc", "core"]), default="bcc", show_default=True,
-                        help="BPF loader: bcc compiles the probe at start-up; core loads the prebuilt CO-RE "
-                             "object with libbpf (no compiler on this machine; not yet proven in the lab).")(func)
+    func = click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                        help="BPF loader: core loads the prebuilt CO-RE object with libbpf (no compiler on this "
+                             "machine), bcc compiles the probe at start-up; auto takes core where libbpf 1.0+, "
+                             "a 5.17+ kernel, its BTF and the object allow, else bcc (-v says which and why).")(func)
     return func
 
 

@@ -13,18 +13,21 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tu
 
 from discover.errors import UserError
 from discover.events import parse_format
-from probes.backend import RINGBUF_READ_MS, Rejected, major_minor
+from probes.backend import RINGBUF_READ_MS, Rejected
 from probes.generate import PTR_KINDS, Point, Probe, Tool, dist_entries, points_of, total_entries
 from probes.generate_core import CoreTable, PointSettings, cfg_bytes, core_table, tracepoint_program
 from probes.layout import KernelLayout
-from probes.libbpf import MIN_VERSION, BpfObject, Libbpf, LibbpfError
+from probes.libbpf import BpfObject, Libbpf, LibbpfError
 from probes.select import Chosen
 
 #: where built objects are looked for: one per spec, named after its filesystem
 OBJECTS_DIR = Path(__file__).resolve().parent / "objects"
 #: BPF ring buffers (5.8), task storage for tracing (5.11), bpf_get_func_arg (5.17)
 MIN_KERNEL = (5, 17)
-#: the first libbpf that takes a fentry target as MODULE:FUNCTION
+#: the first libbpf that takes a fentry target as MODULE:FUNCTION; an older one finds a module
+#: function's BTF by scanning vmlinux's types again for every module BTF before it, per
+#: program (a 6.1 guest's nfsslower, 10 such programs: start 26-37 s against 10-11 s on
+#: kprobes and 26-29 s on bcc), so fentry/fexit runs on 1.5+ only, kprobes before
 MODULE_TARGET_VERSION = (1, 5)
 #: a tracepoint field each role of the spec's args may name, at the start or the end
 _TP_START_ROLES = ("fileid", "offset", "bytes", "dev")
@@ -48,19 +51,10 @@ class CoreBackend:
 
     name = "core"
 
-    def __init__(self, spec: Dict[str, Any], data: bytes, release: str,
-                 formats: Callable[[str], Optional[List[Dict[str, Any]]]], lib: Optional[Libbpf] = None) -> None:
-        version = major_minor(release)
-        if version is None or version < MIN_KERNEL:
-            raise UserError(f"kernel {release}: the core backend needs {'.'.join(map(str, MIN_KERNEL))} "
-                            "(bpf_get_func_arg): use --backend bcc")
-        try:
-            self.lib = lib or Libbpf()
-        except LibbpfError as exc:
-            raise UserError(str(exc)) from None
-        if self.lib.version < MIN_VERSION:
-            raise UserError(f"libbpf {'.'.join(map(str, self.lib.version))} is too old for the core backend "
-                            f"(needs {'.'.join(map(str, MIN_VERSION))}): use --backend bcc")
+    def __init__(self, spec: Dict[str, Any], data: bytes, lib: Libbpf,
+                 formats: Callable[[str], Optional[List[Dict[str, Any]]]]) -> None:
+        """`lib`: a libbpf probes.backend_choice found new enough, on a kernel it found able."""
+        self.lib = lib
         self.version = ".".join(map(str, self.lib.version))
         #: the object's numbering of this spec's points, as it was built
         self.table: CoreTable = core_table(spec)
@@ -81,6 +75,10 @@ class CoreBackend:
         return True, "start times: task local storage"
 
     def fentry_support(self) -> Tuple[bool, str]:
+        if self.lib.version < MODULE_TARGET_VERSION:
+            return False, (f"attach: kprobes (libbpf {self.version} looks a module function's fentry target up "
+                           f"by scanning every module's BTF, seconds per program; MODULE:FUNCTION needs "
+                           f"{'.'.join(map(str, MODULE_TARGET_VERSION))})")
         return True, "attach: fentry/fexit for functions with a BTF prototype, kprobes for the others"
 
     def _core_id(self, point: Point, chosen: Chosen) -> int:
@@ -119,7 +117,7 @@ class CoreBackend:
                     mountless.append(point.op)
                 suffix = ("fentry", "fexit") if point.kind == "fentry" else ("kprobe", "kretprobe")
                 names = [f"p{core}_{suffix[0]}", f"p{core}_{suffix[1]}"]
-                if point.kind == "fentry" and layout is not None and self.lib.version >= MODULE_TARGET_VERSION:
+                if point.kind == "fentry" and layout is not None:
                     for name, function in zip(names, (point.entry, point.exit)):
                         module = layout.btf_module_of(function)
                         if module not in (None, "vmlinux"):

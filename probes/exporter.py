@@ -31,8 +31,9 @@ from probes.commands import nfs_target
 from probes.generate import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, MountTable
+from probes.backend_choice import BACKENDS, choose, dotted
 from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
-from probes.runtime import NothingToTrace, Session, wait_for_modules
+from probes.runtime import BTF_DIR, NothingToTrace, Session, wait_for_modules
 from discover.spec import parse_ops
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
@@ -98,16 +99,23 @@ class NfsCollector:
     metrics only."""
 
     def __init__(self, session: Optional[Session], lock: threading.Lock, release: str, bcc_version: str,
-                 mounts: Optional[MountTable] = None, cgroups: Optional[CgroupLabels] = None) -> None:
+                 mounts: Optional[MountTable] = None, cgroups: Optional[CgroupLabels] = None,
+                 backend: str = "bcc", loader_version: str = "") -> None:
         self.session = session
         #: unix time the current probe was attached: its counters started from zero then
         self.attached_at = time.time()
         self.lock = lock
         self.release = release
-        self.bcc_version = bcc_version
+        #: build info: bcc's version where bcc runs (else empty), the loader (bcc or core) and its version
+        self.bcc_version, self.backend, self.loader_version = bcc_version, backend, loader_version
         self.mounts = mounts or MountTable()
         #: the `cgroup` label's names and gone cgroups, when the probe keys by cgroup
         self.cgroups = cgroups
+
+    def loaded(self, backend: str, version: str) -> None:
+        """The loader the attached probe runs on (auto may fall back to bcc for a module's BTF)."""
+        self.backend, self.loader_version = backend, version
+        self.bcc_version = version if backend == "bcc" else ""
 
     def snapshot(self) -> Optional[Dict[str, Any]]:
         with self.lock:
@@ -143,6 +151,11 @@ class NfsCollector:
                                   labels=["version", "bcc_version", "kernel"])
         build.add_metric([package_version(), self.bcc_version, self.release], 1)
         yield build
+        loader = GaugeMetricFamily("probekit_bpf_loader_info", "The BPF loader the probe runs on (backend bcc, "
+                                   "or core: libbpf with the prebuilt CO-RE object) and its version (value 1).",
+                                   labels=["backend", "version"])
+        loader.add_metric([self.backend, self.loader_version], 1)
+        yield loader
         if snap is None:
             return
         session = snap["session"]
@@ -310,7 +323,8 @@ Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_to
 probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_nfs_mount_ops_in_flight and
 probekit_nfs_mount_oldest_in_flight_seconds{{server,export,mountpoint}}, probekit_probe_info{{op,kind,point}},
 probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_nfs_missed_total{{op}},
-probekit_build_info, probekit_nfs_probe_attached, probekit_nfs_probe_attach_time_seconds; with
+probekit_build_info, probekit_bpf_loader_info{{backend,version}}, probekit_nfs_probe_attached,
+probekit_nfs_probe_attach_time_seconds; with
 --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
 --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
 kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
@@ -335,8 +349,11 @@ SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 @click.option("--cgroup-limit", type=click.IntRange(1, 4096), default=CGROUP_LIMIT, show_default=True,
               help="With --cgroup-label: cgroups that get series of their own; operations of any other "
               f'share cgroup="{CgroupLabels.OVERFLOW}".')
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+              help="BPF loader, as the tools' --backend: auto takes core (libbpf, the prebuilt CO-RE object, "
+                   "no compiler) where libbpf 1.0+, the kernel's BTF and the object allow, else bcc.")
 def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
-                 grace: float, cgroup_label: bool, cgroup_limit: int) -> None:
+                 grace: float, cgroup_label: bool, cgroup_limit: int, backend: str) -> None:
     """Export NFS operation latency histograms, counts, bytes and operations in flight
     for Prometheus, from in-kernel histograms (nfsdist's), until SIGTERM or Ctrl-C."""
     from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -356,13 +373,17 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     server = listen(address, port, registry)
-    import_bpf()  # bcc missing is one line now, not after a wait for NFS modules
-    bcc_version = loaded_bcc_version()
+    release = Path("/proc/sys/kernel/osrelease").read_text().strip()
+    # no loader is one line now, not after a wait for NFS modules (whose BTF the session checks)
+    early = choose(backend, spec, release, (), BTF_DIR)
+    if early.name == "bcc":
+        import_bpf()
     tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True,
                 cgroup_limit=cgroup_limit if cgroup_label else 0)
     lock = threading.Lock()
-    collector = NfsCollector(None, lock, Path("/proc/sys/kernel/osrelease").read_text().strip(), bcc_version,
-                             MountTable(grace=grace), CgroupLabels(grace) if cgroup_label else None)
+    version = loaded_bcc_version() if early.name == "bcc" else dotted(early.lib.version) if early.lib else ""
+    collector = NfsCollector(None, lock, release, version if early.name == "bcc" else "", MountTable(grace=grace),
+                             CgroupLabels(grace) if cgroup_label else None, early.name, version)
     registry.register(collector)
     stop_signal: Optional[int] = None
     serving = False
@@ -373,7 +394,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
         print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
         while stop_signal is None:
             try:
-                session = Session("nfs-exporter", tool, ops, spec, verbose)
+                session = Session("nfs-exporter", tool, ops, spec, verbose, backend=backend)
             except NothingToTrace as exc:
                 if not exc.modules:
                     raise
@@ -385,6 +406,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
             with session:
                 with lock:
                     collector.session, collector.attached_at = session, time.time()
+                    collector.loaded(session.backend.name, session.backend.version)
                 session.warn(f"probe attached: {', '.join(session.ops)}")
                 while session.wait(1.0) and not session.late_modules:
                     pass

@@ -9,7 +9,6 @@ a reader writes `key.op` whichever loader produced the key.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -45,6 +44,8 @@ SAMPLE_FN = ctypes.CFUNCTYPE(_i, _p, _p, _sz)
 PRINT_FN = ctypes.CFUNCTYPE(_i, _i, ctypes.c_char_p, _p)
 #: enum libbpf_print_level's LIBBPF_DEBUG (WARN 0, INFO 1)
 LIBBPF_DEBUG = 2
+#: the library loaded: Debian's libbpf1 (bookworm 1.1, trixie 1.5)
+SONAME = "libbpf.so.1"
 #: the oldest libbpf the loader is written against (NULL-and-errno returns, open_mem's opts)
 MIN_VERSION = (1, 0)
 
@@ -57,13 +58,18 @@ class Libbpf:
     """libbpf.so.1's functions, typed; `log` keeps what libbpf printed since the last take_log()."""
 
     def __init__(self, path: Optional[str] = None) -> None:
-        name = path or ctypes.util.find_library("bpf") or "libbpf.so.1"
+        # the soname, not find_library("bpf"): that finds bullseye's libbpf.so.0 (0.3) as readily
+        name = path or SONAME
         try:
             self.lib = ctypes.CDLL(name, use_errno=True)
         except OSError as exc:
-            raise LibbpfError(0, f"cannot load libbpf ({name}): {exc}: apt-get install libbpf1") from None
+            raise LibbpfError(0, f"cannot load {name}: {exc}: apt-get install libbpf1") from None
         for function, restype, argtypes in _SIGNATURES:
-            func = getattr(self.lib, function)
+            try:
+                func = getattr(self.lib, function)
+            except AttributeError:
+                raise LibbpfError(0, f"{name} has no {function}: older than libbpf "
+                                  f"{'.'.join(map(str, MIN_VERSION))}") from None
             func.restype, func.argtypes = restype, list(argtypes)
         self.version = (int(self.lib.libbpf_major_version()), int(self.lib.libbpf_minor_version()))
         self.log: List[str] = []

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from discover.errors import UserError
 from probes.backend import Backend, Rejected, major_minor
+from probes.backend_choice import Choice, choose
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
@@ -153,19 +154,14 @@ def wait_for_modules(modules: Sequence[str], root: Path = Path("/sys/module"), p
             signal.signal(sig, handler)
 
 
-def open_backend(name: str, spec: Dict[str, Any], facts: KernelFacts) -> Backend:
-    """The loader --backend names: bcc (the default), or core, libbpf with the spec's prebuilt
-    object. Imported here, once a tool starts, so that neither is needed to import the tools."""
-    if name == "core":
-        from probes.core_backend import CoreBackend, live_format, object_path
-        path = object_path(spec)
-        try:
-            data = path.read_bytes()
-        except OSError:
-            raise UserError(f"--backend core: no CO-RE object for {spec['filesystem']} ({path}): "
-                            "build it with `python -m probes.build_core`") from None
+def open_backend(choice: Choice, spec: Dict[str, Any], facts: KernelFacts) -> Backend:
+    """The loader probes.backend_choice chose: core (libbpf with the spec's prebuilt object) or
+    bcc. Imported here, once a tool starts, so that neither is needed to import the tools."""
+    if choice.name == "core":
+        from probes.core_backend import CoreBackend, live_format
+        assert choice.lib is not None and choice.data is not None
         tracefs = facts.tracefs
-        return CoreBackend(spec, data, facts.release,
+        return CoreBackend(spec, choice.data, choice.lib,
                            lambda event: live_format(event, tracefs) if tracefs is not None else None)
     from probes.bcc_backend import BccBackend
     return BccBackend()
@@ -176,7 +172,7 @@ class Session:
 
     def __init__(self, prog: str, tool: Tool, ops: Sequence[str], spec: Union[str, Dict[str, Any], None],
                  verbose: bool, cgroup_dir: Optional[str] = None, fentry: bool = True,
-                 backend: str = "bcc") -> None:
+                 backend: str = "auto") -> None:
         self.prog = prog
         #: --cgroup's directory (probes.cgroups.filter_dir): its fd goes into cgroup_filter[0]
         self.cgroup_dir = cgroup_dir
@@ -206,9 +202,10 @@ class Session:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
         enums = {enum for c in self.selection.chosen if c.candidate["kind"] == "tracepoint"
                  for p in c.points for end in ("entry", "exit") for enum in facts.event_enum_types(p[end])}
-        self.backend = open_backend(backend, spec, facts)
-        if backend != "bcc" and verbose:
-            self.warn(f"backend: {self.backend.name} (libbpf {self.backend.version}, the prebuilt CO-RE object)")
+        choice = choose(backend, spec, facts.release, self.selection.btf_modules(), BTF_DIR)
+        if verbose:
+            self.warn(f"backend: {choice.why}")
+        self.backend = open_backend(choice, spec, facts)
         ringbuf = False
         if tool.events:
             ringbuf, why = self.backend.ringbuf_support(facts.release)

@@ -17,7 +17,7 @@ import pytest
 from discover.profile import KernelProfile
 from discover.spec import OPS, load_spec
 from probes.build_core import build
-from probes.core_backend import CoreBackend
+from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
 from probes.generate import Tool
 from probes.generate_core import CFG_GLOBALS, MAX_DEREFS, POINT_SCALARS, cfg_format, core_table, generate_core, tp_slots
 from probes.libbpf import BpfObject, Libbpf
@@ -123,7 +123,7 @@ def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, An
     arguments), the loader names the chosen programs and writes each point's op, slot and
     tracepoint field offsets as the kernel's format gives them."""
     sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
-    backend = CoreBackend(spec, b"", "6.1.0-50-amd64", formats_of(profile))
+    backend = CoreBackend(spec, b"", Libbpf(), formats_of(profile))
     probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, [], True, True, ())
     assert backend._plan is not None
     _probe, programs, cfg, sizes = backend._plan
@@ -157,7 +157,7 @@ def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: Kernel
     prepare() (open from memory, no bpf()), libbpf's own getter says exactly the programs of
     the 6.1.0-50 choice autoload, and the maps no setting writes were shrunk to one entry."""
     sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
-    backend = CoreBackend(spec, built, "6.1.0-50-amd64", formats_of(profile))
+    backend = CoreBackend(spec, built, Libbpf(), formats_of(profile))
     probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, [], True, True, ())
     obj = backend.prepare(probe)
     try:
@@ -179,7 +179,7 @@ def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile:
     facts = KernelFacts.from_profile(profile)
     chosen = select(spec, facts, ["read", "commit"]).chosen + \
         [c._replace(watch=True) for c in select(spec, facts, ["rpc"]).chosen]
-    backend = CoreBackend(spec, b"", "6.1.0-50-amd64", formats_of(profile))
+    backend = CoreBackend(spec, b"", Libbpf(), formats_of(profile))
     probe = backend.generate(chosen, Tool(events=True, inflight=True), None, [], True, True, ())
     assert probe.watched == ("rpc",)
     assert backend._plan is not None
@@ -226,3 +226,14 @@ def test_histogram_slots_are_bccs(tmp_path: Path) -> None:
     subprocess.run(["clang", "-O2", "-o", str(tmp_path / "log2"), str(source)], check=True)
     out = subprocess.run([str(tmp_path / "log2")], capture_output=True, text=True, check=True).stdout.split()
     assert [int(slot) for slot in out] == [max(v.bit_length(), 1) for v in values]
+
+
+def test_fentry_only_where_libbpf_names_module_targets(spec: Dict[str, Any], profile: KernelProfile) -> None:
+    """libbpf before 1.5 finds a module function's fentry target by scanning every module's BTF
+    per program (docs/core.md: measured on 6.1): there the core loader attaches kprobes, as
+    bcc 0.26 does, and says why. The host's libbpf1 is bookworm's 1.1."""
+    lib = Libbpf()
+    ok, why = CoreBackend(spec, b"", lib, formats_of(profile)).fentry_support()
+    assert ok == (lib.version >= MODULE_TARGET_VERSION)
+    version = ".".join(map(str, lib.version))
+    assert why.startswith("attach: fentry/fexit" if ok else f"attach: kprobes (libbpf {version} looks ")

@@ -351,7 +351,7 @@ def test_without_a_probe_a_scrape_has_the_health_metrics_only() -> None:
     registry = CollectorRegistry()
     registry.register(NfsCollector(None, threading.Lock(), "6.1.0-50-amd64", "0.26.0"))
     text = generate_latest(registry).decode()
-    assert "probekit_nfs_probe_attached 0.0" in text and 'probekit_build_info{bcc_version="0.26.0"' in text
+    assert "probekit_nfs_probe_attached 0.0" in text and 'probekit_build_info{bcc_version="0.26.0"' in text and 'probekit_bpf_loader_info{backend="bcc",version=""}' in text
     assert "probekit_nfs_ops_total" not in text and "probekit_nfs_probe_attach_time_seconds" not in text
     attached, _ = _scrape_text()
     assert "probekit_nfs_probe_attached 1.0" in attached and "probekit_nfs_probe_attach_time_seconds " in attached

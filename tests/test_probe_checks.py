@@ -1,4 +1,5 @@
-"""The probe lab checks' verdicts (labs/probe_checks.py) on a real 5.10 guest run (README beside it)."""
+"""The probe lab checks' verdicts (labs/probe_checks.py) on real guest runs: 5.10 (bcc) and 6.12
+(core, with the bcc reference beside it); READMEs beside them."""
 from __future__ import annotations
 
 import gzip
@@ -8,16 +9,22 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.probe_checks import verify_nfsslower_reports_injected_latency
+from labs.probe_checks import (verify_auto_picks_the_loader_and_bcc_counts_the_same,
+                               verify_fentry_where_the_loader_and_btf_allow, verify_nfsslower_reports_injected_latency)
 
 RUN = Path(__file__).parent / "fixtures" / "5.10.0-32-amd64" / "probes" / "guest-run.json.gz"
+RUN_CORE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "guest-run.json.gz"
+
+
+def load(path: Path) -> Dict[str, Any]:
+    with gzip.open(path, "rt") as handle:
+        out: Dict[str, Any] = json.load(handle)
+    return out
 
 
 @pytest.fixture
 def run() -> Dict[str, Any]:
-    with gzip.open(RUN, "rt") as handle:
-        out: Dict[str, Any] = json.load(handle)
-    return out
+    return load(RUN)
 
 
 def delayed_reads(run: Dict[str, Any]) -> list:
@@ -38,3 +45,47 @@ def test_no_read_at_the_round_trip_fails(run: Dict[str, Any]) -> None:
         event["lat_us"] = min(event["lat_us"], rtt_us - 1)
     with pytest.raises(AssertionError):
         verify_nfsslower_reports_injected_latency(run)
+
+
+@pytest.fixture
+def core_run() -> Dict[str, Any]:
+    return load(RUN_CORE)
+
+
+def test_core_and_the_bcc_reference_count_the_same(core_run: Dict[str, Any]) -> None:
+    """6.12: both tools on core (auto: libbpf 1.5, module BTF), fentry on the NFS functions, and
+    the nfsdist on bcc beside them counted every operation and byte of every phase as they did."""
+    verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)
+    verify_fentry_where_the_loader_and_btf_allow(core_run)
+    main = core_run["main"]["data"]
+    assert main["attach_kinds"]["nfsdist"]["backend"] == "core"
+    assert all(main["seen"][phase] == main["seen_bcc"][phase] for phase in main["phases"])
+
+
+def test_a_count_or_bytes_the_reference_does_not_share_fail(core_run: Dict[str, Any]) -> None:
+    main = core_run["main"]["data"]
+    main["seen_bcc"]["nfs42"]["ops"]["write"]["bytes"] -= 4096
+    with pytest.raises(AssertionError, match="nfs42"):
+        verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)
+    main["seen_bcc"]["nfs42"]["ops"]["write"]["bytes"] += 4096
+    main["seen"]["meta3"]["ops"]["rename"]["count"] += 1
+    with pytest.raises(AssertionError, match="meta3"):
+        verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)
+
+
+def test_a_difference_reported_missed_passes_and_no_more(core_run: Dict[str, Any]) -> None:
+    """A read one loader did not count passes where that tool said it missed one, not two."""
+    phase = core_run["main"]["data"]["seen_bcc"]["delay"]
+    phase["ops"]["read"]["count"] -= 1
+    phase["ops"]["read"]["bytes"] -= 65536
+    phase["missed"]["read"] = 1
+    verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)
+    phase["ops"]["read"]["count"] -= 1
+    with pytest.raises(AssertionError, match="delay"):
+        verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)
+
+
+def test_a_kernel_auto_puts_on_core_must_run_core(core_run: Dict[str, Any]) -> None:
+    core_run["main"]["data"]["attach_kinds"]["nfsslower"]["backend"] = "bcc"
+    with pytest.raises(AssertionError):
+        verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)

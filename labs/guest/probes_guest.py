@@ -222,10 +222,14 @@ def picks(stderr: str) -> Dict[str, int]:
 
 
 def attach_kinds(stderr: str) -> Dict[str, Any]:
-    """How a tool attached, from its --verbose lines: the `attach:` verdict, and per
-    operation each fentry candidate's function with `fentry/fexit` or `kprobes (why)`."""
-    found: Dict[str, Any] = {"attach": None, "functions": {}}
+    """How a tool attached, from its --verbose lines: the loader (`backend: core (why)`), the
+    `attach:` verdict, and per operation each fentry candidate's function with `fentry/fexit`
+    or `kprobes (why)`."""
+    found: Dict[str, Any] = {"backend": None, "backend_why": None, "attach": None, "functions": {}}
     for line in stderr.splitlines():
+        match = re.match(r"^\S+: backend: (\w+) \((.*)\)$", line)
+        if match:
+            found["backend"], found["backend_why"] = match.group(1), match.group(2)
         match = re.match(r"^\S+: attach: (.*)$", line)
         if match:
             found["attach"] = match.group(1)
@@ -243,11 +247,11 @@ def lab_results(picked: Dict[str, int], recorded: Dict[str, int]) -> Dict[str, A
 
 
 def kernel_facts() -> Dict[str, Any]:
-    bcc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-bpfcc"], stdout=subprocess.PIPE,
-                         universal_newlines=True).stdout
+    bcc, libbpf = (subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], stdout=subprocess.PIPE,
+                                  universal_newlines=True).stdout for package in ("python3-bpfcc", "libbpf1"))
     with open(f"/proc/self/fdinfo/{sys.stdout.fileno()}") as fdinfo:
         fdinfo_ino = any(line.startswith("ino:") for line in fdinfo)  # Linux 5.14+
-    return {"release": os.uname().release, "python": sys.version.split()[0], "bcc": bcc,
+    return {"release": os.uname().release, "python": sys.version.split()[0], "bcc": bcc, "libbpf": libbpf,
             "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "fdinfo_ino": fdinfo_ino}
 
 
@@ -334,8 +338,9 @@ def label_phases(result: Dict[str, Any], phases: Dict[str, Any]) -> None:
     starts = sorted(((name, p["start"] - 1) for name, p in phases.items()), key=lambda item: item[1])
     for event in result["nfsslower"]["events"]:
         event["phase"] = phase_of(event["end_us"] / 1e6, mono)
-    for interval in result["nfsdist"]["intervals"]:
-        interval["phase"] = phase_of(wall(interval["ts"]), starts)
+    for name in ("nfsdist", "nfsdist_bcc"):
+        for interval in (result.get(name) or {}).get("intervals", []):
+            interval["phase"] = phase_of(wall(interval["ts"]), starts)
 
 
 def phase_totals(intervals: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -406,13 +411,16 @@ def netem(device: str, delay_ms: int) -> Iterator[None]:
 
 
 def check_main() -> Dict[str, Any]:
-    """One nfsslower (at a threshold) and one nfsdist (1 s intervals), started once, around three
-    phases: the workload on NFSv3, on NFSv4.2, then on NFSv3 with netem delay on the client's
-    interface to the server, adding rtt_delay_ms to every round trip (netem_delay)."""
+    """One nfsslower (at a threshold) and one nfsdist (1 s intervals), started once on the
+    loader --backend auto picks, around five phases: the workload on NFSv3, on NFSv4.2, the
+    metadata operations on each, then the workload on NFSv3 with netem delay on the client's
+    interface to the server, adding rtt_delay_ms to every round trip (netem_delay). Where they
+    run on core, a second nfsdist on bcc, started once they are ready, watches the same phases:
+    the reference the two loaders' counts are compared against."""
     device = route_device(nfs_server())
     rtt_delay_ms, delay_ms = netem_delay(device)
     threshold_ms = DELAYS["lo" if device == "lo" else "link"][1]
-    slower_log, dist_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out"
+    slower_log, dist_log, bcc_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out", "/tmp/nfsdist-bcc-main.out"
     plan = (("nfs3", MOUNTS["nfs3"], workload), ("nfs42", MOUNTS["nfs42"], workload),
             ("meta3", MOUNTS["nfs3"], metadata), ("meta42", MOUNTS["nfs42"], metadata),
             ("delay", MOUNTS["nfs3"], workload))
@@ -424,6 +432,12 @@ def check_main() -> Dict[str, Any]:
     dist = tool(["nfsdist", "--json", "-v", "--ops", "all", "1"], dist_log)
     ready = [wait_ready(slower, slower_log), wait_ready(dist, dist_log)]
     attached_during = kernel_attachments()
+    reference: Optional[subprocess.Popen] = None
+    ready_bcc = None
+    if attach_kinds(said(dist_log))["backend"] == "core":  # started alone: each loader's start-up is its own
+        reference = tool(["nfsdist", "--backend", "bcc", "--json", "-v", "--ops", "all", "1"], bcc_log)
+        ready_bcc = wait_ready(reference, bcc_log)
+    interval_logs = [dist_log] + ([bcc_log] if reference else [])
     phases: Dict[str, Any] = {}
     for tag, mount, work in plan:
         if tag == "delay":
@@ -431,20 +445,25 @@ def check_main() -> Dict[str, Any]:
                 phases[tag] = timed_phase(mount, tag, work)
         else:
             phases[tag] = timed_phase(mount, tag, work)
-        phases[tag]["flushed"] = wait_flushed([dist_log], phases[tag]["end"], f"the {tag} phase")
+        phases[tag]["flushed"] = wait_flushed(interval_logs, phases[tag]["end"], f"the {tag} phase")
         time.sleep(GAP_S)
     result = {"delay_ms": delay_ms, "rtt_delay_ms": rtt_delay_ms, "netem_device": device,
-              "threshold_ms": threshold_ms, "ready_s": ready, "phases": phases,
+              "threshold_ms": threshold_ms, "ready_s": ready, "ready_bcc_s": ready_bcc, "phases": phases,
               "nfsslower": stop(slower, slower_log), "nfsdist": stop(dist, dist_log, signal.SIGINT),
+              "nfsdist_bcc": stop(reference, bcc_log, signal.SIGINT) if reference else None,
               "kernel": kernel_facts()}
     # nfsslower ended by SIGTERM, nfsdist by SIGINT (Ctrl-C): neither may leave anything attached
     result["attached"] = {"before": attached_before, "during": attached_during, "after": kernel_attachments()}
     result["nfsslower"]["events"] = json_lines(result["nfsslower"]["lines"], "lat_us")
     result["nfsdist"]["intervals"] = json_lines(result["nfsdist"]["lines"], "ops")
+    if reference:
+        result["nfsdist_bcc"]["intervals"] = json_lines(result["nfsdist_bcc"]["lines"], "ops")
     label_phases(result, phases)
     result["seen"] = phase_totals(result["nfsdist"]["intervals"])
+    result["seen_bcc"] = phase_totals(result["nfsdist_bcc"]["intervals"]) if reference else None
     result["picks"] = {name: picks(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
-    result["attach_kinds"] = {name: attach_kinds(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")}
+    result["attach_kinds"] = {name: attach_kinds(result[name]["stderr"]) for name in ("nfsslower", "nfsdist")
+                              + (("nfsdist_bcc",) if reference else ())}
     recorded = {op: sum(result["seen"].get(tag, {}).get("ops", {}).get(op, {}).get("count", 0)
                         for tag in ("nfs3", "nfs42", "meta3", "meta42")) for op in OPS}
     result["lab_results"] = lab_results(result["picks"]["nfsdist"], recorded)

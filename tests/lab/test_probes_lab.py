@@ -1,13 +1,15 @@
 """Lab tests of nfsslower / nfsdist / nfstop on real NFS traffic, on the matrix's `probes` kernels.
 
 In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client, with netem on
-the link to the server instead of lo), booted once for all its checks (bcc compiles each
-tool at start, 20-60 s under TCG): the guest side (labs/guest/probes_guest.py, also used by
+the link to the server instead of lo), booted once for all its checks (each tool starts on
+the loader --backend auto picks: core, 10-50 s under TCG, where the kernel allows, else bcc,
+which compiles at start, 20-80 s): the guest side (labs/guest/probes_guest.py, also used by
 `labs test --lab-results`) runs the tools around a workload with known counts and reports
 both as JSON; labs/probe_checks.py compares them (the same verdicts `labs test --topology
-pair --lab-results` gives). Two guest runs per kernel keep tool starts to five: `main`
+pair --lab-results` gives). Two guest runs per kernel keep tool starts to five (six with the bcc reference): `main`
 (nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
-metadata phase per mount, and NFSv3 with netem delay) and `v3only` (all three tools with
+metadata phase per mount, and NFSv3 with netem delay; where they run on core, one nfsdist on
+bcc beside them over the same phases, whose counts and bytes must be theirs) and `v3only` (all three tools with
 nfsv4 unloaded, nfstop watching the workload's process). v3only runs on the kernels of
 the matrix's `v3only` (a pair's fault run starts all three tools on a v3-only client and checks
 the same there). A third run, `identity` (6.12 in CI), checks the mount and cgroup of each
@@ -134,8 +136,12 @@ def test_both_tools_pick_the_same_candidates(results: Results) -> None:
     pc.verify_both_tools_pick_the_same_candidates(results)
 
 
-def test_fentry_where_bcc_and_btf_allow(results: Results) -> None:
-    pc.verify_fentry_where_bcc_and_btf_allow(results)
+def test_fentry_where_the_loader_and_btf_allow(results: Results) -> None:
+    pc.verify_fentry_where_the_loader_and_btf_allow(results)
+
+
+def test_auto_picks_the_loader_and_bcc_counts_the_same(results: Results) -> None:
+    pc.verify_auto_picks_the_loader_and_bcc_counts_the_same(results)
 
 
 def static_kernel(lab: Lab, release: str, functions: Any, modules: List[str]) -> Any:
