@@ -1,8 +1,9 @@
 """The Debian package (scripts/build-deb) carries what a client installs: every command of
 pyproject.toml on PATH and resolving to its code in the private directory, the exporter's
-unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, the CO-RE
-objects, and Depends on Debian's packages of every Python dependency. Built once from the working tree
-(about 30 s) and read back with dpkg-deb; lintian, when installed, must find no error.
+unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, the Prometheus
+rules in /usr/share/probekit/prometheus/, the CO-RE objects, and Depends on Debian's packages of
+every Python dependency. Built once from the working tree (about 30 s) and read back with
+dpkg-deb; lintian, when installed, must find no error.
 """
 from __future__ import annotations
 
@@ -114,6 +115,11 @@ def test_sysctl_file_is_shipped_not_applied(tree: Path) -> None:
     applied: List[Path] = [p for d in ("etc/sysctl.d", "usr/lib/sysctl.d", "lib/sysctl.d")
                            for p in (tree / d).glob("*")]
     assert not applied
+
+
+def test_prometheus_rules_are_shipped(tree: Path) -> None:
+    shipped = tree / "usr/share/probekit/prometheus/probekit-rules.yml"
+    assert shipped.read_text() == (REPO / "packaging/prometheus/probekit-rules.yml").read_text()
 
 
 def test_depends_on_debian_packages_of_every_dependency(deb: Path) -> None:

@@ -1,0 +1,203 @@
+"""promtool unit tests of packaging/prometheus/probekit-rules.yml, made from real lab scrapes, so
+that the rules are tried on what nfs-exporter really serves and the expectations follow from
+what happened in the run (the server stopped, a probe compiled again), not from numbers typed
+to fit. Two runs:
+
+- the 7.3 fault run (tests/fixtures/7.3.4+deb13-amd64/faults/): the exporter scraped about
+  every second while the NFS server's QEMU was stopped for 30 s, then while it compiled a new
+  probe after nfsv4 loaded; its per-mount in-flight series, on a 1 s grid (each grid point
+  takes the last scrape at or before it);
+- the 6.1 exporter run (tests/fixtures/6.1.0-50-amd64/exporter/): its last scrape, with both
+  mounts' histograms and counters, placed 5 minutes after zero, where every counter of the
+  probe started (its attach); rates are then the scrape's counts over 300 s and the p99 is the
+  run's own.
+
+    python3 tests/prometheus_rule_tests.py OUTDIR   # then: promtool test rules OUTDIR/*.yml
+"""
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = REPO / "packaging/prometheus/probekit-rules.yml"
+FAULT_RUN = REPO / "tests/fixtures/7.3.4+deb13-amd64/faults/faults.json.gz"
+EXPORTER_RUN = REPO / "tests/fixtures/6.1.0-50-amd64/exporter/exporter-run.json.gz"
+IN_FLIGHT = {"in_flight": "probekit_nfs_mount_ops_in_flight", "oldest_s": "probekit_nfs_mount_oldest_in_flight_seconds"}
+MOUNT_KEY = ("server", "export", "mountpoint")
+#: the recording rules' grouping of the per-operation series
+PER_MOUNT_OP = ("instance", "mountaddr", "export", "mountpoint", "op")
+#: the per-operation families the rules read, as the scrape names their samples
+SCRAPED = ("probekit_nfs_op_latency_seconds_bucket", "probekit_nfs_ops_total", "probekit_nfs_bytes_total",
+           "probekit_nfs_missed_total", "probekit_nfs_probe_attached")
+RATE_WINDOW_S = 300
+
+
+def rules() -> Dict[str, Dict[str, Any]]:
+    """Each rule of the shipped file by its alert or record name."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {rule.get("alert", rule.get("record")): rule for group in groups for rule in group["rules"]}
+
+
+def instance(stderr: str) -> str:
+    """host:port the exporter served on, as Prometheus' `instance` would name it."""
+    return re.search(r"serving http://([^/]+)/metrics", stderr).group(1)
+
+
+def series(name: str, labels: Dict[str, str]) -> str:
+    return name + "{" + ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items())) + "}"
+
+
+def values(points: List[Optional[float]]) -> str:
+    """promtool's notation: a value per step; a series gone from a scrape is `stale` once (the
+    marker Prometheus writes), then absent."""
+    out: List[str] = []
+    for i, point in enumerate(points):
+        out.append(repr(point) if point is not None else "stale" if i and points[i - 1] is not None else "_")
+    return " ".join(out)
+
+
+def alert(name: str, labels: Dict[str, str]) -> Dict[str, Any]:
+    """An expected firing alert: the rule's labels added, its annotations rendered for `labels`."""
+    rule = rules()[name]
+    render = {key: re.sub(r"{{ \$labels\.(\w+) }}", lambda m: labels[m.group(1)], text)
+              for key, text in rule["annotations"].items()}
+    return {"exp_labels": {**labels, **rule["labels"]}, "exp_annotations": render}
+
+
+def threshold(name: str) -> float:
+    """The number an alert's expression compares against."""
+    return float(re.search(r"> (\d+(?:\.\d+)?)$", rules()[name]["expr"].strip()).group(1))
+
+
+def fault_run_test() -> Dict[str, Any]:
+    """The server stopped for 30 s: the stuck alert fires late in the stop, naming the server,
+    export and mount, and not before the threshold, under packet loss, after the server answered
+    again, or through the nfs-server restart (6 s); the probe's recompile after nfsv4 loaded (the
+    mounts' series leave the scrapes: the exporter serves them only while attached) leaves the
+    detached alert pending, shorter than its `for`."""
+    data = json.load(gzip.open(FAULT_RUN))["data"]
+    scrapes = data["nfs_exporter"]["scrapes"]
+    where = instance(data["nfs_exporter"]["stderr"])
+    start = scrapes[0]["mono"]
+    monos = [s["mono"] for s in scrapes]
+    grid = [scrapes[bisect.bisect_right(monos, start + t) - 1] for t in range(int(monos[-1] - start) + 1)]
+    keys = sorted({tuple(s[k] for k in MOUNT_KEY) for scrape in scrapes for s in scrape["series"]})
+    inputs = [{"series": series("probekit_nfs_probe_attached", {"instance": where}),
+               "values": values([float(bool(scrape["series"])) for scrape in grid])}]
+    for key in keys:
+        at = [next((s for s in scrape["series"] if tuple(s[k] for k in MOUNT_KEY) == key), None) for scrape in grid]
+        for field, name in IN_FLIGHT.items():
+            inputs.append({"series": series(name, {"instance": where, **dict(zip(MOUNT_KEY, key))}),
+                           "values": values([s[field] if s else None for s in at])})
+
+    def step(mono: float) -> int:
+        return int(mono - start)
+
+    phases, stuck_after = data["phases"], threshold("NFSOperationsStuck")
+    host = phases["pause"]["host"]
+    resumed = host["seen_mono"]  # the workload saw the host's note after SIGCONT: the server answered by then
+    stopped = resumed - host["paused_s"]  # the stop began at or before this
+    mount = phases["pause"]["mount"]
+    paused = next(key for key in keys if key[2] == mount)
+    labels = {"instance": where, **dict(zip(MOUNT_KEY, paused))}
+    late = step(resumed - 3)
+    detached = next(i for i, scrape in enumerate(grid) if not scrape["series"])
+    tests = [{"eval_time": f"{step(mono)}s", "alertname": "NFSOperationsStuck", "exp_alerts": []}
+             for mono in (phases["loss"]["mono_end"], stopped + stuck_after - 5, resumed + 5,
+                          phases["restart"]["mono_end"])]
+    tests.append({"eval_time": f"{late}s", "alertname": "NFSOperationsStuck",
+                  "exp_alerts": [alert("NFSOperationsStuck", labels)]})
+    tests.append({"eval_time": f"{len(grid) - 1}s", "alertname": "NFSProbeDetached", "exp_alerts": []})
+    pending = {"alertname": "NFSProbeDetached", "alertstate": "pending", "instance": where,
+               **rules()["NFSProbeDetached"]["labels"]}
+    oldest = next(s for s in grid[late]["series"] if s["mountpoint"] == mount)["oldest_s"]
+    exprs = [{"expr": "server:probekit_nfs_mount_oldest_in_flight_seconds:max", "eval_time": f"{late}s",
+              "exp_samples": [{"labels": series("server:probekit_nfs_mount_oldest_in_flight_seconds:max",
+                                                {"server": paused[0]}), "value": oldest}]},
+             {"expr": 'ALERTS{alertname="NFSProbeDetached"}', "eval_time": f"{detached - 1}s", "exp_samples": []}]
+    exprs += [{"expr": 'ALERTS{alertname="NFSProbeDetached"}', "eval_time": f"{at}s",
+               "exp_samples": [{"labels": series("ALERTS", pending), "value": 1}]} for at in (detached, len(grid) - 1)]
+    return {"interval": "1s", "input_series": inputs, "alert_rule_test": tests, "promql_expr_test": exprs}
+
+
+def bucket_quantile(q: float, buckets: List[Tuple[float, float]]) -> float:
+    """Prometheus' histogram_quantile on cumulative (le, count) buckets (promql/quantile.go,
+    bucketQuantile), the same float operations in the same order: what the rule must record."""
+    buckets = sorted(buckets)
+    rank = q * buckets[-1][1]
+    b = next((i for i, (_, count) in enumerate(buckets[:-1]) if count >= rank), len(buckets) - 1)
+    if b == len(buckets) - 1:
+        return buckets[-2][0]
+    start, end, count = 0.0, buckets[b][0], buckets[b][1]
+    if b > 0:
+        start = buckets[b - 1][0]
+        count -= buckets[b - 1][1]
+        rank -= buckets[b - 1][1]
+    return start + (end - start) * (rank / count)
+
+
+def rate(increase: float) -> float:
+    """rate() over RATE_WINDOW_S of a counter that rose by `increase` from zero, its samples at
+    both ends of the window (nothing to extrapolate), as promql/functions.go computes it: the
+    increase times (extrapolated / sampled interval, 1 here) / the window's seconds."""
+    return increase * (1.0 / RATE_WINDOW_S)
+
+
+def exporter_run_test() -> Dict[str, Any]:
+    """The run's last scrape, 5 minutes after zero: per mount and operation, the recorded rates
+    are the scrape's counts and bytes over 300 s and the p99 is its histogram's; nothing was
+    missed and the probe was attached, so neither alert fires."""
+    run = json.load(gzip.open(EXPORTER_RUN))
+    where = instance("\n".join(run["stderr"]))
+    samples = [s for family in text_string_to_metric_families(run["texts"]["probekit"])
+               for s in family.samples if s.name in SCRAPED]
+    steps = RATE_WINDOW_S // 60
+    inputs = []
+    for s in samples:
+        start = s.value if s.name == "probekit_nfs_probe_attached" else 0.0
+        inputs.append({"series": series(s.name, {"instance": where, **s.labels}),
+                       "values": values([start] * steps + [s.value])})
+    buckets: Dict[Tuple[str, ...], List[Tuple[float, float]]] = {}
+    exprs = []
+    for s in samples:
+        key = tuple({"instance": where, **s.labels}.get(k, "") for k in PER_MOUNT_OP)
+        if s.name == "probekit_nfs_op_latency_seconds_bucket":
+            buckets.setdefault(key, []).append((float(s.labels["le"]), rate(s.value)))
+        elif s.name in ("probekit_nfs_ops_total", "probekit_nfs_bytes_total"):
+            name = f"instance_mountpoint_op:{s.name[:-len('_total')]}:rate5m"
+            selector = series(name, dict(zip(PER_MOUNT_OP, key)))
+            exprs.append({"expr": selector, "eval_time": f"{steps}m",
+                          "exp_samples": [{"labels": selector, "value": rate(s.value)}]})
+    p99 = "instance_mountpoint_op:probekit_nfs_op_latency_seconds:p99_rate5m"
+    for key, hist in sorted(buckets.items()):
+        selector = series(p99, dict(zip(PER_MOUNT_OP, key)))
+        exprs.append({"expr": selector, "eval_time": f"{steps}m",
+                      "exp_samples": [{"labels": selector, "value": bucket_quantile(0.99, hist)}]})
+    tests = [{"eval_time": f"{steps}m", "alertname": name, "exp_alerts": []}
+             for name in ("NFSOperationsMissed", "NFSProbeDetached")]
+    return {"interval": "1m", "input_series": inputs, "alert_rule_test": tests, "promql_expr_test": exprs}
+
+
+def write(out: Path) -> List[Path]:
+    """One promtool test file per run in `out` (JSON, which YAML reads), naming the shipped rules."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, test in (("fault-run", fault_run_test()), ("exporter-run", exporter_run_test())):
+        path = out / f"{name}.yml"
+        path.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": test["interval"],
+                                    "tests": [test]}, indent=1) + "\n")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    print("\n".join(str(p) for p in write(Path(sys.argv[1]))))
