@@ -41,6 +41,7 @@ from labs.base import Lab
 from labs.console import GuestFailure
 from labs.integration import install_tools
 from labs.qemu import QemuLab
+from lab_lanes import Job, Lanes
 
 #: the CI kernels, each from its Debian suite's cached image (labs/images.py)
 KERNELS: Tuple[str, ...] = ("7.3", "6.1", "6.12", "7.2", "5.10")
@@ -190,28 +191,6 @@ def _planned_only(kernel_lab: KernelLab, key: str) -> Any:
 PLAN: Dict[str, List[str]] = {}
 
 
-class Job:
-    """One lane's piece of work: run() once in a lane thread; its tests wait for `done`."""
-
-    name = ""
-
-    def __init__(self) -> None:
-        self.failure: Optional[str] = None
-        self.started_at = 0.0
-        self.done = threading.Event()
-
-    def image_kernel(self) -> str:
-        """The kernel whose image this job boots."""
-        raise NotImplementedError
-
-    def run(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """The session was cut short: take this job's guests down, ending its run."""
-        raise NotImplementedError
-
-
 class KernelJob(Job):
     """One kernel's boot, planned guest runs and lab end; its fixture waits for `done` and hands
     over its KernelLab (or its boot failure)."""
@@ -229,8 +208,12 @@ class KernelJob(Job):
     def run(self) -> None:
         self.started_at = time.monotonic()
         try:
+            if self.stopping.is_set():
+                return
             self.the = boot(self.lab, self.kernel, self.root, self.started_at)
             for key in PLAN.get(self.kernel, []):
+                if self.stopping.is_set():
+                    break
                 try:
                     once_run(self.the, key)
                 except Exception:  # kept by once(): the tests that need it fail with it
@@ -249,7 +232,7 @@ class KernelJob(Job):
             _record_times(self.root, self.kernel, times)
             self.done.set()
 
-    def stop(self) -> None:
+    def take_down(self) -> None:
         self.lab.down()
 
 
@@ -263,36 +246,6 @@ def lane_job(name: str, module: str) -> Callable[[Callable[[Path], Job]], Callab
         LANE_JOBS[name] = (make, module)
         return make
     return register
-
-
-class Lanes:
-    """LANES threads taking the session's jobs in JOB_ORDER."""
-
-    def __init__(self, jobs: List[Job]) -> None:
-        self.jobs = jobs
-        self.queue = list(jobs)
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._lane, name=f"lab-lane-{i}", daemon=True)
-                        for i in range(min(LANES, len(jobs)))]
-        for thread in self.threads:
-            thread.start()
-
-    def _lane(self) -> None:
-        while True:
-            with self.lock:
-                if not self.queue:
-                    return
-                job = self.queue.pop(0)
-            job.run()
-
-    def stop(self) -> None:
-        """A session cut short: the queue empties and every guest goes, ending the runs in flight."""
-        with self.lock:
-            self.queue.clear()
-        for job in self.jobs:
-            job.stop()
-        for thread in self.threads:
-            thread.join(120)
 
 
 _LANES: List[Lanes] = []
@@ -468,6 +421,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     PLAN.update(_plan(session.items))
     if os.geteuid() != 0 or session.config.option.collectonly:
         return
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        return  # pytest ends the run at its collection errors: no guest is started for it
     names = {JOB_ORDER[i] for i in {_job_of(item) for item in session.items} if i >= 0}
     jobs: List[Job] = []
     for name in JOB_ORDER:
@@ -489,7 +444,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from discover.errors import cache_root
         _PREBUILD.append(Prebuild(ahead, cache_root() / "images" / "prebuild.log"))
         _PREBUILD[0].start()
-    _LANES.append(Lanes(jobs))
+    _LANES.append(Lanes(jobs, LANES))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

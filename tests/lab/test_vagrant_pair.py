@@ -72,7 +72,11 @@ class VagrantSmoke(Job):
             self.facts["nets_before"] = [row["name"] for row in parse_net_list(virsh("net-list", "--all"))]
             self.facts["links_before"] = host_links()
             self.lab.down()  # a lab a crashed earlier run left behind
+            if self.stopping.is_set():
+                return
             self.lab.up()
+            if self.stopping.is_set():
+                return
             self.times["up"] = round(time.monotonic() - self.started_at, 1)
             self._gather()
         except Exception as exc:  # every test fails with this one line
@@ -150,7 +154,7 @@ class VagrantSmoke(Job):
             stop_daemons_started_by_us()
         self.facts["left"] = left
 
-    def stop(self) -> None:
+    def take_down(self) -> None:
         self.lab.down()
 
 
