@@ -193,12 +193,30 @@ def same_file(a: Union[str, Path], b: Union[str, Path]) -> bool:
         return False
 
 
+def _probe_device(path: Path, option: str) -> None:
+    """Write nothing to a character device: a device that cannot take a write (/dev/full,
+    one the user may not open) refuses even that, so it is refused before any work, while a
+    terminal or /dev/null takes it (opened without blocking, as a serial line's open may).
+    FIFOs are not opened: with no reader yet, that would block."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        os.write(fd, b"")
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
 def check_output(path: Union[str, Path], inputs: Sequence[Union[str, Path]] = (), option: str = "-o",
                  make_parents: bool = False) -> None:
     """Refuse an output path before any work (a capture, a download, a long analysis) is done
     for it: one that names an input (it would be overwritten), a directory, a path under a
     regular file, a missing directory (unless make_parents), a directory the user cannot
-    write in, or a full device. The checks a write itself would make, made first."""
+    write in, a full device holding the file, or a character device that refuses a write
+    (/dev/full). The checks a write itself would make, made first."""
     path = Path(path)
     for given in inputs:
         if same_file(path, given):
@@ -206,6 +224,8 @@ def check_output(path: Union[str, Path], inputs: Sequence[Union[str, Path]] = ()
     if path.is_dir():
         raise UserError(f"{option} {path}: is a directory; name a file")
     if path.exists() and not path.is_file():  # /dev/stdout, /dev/full, a FIFO: written as they are
+        if path.is_char_device():
+            _probe_device(path, option)
         return
     parent = path.parent
     existing = parent

@@ -371,7 +371,6 @@ def option_cases() -> Iterator[bi.Case]:
         "propose-out-dev-full": (["discover", "propose", "nfs", "--kernel-profile", p, "-o", "/dev/full"],
                                  "/dev/full"),
         "events-live-no-tracefs": (["discover", "events", "nfs"], None),
-        "snapshot-out-dev-full": (["discover", "snapshot", "-o", "/dev/full"], None),
         "compat-kernel-empty": (["probes", "compat", s, "--kernel", ""], "--kernel"),
         "compat-kernel-blank": (["probes", "compat", s, "--kernel", "  "], "--kernel"),
         "compat-kernel-twice": (["probes", "compat", s, "--kernel", p, "--kernel", p], "twice"),
@@ -527,7 +526,8 @@ def output_cases() -> Iterator[bi.Case]:
             ("snapshot-missing-dir", "no/dir/p.json", {}, "discover: error: -o no/dir/p.json: no directory no/dir; "
                                                             "create it first"),
             ("snapshot-under-file", "afile/p.json", {"afile": "x"},
-             "discover: error: -o afile/p.json: the parent afile is a file, not a directory")):
+             "discover: error: -o afile/p.json: the parent afile is a file, not a directory"),
+            ("snapshot-dev-full", "/dev/full", {}, "discover: error: -o /dev/full: cannot write: No space left on device")):
         yield bi.Case(f"output/{label}", ["discover", "snapshot", "-o", out], files={**tracefs, **files},
                       env={"PROBEKIT_TRACEFS": "{cwd}/tracefs"}, match=line)
 
