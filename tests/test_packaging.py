@@ -7,20 +7,37 @@ pyproject.toml names them. Built here from the working tree and read back.
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from needs import missing
+
 REPO = Path(__file__).resolve().parent.parent
 #: ELF e_machine of BPF objects
 EM_BPF = 247
+#: what building the CO-RE objects needs (probes/build_core.py), and what installs it
+BUILD_TOOLS = "clang, llvm-strip and libbpf's headers (apt-get install clang llvm libbpf-dev)"
+
+
+def build_wheel(out: Path) -> Path:
+    """The wheel pip builds from this tree as a user would (build isolation: pip fetches
+    setuptools into a fresh environment); what is missing for that is said in one line."""
+    if not (shutil.which("clang") and shutil.which("llvm-strip") and Path("/usr/include/bpf/bpf_helpers.h").exists()):
+        missing(f"building the wheel compiles the CO-RE objects and needs {BUILD_TOOLS}")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
+                          cwd=out, capture_output=True, text=True)
+    if done.returncode != 0 and "install build dependencies" in done.stdout + done.stderr:
+        missing("building the wheel needs setuptools>=61 from a package index (network) or from a directory "
+                "of wheels named by PIP_FIND_LINKS; pip found none")
+    assert done.returncode == 0, f"pip wheel failed:\n{done.stderr}"
+    return next(out.glob("probekit-*.whl"))
 
 
 def test_wheel_carries_templates_specs_and_lab_scripts(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "-w", str(tmp_path), str(REPO)], check=True, cwd=tmp_path)
-    wheel = next(tmp_path.glob("probekit-*.whl"))
+    wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {"bpf/probe.bpf.c", "probes/specs/nfs.toml", "discover/commands/callgraph.py",
               "labs/guest/kill_check.py", "labs/provision/node.sh", "labs/provision/packages.txt"}
