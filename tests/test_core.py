@@ -230,8 +230,8 @@ def test_histogram_slots_are_bccs(tmp_path: Path) -> None:
 
 def test_fentry_only_where_libbpf_names_module_targets(spec: Dict[str, Any], profile: KernelProfile) -> None:
     """libbpf before 1.5 finds a module function's fentry target by scanning every module's BTF
-    per program (docs/core.md: measured on 6.1): there the core loader attaches kprobes, as
-    bcc 0.26 does, and says why. The host's libbpf1 is bookworm's 1.1."""
+    per program (docs/core.md; measured on 6.1 in bench/README.md): there the core loader
+    attaches kprobes, as bcc 0.26 does, and says why. The host's libbpf1 is bookworm's 1.1."""
     lib = Libbpf()
     ok, why = CoreBackend(spec, b"", lib, formats_of(profile)).fentry_support()
     assert ok == (lib.version >= MODULE_TARGET_VERSION)
