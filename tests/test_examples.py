@@ -9,14 +9,15 @@ import re
 import shlex
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from discover.spec import OPS
 from labs import examples
-from probes import commands
+from probes import commands, exporter
 from probes.histogram import format_log2
 from probes.mounts import MountTable
 
@@ -182,3 +183,135 @@ def test_example_files_are_current(tool: str) -> None:
     assert path.read_text() == examples.render(examples.example(tool)), (
         f"{path.relative_to(examples.REPO)} is not what `python3 -m labs.examples` writes today (a --help, "
         "a discover output or a capture changed): run it and commit the result")
+
+
+# -- the user documents that quote the examples -----------------------------------------
+
+#: documents whose output blocks are quoted from docs/examples/: an indented block whose first
+#: line is an example's command line (`# nfsslower 50`) holds lines of that command's output
+QUOTING = (examples.REPO / "README.md", examples.REPO / "docs" / "install.md")
+#: a quoted line cut short ends with this; it matches the example line it begins
+CUT_SHORT = "…"
+#: the tool commands (console scripts) whose invocations the documents show
+COMMAND_LINES: Dict[str, click.Command] = {**TOOLS, "nfs-exporter": exporter.nfs_exporter}
+
+
+def indented_blocks(text: str) -> List[Tuple[int, List[str]]]:
+    """(line number, lines) of each Markdown indented code block, blank lines inside kept."""
+    blocks: List[Tuple[int, List[str]]] = []
+    current: Optional[List[str]] = None
+    previous = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("    ") and (current is not None or not previous.strip()):
+            if current is None:
+                current = []
+                blocks.append((number, current))
+            current.append(line[4:])
+        elif not line.strip() and current is not None:
+            current.append("")
+        else:
+            current = None
+        previous = line
+    return [(number, lines[:len(lines) - next(i for i, l in enumerate(reversed(lines)) if l)])
+            for number, lines in blocks]
+
+
+def quotes(path: Path) -> List[Tuple[int, List[str]]]:
+    """The quotes of examples in `path`: from a line `# COMMAND` of a known tool at a block's
+    start or after a blank line, to the next such line or the block's end."""
+    known = {*examples.TOOLS, "curl"}
+    found: List[Tuple[int, List[str]]] = []
+    for number, lines in indented_blocks(path.read_text()):
+        current: Optional[List[str]] = None
+        for i, line in enumerate(lines):
+            if line.startswith("# ") and line[2:].split()[0] in known and (i == 0 or not lines[i - 1]):
+                current = []
+                found.append((number + i, current))
+            if current is not None:
+                current.append(line)
+    return found
+
+
+def command_words(line: str) -> List[str]:
+    """A shell line's first command as the shell splits it: no prompt, `sudo`, comment, or
+    what follows a pipe, `&&`, `;` or a redirection."""
+    lexer = shlex.shlex(line.lstrip("$ "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words: List[str] = []
+    for word in lexer:
+        if word in ("|", "||", "&&", ";", "&", ">", ">>", "<", "2>"):
+            break
+        words.append(word)
+    return words[1:] if words[:1] == ["sudo"] else words
+
+
+def same_line(quoted: str, line: str) -> bool:
+    return line.startswith(quoted[:-1].rstrip()) if quoted.endswith(CUT_SHORT) else quoted == line
+
+
+def find_section(header: str) -> Tuple[str, examples.Section]:
+    """The example section whose command line `header` is (or begins, when cut short)."""
+    for tool in examples.TOOLS:
+        for section in examples.example(tool).sections:
+            if same_line(header, f"# {section.command}"):
+                return tool, section
+    raise AssertionError(f"{header!r} is the command of no docs/examples section")
+
+
+@pytest.mark.parametrize("path", QUOTING, ids=lambda path: path.name)
+def test_quoted_outputs_are_the_examples(path: Path) -> None:
+    """Every output the document shows is an example's (real, from a lab run or the fixtures,
+    and checked above against what the tools print today): its lines in the example's order,
+    within one command's section; blank lines aside."""
+    found = quotes(path)
+    assert found, f"{path.name} quotes no docs/examples output"
+    for number, lines in found:
+        _, section = find_section(lines[0])
+        output = [line for line in section.output if line]
+        at = 0
+        for quoted in (line for line in lines[1:] if line):
+            while at < len(output) and not same_line(quoted, output[at]):
+                at += 1
+            assert at < len(output), (f"{path.name}:{number}: {quoted!r} is not (after the lines before it) in "
+                                      f"the output of `{section.command}` in docs/examples/: quote it from there")
+            at += 1
+
+
+def test_readme_shows_each_tool_and_nfsslower_first() -> None:
+    """The README shows real output of every tool; its first screen, what nfsslower prints by
+    default (bcc's table, not CSV or JSON)."""
+    readme = QUOTING[0]
+    found = quotes(readme)
+    tools = {find_section(lines[0])[0] for _, lines in found}
+    assert tools == set(examples.TOOLS), f"README.md shows no output of {sorted(set(examples.TOOLS) - tools)}"
+    number, lines = found[0]
+    argv = lines[0][2:].split()
+    assert argv[0] == "nfsslower" and not {"-j", "--csv", "--json"} & set(argv) and number <= 45, (number, argv)
+    assert "TIME     COMM           PID    T BYTES   OFF_KB   LAT(ms) FILENAME" in lines
+
+
+@pytest.mark.parametrize("path", QUOTING, ids=lambda path: path.name)
+def test_shown_commands_parse_today(path: Path) -> None:
+    """Each tool command the document shows (`nfsslower -M --cgroup ... 10`) is one the
+    tool's options and arguments accept today; checked as a shell would split it, without
+    running it."""
+    shown = 0
+    for number, block in indented_blocks(path.read_text()):
+        lines: List[str] = []
+        for line in block:  # a line ending in `\` goes on in the next, for the shell
+            lines[-1:] = [lines[-1][:-1] + line] if lines and lines[-1].endswith("\\") else [*lines[-1:], line]
+        for line in lines:
+            first = line.lstrip("$ ").split()[:2]
+            first = first[1:] if first[:1] == ["sudo"] else first
+            name = first[0].rsplit("/", 1)[-1] if first else ""
+            if name not in COMMAND_LINES:
+                continue
+            words = command_words(line)
+            try:
+                COMMAND_LINES[name].make_context(name, words[1:])
+            except click.exceptions.Exit as exc:  # --help: printed, and ends there
+                assert exc.exit_code == 0, f"{path.name}:{number}: `{line.strip()}`"
+            except click.exceptions.ClickException as exc:
+                raise AssertionError(f"{path.name}:{number}: `{line.strip()}`: {exc.format_message()}") from None
+            shown += 1
+    assert shown or path.name != "README.md"
