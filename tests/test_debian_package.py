@@ -61,7 +61,7 @@ def tree(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_co_re_objects_are_the_wheels(tree: Path) -> None:
     """The package is built from the wheel (pybuild), whose build compiles one object per spec:
-    the same objects, where the code looks for them, beside libbpf1 in Recommends."""
+    the same objects, where the code looks for them (libbpf1 loads them: Depends)."""
     specs = sorted(p.stem for p in (REPO / "probes" / "specs").glob("*.toml"))
     objects = tree / PRIVATE / "probes" / "objects"
     assert sorted(p.name for p in objects.iterdir()) == [f"{spec}.bpf.o" for spec in specs]
@@ -124,10 +124,11 @@ def test_prometheus_rules_are_shipped(tree: Path) -> None:
 
 def test_depends_on_debian_packages_of_every_dependency(deb: Path) -> None:
     depends = [d.strip() for d in _dpkg_deb("--field", str(deb), "Depends").split(",")]
-    assert "python3-bpfcc" in depends
-    # the CO-RE loader's library is recommended, not required: Debian 11 has no libbpf1 (its
-    # libbpf0 is 0.3), and bcc, the default, needs none
-    assert _dpkg_deb("--field", str(deb), "Recommends").strip() == "libbpf1"
+    # a loader: libbpf1 for the CO-RE objects (Debian 12 and later), else bcc (Debian 11 has no
+    # libbpf1: its libbpf0 is 0.3); bcc, LLVM and the headers are not needed beside libbpf1
+    assert "libbpf1 | python3-bpfcc" in depends
+    assert "python3-bpfcc" not in depends and not _dpkg_deb("--field", str(deb), "Recommends").strip()
+    assert "python3-bpfcc" in [s.strip() for s in _dpkg_deb("--field", str(deb), "Suggests").split(",")]
     # each PyPI requirement of the wheel is Debian's python3-<name>, with the same minimum
     for name, minimum in re.findall(r'^\s*"([\w-]+)>=([\d.]+)"', _project_section("project"), re.M):
         debian = "python3-" + name.lower().replace("_", "-")

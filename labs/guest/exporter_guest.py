@@ -27,7 +27,7 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probes_guest import (EVIDENCE_WAIT_S, GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed,  # noqa: E402
@@ -233,6 +233,30 @@ def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]
     return json.loads(line), f"{slice_path(slice_name)}/{unit}.scope"
 
 
+def scraped_phase(work: Callable[..., Tuple[Dict[str, int], Optional[str]]],
+                  *args: Any) -> Tuple[Dict[str, Any], float]:
+    """work(*args) (the workload: what it issued, and its cgroup or None) between two direct
+    scrapes, each after a quiet gap: its phase ("issued", "cgroup", "moved": per series how much
+    each "op mountpoint" moved, and per "op mountpoint cgroup" in "by_cgroup"; "missed": what
+    probekit_nfs_missed_total moved by), and when the workload ended."""
+    time.sleep(GAP_S)
+    first = scrape(PORT)
+    issued, cgroup = work(*args)
+    ended = time.time()
+    time.sleep(GAP_S)
+    text = scrape(PORT)
+    moved: Dict[str, Dict[str, float]] = {}
+    for series in ("probekit_nfs_ops_total", "probekit_nfs_op_latency_seconds_count", "probekit_nfs_bytes_total"):
+        a, b = samples(first, series), samples(text, series)
+        moved[series] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
+    by = ("op", "mountpoint", "cgroup")
+    a, b = samples(first, "probekit_nfs_ops_total", by), samples(text, "probekit_nfs_ops_total", by)
+    moved["by_cgroup"] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
+    a, b = op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total")
+    return {"issued": issued, "moved": moved, "cgroup": cgroup,
+            "missed": {op: n - a.get(op, 0) for op, n in b.items() if n != a.get(op, 0)}}, ended
+
+
 def timed_workload(mount: str, tag: str, dist_log: str) -> Dict[str, Any]:
     """The workload after a quiet gap, bracketed by evidence: `at_start`, a successful scrape
     Prometheus holds from after the gap began and before the workload, and `end`, the first one
@@ -326,25 +350,8 @@ def main(argv: List[str]) -> Dict[str, Any]:
         wait_ready(dist, dist_log)
         out["ready_s"] = round(time.monotonic() - started, 1)
         during = kernel_attachments()
-        text = scrape(PORT)
         for (tag, mount), unit in zip(MOUNTS.items(), IDENTITY_UNITS):
-            time.sleep(GAP_S)
-            first = scrape(PORT)
-            issued, cgroup = unit_workload(unit, mount, tag, units)
-            workloads_end = time.time()
-            time.sleep(GAP_S)
-            text = scrape(PORT)
-            moved: Dict[str, Dict[str, float]] = {}
-            for series in ("probekit_nfs_ops_total", "probekit_nfs_op_latency_seconds_count",
-                           "probekit_nfs_bytes_total"):
-                a, b = samples(first, series), samples(text, series)
-                moved[series] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
-            by = ("op", "mountpoint", "cgroup")
-            a, b = samples(first, "probekit_nfs_ops_total", by), samples(text, "probekit_nfs_ops_total", by)
-            moved["by_cgroup"] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
-            a, b = op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total")
-            out["phases"][tag] = {"issued": issued, "moved": moved, "cgroup": cgroup,
-                                  "missed": {op: n - a.get(op, 0) for op, n in b.items() if n != a.get(op, 0)}}
+            out["phases"][tag], workloads_end = scraped_phase(unit_workload, unit, mount, tag, units)
         # PromQL once Prometheus holds a successful scrape of both targets after the last workload
         out["promql_at"] = scraped_after(workloads_end, "the mounts' workloads", ("probekit", "node"))
         out["promql"] = {name: promql(query, at=out["promql_at"]) for name, query in QUERIES.items()}

@@ -310,8 +310,13 @@ def run(plan: List[Tuple[str, str]]) -> Dict[str, Any]:
     return out
 
 
-def main(argv: List[str]) -> int:
+def sbin_on_path() -> None:
+    """mkfs, losetup and dmsetup live in sbin, which a user's PATH may lack."""
     os.environ["PATH"] = "/usr/local/sbin:/usr/sbin:/sbin:" + os.environ.get("PATH", "")
+
+
+def main(argv: List[str]) -> int:
+    sbin_on_path()
     plan = [tuple(arg.split(":", 1)) for arg in argv[1:]] or list(RUNS)
     try:
         result = {"ok": True, "data": run(plan)}  # type: ignore[arg-type]

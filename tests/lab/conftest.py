@@ -60,19 +60,20 @@ LANES = 3
 #: instance (6.11+); the exporter on kprobes with bookworm's Prometheus (6.1) and on fentry with the
 #: cgroup label and a late nfsv4 (7.3); faults on the pair; the fs tools on kprobes without module
 #: BTF (5.10) and on fentry (6.12); identity where module BTF names the file on a single guest;
-#: `labs test`'s integration once. sid's 7.2 repeats 6.12/7.3's mechanism and bcc's 0.28+ line:
-#: the full matrix only.
+#: `labs test`'s integration once; the client without LLVM, clang, bcc or headers on trixie (libbpf
+#: 1.5, fentry), the one suite whose core runs every tool there. sid's 7.2 repeats 6.12/7.3's
+#: mechanism and bcc's 0.28+ line: the full matrix only.
 CI_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": ("7.3", "6.1", "6.12", "5.10"), "v3only": ("6.1", "6.12", "5.10"), "coexist": ("6.1", "6.12"),
     "exporter": ("6.1", "7.3"), "faults": ("7.3",), "fs": ("6.12", "5.10"), "identity": ("6.12",),
-    "integration": ("6.1",),
+    "integration": ("6.1",), "nollvm": ("6.12",),
 }
 #: a release's run: each check on every kernel it has passed on (CI's matrix until 2026-12-03:
 #: 6.12 and 7.3 as pairs, coexistence, faults and fs tools on both, 7.2 in CI)
 FULL_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": KERNELS, "v3only": ("6.1", "6.12", "7.2", "5.10"), "coexist": ("7.3", "6.1", "6.12"),
     "exporter": ("7.3", "6.1"), "faults": ("7.3", "6.12"), "fs": ("7.3", "6.12", "5.10"), "identity": ("7.2",),
-    "integration": ("6.1",),
+    "integration": ("6.1",), "nollvm": ("6.12",),
 }
 
 
@@ -164,14 +165,19 @@ class KernelLab:
 #: module's fixture stands for: what a kernel's job computes before its guests go down
 GUEST_RUNS: Dict[str, Callable[[KernelLab], Any]] = {}
 RUN_OF_FIXTURE: Dict[Tuple[str, str], str] = {}
+#: guest runs that change the guest for good (they uninstall packages): planned after every other
+LAST_RUNS: List[str] = []
 
 
-def guest_run(key: str, fixture: str) -> Callable[[Callable[[KernelLab], Any]], Callable[[KernelLab], Any]]:
+def guest_run(key: str, fixture: str, last: bool = False) -> Callable[[Callable[[KernelLab], Any]],
+                                                                      Callable[[KernelLab], Any]]:
     """Register `run(kernel_lab)` as the guest run `key`, which `fixture` of its module asks for
-    with kernel_lab.once_run(key)."""
+    with kernel_lab.once_run(key); `last`: its boot runs it after every other guest run."""
     def register(run: Callable[[KernelLab], Any]) -> Callable[[KernelLab], Any]:
         GUEST_RUNS[key] = run
         RUN_OF_FIXTURE[(run.__module__, fixture)] = key
+        if last:
+            LAST_RUNS.append(key)
         return run
     return register
 
@@ -396,7 +402,8 @@ _PREBUILD: List[Prebuild] = []
 
 
 def _plan(items: List[pytest.Item]) -> Dict[str, List[str]]:
-    """Per kernel, the guest runs its items need, in item order (RUN_OF_FIXTURE)."""
+    """Per kernel, the guest runs its items need, in item order (RUN_OF_FIXTURE), but LAST_RUNS
+    after all the others."""
     plan: Dict[str, List[str]] = {}
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -407,7 +414,7 @@ def _plan(items: List[pytest.Item]) -> Dict[str, List[str]]:
             key = RUN_OF_FIXTURE.get((item.module.__name__, fixture))
             if key and key not in keys:
                 keys.append(key)
-    return plan
+    return {kernel: sorted(keys, key=lambda key: key in LAST_RUNS) for kernel, keys in plan.items()}
 
 
 def _image_of(kernel: str) -> str:

@@ -1,0 +1,46 @@
+"""Lab check of a client without LLVM, clang, bcc or kernel headers, on the matrix's `nollvm`
+kernel (6.12: trixie's libbpf 1.5, fentry).
+
+As its boot's last guest run (conftest's LAST_RUNS: nothing after it may need bcc), the guest
+side (labs/guest/nollvm_guest.py) purges bcc, LLVM, clang and the kernel headers with apt-get,
+then runs the installed nfsslower, nfsdist, nfstop, fsslower -t xfs and nfs-exporter on the
+default --backend auto through the v3only, fs and exporter checks' own guest code;
+labs/nollvm_checks.py judges it with those checks' verdicts, and that each ran on core. The
+guest's JSON is kept as nollvm.json in the kernel's artefact directory.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict
+
+import pytest
+from conftest import guest_run, on_kernels, once_run
+
+from labs.nollvm_checks import NOLLVM_CHECKS
+
+pytestmark = [pytest.mark.lab, on_kernels("nollvm")]
+
+GUEST_SCRIPT = "labs/guest/nollvm_guest.py"
+
+
+@guest_run("nollvm", fixture="nollvm", last=True)
+def run_nollvm(kernel_lab: Any) -> Dict[str, Any]:
+    share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
+    with kernel_lab.timed("nollvm"):
+        res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPT}", timeout=1800)
+    assert res.exit_code == 0, f"nollvm_guest: exit {res.exit_code}: {res.stderr[-2000:]}"
+    out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
+    (kernel_lab.artifacts / "nollvm.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"[nollvm lab] {kernel_lab.kernel}: {kernel_lab.times['nollvm']:.0f} s {out['seconds']}", flush=True)
+    return out
+
+
+@pytest.fixture
+def nollvm(kernel_lab: Any) -> Dict[str, Any]:
+    return once_run(kernel_lab, "nollvm")
+
+
+@pytest.mark.parametrize("verify", NOLLVM_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_client_without_llvm(nollvm: Dict[str, Any], verify: Callable[[Dict[str, Any]], None]) -> None:
+    verify(nollvm)
