@@ -180,7 +180,9 @@ def verify_the_shipped_rules_evaluate_on_the_lab_scrapes(results: Dict[str, Any]
     """Debian's Prometheus loads the package's rules file as installed: every rule it names is
     evaluated without error; the recorded per-mount rate has moved for each operation the
     workloads issued on each mount and the recorded p99 of reads is a positive latency on both;
-    no alert is active but NFSOperationsMissed where the exporter said it missed operations."""
+    no alert is active but NFSOperationsMissed where the exporter said it missed operations.
+    With --cgroup-label a unit's series appears with its first operations in it, which rate()
+    has no earlier sample to count from: there the recorded series of both mounts must exist."""
     rules = results["rules"]
     kinds = {"record": "recording", "alert": "alerting"}
     assert sorted((rule["type"], rule["name"]) for rule in rules["rules"]) == \
@@ -191,6 +193,9 @@ def verify_the_shipped_rules_evaluate_on_the_lab_scrapes(results: Dict[str, Any]
                       for row in rows} for key, rows in rules["recorded"].items()}
     for mount, point in MOUNT_POINTS.items():
         issued = results["phases"][mount]["issued"]
+        if results["cgroup_label"]:
+            assert any(where == point for _op, where in recorded["ops_rate"]), f"{point}: no recorded series"
+            continue
         still = [op for op in EXACT if issued[op] and not recorded["ops_rate"].get((op, point), 0) > 0]
         assert not still, f"{point}: the recorded ops rate never moved for {still} ({recorded['ops_rate']})"
         p99 = recorded["p99"].get(("read", point), float("nan"))
