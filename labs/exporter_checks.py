@@ -176,6 +176,35 @@ def verify_an_unmounted_mount_keeps_its_series_for_the_grace_then_leaves(results
 
 
 #: (name, verify, arguments) in the order `labs test` reports them
+def verify_the_shipped_rules_evaluate_on_the_lab_scrapes(results: Dict[str, Any]) -> None:
+    """Debian's Prometheus loads the package's rules file as installed: every rule it names is
+    evaluated without error; the recorded per-mount rate has moved for each operation the
+    workloads issued on each mount and the recorded p99 of reads is a positive latency on both;
+    no alert is active but NFSOperationsMissed where the exporter said it missed operations.
+    With --cgroup-label a unit's series appears with its first operations in it, which rate()
+    has no earlier sample to count from: there the recorded series of both mounts must exist."""
+    rules = results["rules"]
+    kinds = {"record": "recording", "alert": "alerting"}
+    assert sorted((rule["type"], rule["name"]) for rule in rules["rules"]) == \
+        sorted((kinds[kind], name) for kind, name in rules["shipped"]), rules["rules"]
+    failing = [rule for rule in rules["rules"] if rule["health"] != "ok" or rule["error"]]
+    assert not failing, f"rules Prometheus could not evaluate: {failing}"
+    recorded = {key: {(row["metric"].get("op"), row["metric"].get("mountpoint")): float(row["value"][1])
+                      for row in rows} for key, rows in rules["recorded"].items()}
+    for mount, point in MOUNT_POINTS.items():
+        issued = results["phases"][mount]["issued"]
+        if results["cgroup_label"]:
+            assert any(where == point for _op, where in recorded["ops_rate"]), f"{point}: no recorded series"
+            continue
+        still = [op for op in EXACT if issued[op] and not recorded["ops_rate"].get((op, point), 0) > 0]
+        assert not still, f"{point}: the recorded ops rate never moved for {still} ({recorded['ops_rate']})"
+        p99 = recorded["p99"].get(("read", point), float("nan"))
+        assert 0 < p99 < float("inf"), f"{point}: recorded read p99 {p99}"
+    missed = any(phase.get("missed") for phase in results["phases"].values())
+    active = sorted({alert["name"] for alert in rules["alerts"]})
+    assert active == (["NFSOperationsMissed"] if missed else []), rules["alerts"]
+
+
 EXPORTER_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("exporter: series move by the workload, NFSv3", verify_series_move_by_the_workload_on_its_mount_only, ("nfs3",)),
     ("exporter: series move by the workload, NFSv4.2", verify_series_move_by_the_workload_on_its_mount_only, ("nfs42",)),
@@ -189,4 +218,5 @@ EXPORTER_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("exporter: SIGTERM detaches everything", verify_sigterm_detaches_everything, ()),
     ("exporter: no pid label, probe_info per op", verify_no_pid_label_and_probe_info_names_every_op, ()),
     ("exporter: a gone mount leaves after the grace", verify_an_unmounted_mount_keeps_its_series_for_the_grace_then_leaves, ()),
+    ("exporter: the shipped rules evaluate", verify_the_shipped_rules_evaluate_on_the_lab_scrapes, ()),
 ]

@@ -30,7 +30,7 @@ from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import nfs_target
 from probes.generate import Tool
 from probes.inflight import Stall, rpc_server, stalls
-from probes.mounts import GONE_GRACE_S, MountTable
+from probes.mounts import GONE_GRACE_S, Mount, MountTable
 from probes.backend_choice import BACKENDS, choose, dotted
 from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
 from probes.runtime import BTF_DIR, NothingToTrace, Session, wait_for_modules
@@ -255,22 +255,35 @@ class NfsCollector:
 
     def per_mount(self, dist: Dict[str, Dict[str, Any]]) -> Dict[Tuple[str, ...], Dict[str, Any]]:
         """(op, mount labels...[, cgroup]) -> slots, count, bytes, lat_ns. Devs that are no NFS
-        mount (an RPC has none; a mount gone since) share the series with empty mount labels."""
+        mount (an RPC has none; a mount gone since) share the series with empty mount labels.
+        Without the cgroup label, every asked op of every known mount has its series from the
+        first scrape, at zero: a counter that first appears with its first burst already in it
+        loses that burst to rate() and increase()."""
+        def zero() -> Dict[str, Any]:
+            return {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
+
+        def labels(mount: Optional[Mount]) -> Tuple[str, ...]:
+            return ((mount.export, mount.protocol, mount.mountaddr, mount.mountpoint, mount.nfs_version)
+                    if mount else ("",) * len(MOUNT_LABELS))
+
         out: Dict[Tuple[str, ...], Dict[str, Any]] = {}
         for op, entry in dist.items():
             series = (entry["series"].items() if self.cgroups is not None
                       else (((dev, 0), per_dev) for dev, per_dev in entry.get("mounts", {0: entry}).items()))
             for (dev, cgroup), per_dev in series:
-                mount = self.mounts.known.get(dev)
-                key = (op,) + ((mount.export, mount.protocol, mount.mountaddr, mount.mountpoint, mount.nfs_version)
-                               if mount else ("",) * len(MOUNT_LABELS))
+                key = (op,) + labels(self.mounts.known.get(dev))
                 if self.cgroups is not None:
                     key += (self.cgroups.label(cgroup),)
-                into = out.setdefault(key, {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0})
+                into = out.setdefault(key, zero())
                 for slot, value in per_dev["slots"].items():
                     into["slots"][slot] = into["slots"].get(slot, 0) + value
                 for field in ("count", "bytes", "lat_ns"):
                     into[field] += per_dev[field]
+        if self.cgroups is None:
+            for op in dist:
+                for mount in self.mounts.known.values():
+                    if mount is not None:
+                        out.setdefault((op,) + labels(mount), zero())
         return out
 
 

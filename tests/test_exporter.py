@@ -213,6 +213,42 @@ def test_series_per_mount_carry_node_exporters_labels() -> None:
         in text
 
 
+def test_every_asked_op_of_every_mount_is_at_zero_before_its_first_operation() -> None:
+    """Prometheus' rate() and increase() see a burst only on a series scraped before it: the 6.1
+    guest's two mounts have every asked op from the first scrape, at zero, then the burst."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from probes.mounts import MountTable, kernel_dev
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    v3 = real_latencies_ns()[:40]
+    none: Dict[str, Any] = {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0, "mounts": {}}
+
+    class FirstBurst(_Recorded):
+        burst = False
+
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            if not self.burst:
+                return {"read": none, "write": none}
+            read = {"slots": slots_of(v3), "count": len(v3), "bytes": 0, "lat_ns": sum(v3)}
+            return {"read": dict(read, mounts={kernel_dev(0, 44): read}), "write": none}
+
+    session = FirstBurst({"read": [], "write": []}, [])
+    registry = CollectorRegistry()
+    registry.register(NfsCollector(session, threading.Lock(), "6.1.0-50-amd64", "0.26.0",
+                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
+
+    def series(text: str) -> Dict[Tuple[str, str], float]:
+        return {(line.split('mountpoint="')[1].split('"')[0], line.split('op="')[1].split('"')[0]):
+                float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("probekit_nfs_ops_total{") and 'mountpoint="/' in line}
+
+    before = series(generate_latest(registry).decode())
+    assert before == {(point, op): 0.0 for point in ("/mnt/nfs3", "/mnt/nfs42") for op in ("read", "write")}
+    session.burst = True
+    after = series(generate_latest(registry).decode())
+    assert after == {**before, ("/mnt/nfs3", "read"): 40.0}
+
+
 def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path: Path) -> None:
     """umount of /mnt/nfs42 (the real tables without its lines): its series stays, labelled,
     for the grace period; then the probe's maps drop its dev (Session.forget_dev) and neither

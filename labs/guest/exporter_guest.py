@@ -18,8 +18,10 @@ unmounted) and must attach again once nfsv4 is loaded and v4.2 mounted, before t
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +42,10 @@ SCRAPE_S = 2
 #: the exporter's --gone-mount-grace here (default 300 s): the check waits it out
 GRACE_S = 10
 PROM_DIR = "/tmp/probekit-prometheus"
+#: the rules the Debian package ships, loaded by the check's Prometheus as an operator would
+RULES = "/usr/share/probekit/prometheus/probekit-rules.yml"
 PROM_CONFIG = f"""global: {{scrape_interval: {SCRAPE_S}s, evaluation_interval: {SCRAPE_S}s}}
+rule_files: ['{RULES}']
 scrape_configs:
   - job_name: probekit
     static_configs: [{{targets: ['127.0.0.1:{PORT}']}}]
@@ -217,6 +222,52 @@ def scraped_after(moment: float, what: str, jobs: Tuple[str, ...] = ("probekit",
         time.sleep(SCRAPE_S / 2)
 
 
+#: the shipped recording rules read back, each at its largest over the run: a mount's workload
+#: may have ended more than the rules' 5 minutes before the check reads them
+RECORDED = {"ops_rate": "instance_mountpoint_op:probekit_nfs_ops:rate5m",
+            "p99": "instance_mountpoint_op:probekit_nfs_op_latency_seconds:p99_rate5m"}
+
+
+def epoch(stamp: str) -> float:
+    """An RFC 3339 time with nanoseconds (Prometheus' JSON) as epoch seconds; 0 for none."""
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", stamp)
+    if not match:
+        return 0.0
+    whole = datetime.datetime.strptime(match[1] + match[3].replace("Z", "+00:00"), "%Y-%m-%dT%H:%M:%S%z")
+    return whole.timestamp() + float(match[2] or 0)
+
+
+def shipped_rules() -> List[Tuple[str, str]]:
+    """(record|alert, name) of each rule in the installed rules file, in its order."""
+    with open(RULES) as handle:
+        return re.findall(r"^\s*- (record|alert): (\S+)", handle.read(), re.M)
+
+
+def rules_evaluated_after(moment: float) -> Dict[str, Any]:
+    """The shipped rules once Prometheus evaluated every group after `moment` (EVIDENCE_WAIT_S at
+    most): each rule's health and last error, the recorded series at their largest over the run,
+    and the alerts active then."""
+    deadline = time.monotonic() + EVIDENCE_WAIT_S
+    while True:
+        groups = json.loads(fetch(f"http://127.0.0.1:{PROM_PORT}/api/v1/rules", "Prometheus"))["data"]["groups"]
+        last = [epoch(group.get("lastEvaluation", "")) for group in groups]
+        if groups and min(last) > moment:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Prometheus never evaluated the rules of {RULES} after the workloads "
+                               f"(waited {EVIDENCE_WAIT_S:.0f} s; groups: {[g.get('name') for g in groups]})")
+        time.sleep(SCRAPE_S / 2)
+    at = max(last)
+    alerts = json.loads(fetch(f"http://127.0.0.1:{PROM_PORT}/api/v1/alerts", "Prometheus"))["data"]["alerts"]
+    return {"at": at, "shipped": shipped_rules(),
+            "rules": [{"group": group["name"], "name": rule["name"], "type": rule["type"],
+                       "health": rule.get("health", ""), "error": rule.get("lastError", "")}
+                      for group in groups for rule in group["rules"]],
+            "recorded": {key: promql(f"max_over_time({name}[30m])", at=at) for key, name in RECORDED.items()},
+            "alerts": [{"name": alert["labels"].get("alertname"), "state": alert.get("state"),
+                        "labels": alert["labels"]} for alert in alerts]}
+
+
 def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]) -> Tuple[Dict[str, int], str]:
     """The workload in a scope unit of its own slice (IDENTITY_UNITS' a or b), which stays until
     the end (appended to `units`): its series must not leave after the gone-cgroup grace.
@@ -355,6 +406,7 @@ def main(argv: List[str]) -> Dict[str, Any]:
         # PromQL once Prometheus holds a successful scrape of both targets after the last workload
         out["promql_at"] = scraped_after(workloads_end, "the mounts' workloads", ("probekit", "node"))
         out["promql"] = {name: promql(query, at=out["promql_at"]) for name, query in QUERIES.items()}
+        out["rules"] = rules_evaluated_after(out["promql_at"])
         # quantiles of one phase, plain and with netem delay, from Prometheus and from nfsdist
         device = route_device(nfs_server())
         rtt_delay_ms, delay_ms = netem_delay(device)
