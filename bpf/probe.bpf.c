@@ -257,13 +257,13 @@ struct server_key {
     char proc[PROC_LEN];
 };
 /* a request in progress, by thread: user space reads it for the in-progress columns */
-struct request {
+struct server_request {
     u64 ts;
     u64 rd_bytes;
     u64 wr_bytes;
     struct server_key k;
 };
-BPF_HASH(requests, u32, struct request, REQUEST_SLOTS);
+BPF_HASH(requests, u32, struct server_request, REQUEST_SLOTS);
 struct server_val {
     u64 count;
     u64 lat_ns;
@@ -284,7 +284,7 @@ BPF_HASH(server_hist, struct server_hist_key, u64, 40960);
 static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct request r;
+    struct server_request r;
     u16 family = 0;
     __builtin_memset(&r, 0, sizeof(r));
     bpf_probe_read_kernel(&family, sizeof(family), (void *)addr);
@@ -310,7 +310,7 @@ static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
 static __always_inline void server_bytes(u32 op, u64 bytes)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct request *r = requests.lookup(&tid);
+    struct server_request *r = requests.lookup(&tid);
     if (!r)
         return;
 #ifdef OP_READ
@@ -659,8 +659,8 @@ static __always_inline void async_forget(struct async_key *k)
 static __always_inline void server_end(void)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct request *found = requests.lookup(&tid);
-    struct request r;
+    struct server_request *found = requests.lookup(&tid);
+    struct server_request r;
     struct server_val zero;
     struct server_val *sv;
     struct server_hist_key hk;

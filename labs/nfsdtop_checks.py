@@ -15,8 +15,10 @@ from probes.commands import proc_label
 
 
 def intervals(data: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """nfsdtop's --json intervals (the first line of stdout onwards; -v's lines go to stderr)."""
-    return [json.loads(line) for line in data["nfsdtop"]["lines"] if line.startswith("{")]
+    """nfsdtop's --json intervals, after its first line (what it traces; -v's lines go to stderr)."""
+    records = [json.loads(line) for line in data["nfsdtop"]["lines"] if line.startswith("{")]
+    assert records and records[0] == {"tracing": ["rpc", "read", "write"], "by": "client"}, records[:1]
+    return records[1:]
 
 
 def totals(data: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
@@ -32,7 +34,7 @@ def totals(data: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
 
 
 def verify_ran_and_detached(data: Dict[str, Any]) -> None:
-    """Each run exited 0 (the JSON one by SIGTERM, the text ones after COUNT intervals), more
+    """Each run exited 0 (the JSON one by SIGTERM, the text ones by Ctrl-C), more
     tracing programs while attached, the same programs and kprobe_events as before after."""
     assert data["nfsdtop"]["rc"] == 0, data["nfsdtop"]["stderr"]
     for by, run in data["texts"].items():
@@ -84,15 +86,15 @@ def verify_rows_name_the_client(data: Dict[str, Any]) -> None:
     for interval in intervals(data):
         for row in interval["rows"]:
             assert sum(row["procs"].values()) == row["requests"], row
-            assert row["p99_ms"] is None or row["p99_ms"] >= row["avg_ms"] * 0.5, row
 
 
 def verify_text_runs(data: Dict[str, Any]) -> None:
-    """The text runs: the header, then COUNT intervals, each with its table; by client the
+    """The text runs, ended by Ctrl-C: the banner, then one table per interval; by client the
     client's address, by procedure the workload's NFSv3 READ and WRITE."""
     for by, run in data["texts"].items():
+        assert run["lines"][0].startswith(f"Tracing NFS server requests per {by}, every 2 s"), run["lines"][:1]
         tables = [i for i, line in enumerate(run["lines"]) if line.startswith(by.upper() + " ")]
-        assert len(tables) == 3, run["lines"]
+        assert len(tables) >= 2, run["lines"]
         rows = [line.split()[0] if by == "client" else " ".join(line.split()[:2]) for line in run["lines"]
                 if line and not line.startswith((by.upper() + " ", "Tracing")) and " loadavg: " not in line]
         if by == "client":

@@ -842,7 +842,9 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
                       backend=backend)
     clear = not as_json and not noclear and sys.stdout.isatty()
     with session:
-        if not as_json:
+        if as_json:
+            print(json.dumps({"tracing": session.ops, "by": by}), flush=True)
+        else:
             print(f"Tracing {target.title} requests per {by}, every {interval} s... Ctrl-C to end.", flush=True)
         remaining = count
         while remaining is None or remaining > 0:

@@ -10,7 +10,7 @@ addresses of the clients connected to port 2049 (ss), nfsdtop's output and exit,
 tracing programs / kprobe_events before and after. NFSv3 carries nothing between the two
 reads of the counters but the workload (NFSv4.1 renews its lease in the background, also
 while nfsdtop compiles: its COMPOUNDs are only bounded). Then two text runs for the example,
-`nfsdtop -C 2 3` and `nfsdtop -C --by proc 2 3`, during the workload again.
+`nfsdtop -C 2` and `nfsdtop -C --by proc 2`, around the workload again, ended by Ctrl-C (SIGINT).
 
   python3 labs/guest/nfsdtop_guest.py
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,18 +105,16 @@ def check() -> Dict[str, Any]:
         result = stop(proc, log)
     counters_after = server_counters()
     after_attach = kernel_attachments()
-    texts: Dict[str, Any] = {}
-    runs = {"client": ["nfsdtop", "-C", "2", "3"], "proc": ["nfsdtop", "-C", "--by", "proc", "2", "3"]}
+    runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"]}
     procs = {by: tool(argv, f"/tmp/nfsdtop-{by}.log") for by, argv in runs.items()}
     for by, started in procs.items():
         wait_ready(started, f"/tmp/nfsdtop-{by}.log")
-    for tag, mount in MOUNTS.items():
+    time.sleep(2.5)
+    for mount in MOUNTS.values():
         workload(mount, "text")
-    for by, started in procs.items():
-        started.wait(timeout=120)
-        with open(f"/tmp/nfsdtop-{by}.log") as handle:
-            texts[by] = {"argv": runs[by], "rc": started.returncode, "lines": handle.read().splitlines(),
-                         "stderr": open(f"/tmp/nfsdtop-{by}.log.err").read()}
+    time.sleep(2.5)
+    texts = {by: dict(stop(started, f"/tmp/nfsdtop-{by}.log", signal.SIGINT), argv=runs[by])
+             for by, started in procs.items()}
     delta = {key: counters_after[key] - counters_before.get(key, 0) for key in counters_after}
     return {"release": os.uname().release, "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
             "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
