@@ -77,6 +77,12 @@ class FakeSession:
     def in_flight(self) -> List[Any]:
         return []
 
+    def requests(self) -> Dict[Any, Any]:
+        return {}
+
+    def requests_in_progress(self) -> List[Any]:
+        return []
+
     def missed_since(self, _reader: str) -> Dict[str, int]:
         return {}
 

@@ -116,7 +116,10 @@ def check() -> Dict[str, Any]:
     texts = {by: dict(stop(started, f"/tmp/nfsdtop-{by}.log", signal.SIGINT), argv=runs[by])
              for by, started in procs.items()}
     delta = {key: counters_after[key] - counters_before.get(key, 0) for key in counters_after}
-    return {"release": os.uname().release, "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
+    bcc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-bpfcc"], stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    return {"release": os.uname().release, "date": time.strftime("%Y-%m-%d"), "bcc": bcc,
+            "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
             "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
             "attachments": {"before": before_attach, "during": during, "after": after_attach,
                             "after_text_runs": kernel_attachments()}}
