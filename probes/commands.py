@@ -784,6 +784,7 @@ def _server_rows(data: Dict[Tuple[str, int, int, str], Dict[str, Any]], seconds:
                      "p99_ms": _interval_p99_ms(found) if count else None,
                      "in_progress": found["in_progress"], "oldest_ms": found["oldest_ms"],
                      "procs" if by == "client" else "clients": dict(sorted(found["split"].items()))})
+    rows.sort(key=lambda row: str(row[by]))  # equal loads: by name, whatever order the maps gave
     rows.sort(key=lambda row: (row["service_ms"], row["requests"], row["oldest_ms"] or 0), reverse=True)
     return rows
 

@@ -2,7 +2,10 @@
 progress joined to their row, sorted by the server time taken; addresses as users read them."""
 from __future__ import annotations
 
+import gzip
+import json
 import socket
+from pathlib import Path
 
 from probes.commands import _server_rows, nfsdtop_text, proc_label
 from probes.runtime import client_address
@@ -67,3 +70,49 @@ def test_text_keeps_the_busiest_rows() -> None:
     lines = nfsdtop_text(_server_rows(data, 1.0, []), "client", 2)
     assert lines[0].split() == ["CLIENT", "REQ/s", "RD_MB/s", "WR_MB/s", "AVG_ms", "P99_ms", "INPROG", "OLDEST(s)"]
     assert [line.split()[0] for line in lines[1:]] == ["10.0.0.5", "10.0.0.4"]
+
+
+#: a real nfsdtop lab run on Debian 6.12 (README.md there): its JSON intervals and the server's counters
+LAB_RUN = Path(__file__).resolve().parent / "fixtures" / "6.12.117+deb13-amd64" / "nfsdtop" / "guest-run.json.gz"
+
+
+def lab_run() -> dict:
+    return json.loads(gzip.decompress(LAB_RUN.read_bytes()))["data"]
+
+
+def raw(interval: dict) -> tuple:
+    """An interval's (client, program, version, procedure) pairs and requests in progress, as
+    Session.requests() and the run loop handed them to the rows."""
+    data = {(p["client"], p["program"], p["version"], p["proc"]):
+            {**{f: p[f] for f in ("count", "lat_ns", "read_bytes", "write_bytes")}, "slots": dict(p["slots"])}
+            for p in interval["requests"]}
+    progress = [((p["client"], p["program"], p["version"], p["proc"]), p["age_ms"]) for p in interval["in_progress"]]
+    return data, progress
+
+
+def test_the_lab_runs_rows_rebuilt_from_its_requests() -> None:
+    """Every interval of the real run: the rows nfsdtop printed are the rows its own pairs make."""
+    intervals = [json.loads(line) for line in lab_run()["nfsdtop"]["lines"][1:]]
+    assert intervals and any(i["requests"] for i in intervals)
+    for interval in intervals:
+        data, progress = raw(interval)
+        assert _server_rows(data, interval["seconds"], progress, interval["by"]) == interval["rows"]
+
+
+def test_the_lab_runs_procedures_are_the_servers_counts() -> None:
+    """The same pairs by procedure, summed over the run: each NFSv3 procedure's requests are
+    what /proc/net/rpc/nfsd counted, and every byte read and written is the server's."""
+    run = lab_run()
+    totals: dict = {}
+    for line in run["nfsdtop"]["lines"][1:]:
+        data, progress = raw(json.loads(line))
+        for row in _server_rows(data, 1.0, progress, "proc"):
+            found = totals.setdefault(row["proc"], [0, 0, 0])
+            found[0] += row["requests"]
+            found[1] += row["read_bytes"]
+            found[2] += row["write_bytes"]
+    server = run["server_delta"]
+    assert {k: v[0] for k, v in totals.items() if k.startswith("NFSv3 ")} == \
+        {k: v for k, v in server.items() if k.startswith("NFSv3 ")}
+    assert sum(v[1] for v in totals.values()) == server["io read"] > 0
+    assert sum(v[2] for v in totals.values()) == server["io write"] > 0
