@@ -93,7 +93,8 @@ def check() -> Dict[str, Any]:
     before_attach = kernel_attachments()
     log = "/tmp/nfsdtop-json.log"
     counters_before = server_counters()
-    proc = tool(["nfsdtop", "--json", "-v", "2"], log)
+    argv = ["nfsdtop", "--json", "-v", "2"]
+    proc = tool(argv, log)
     try:
         ready_s = wait_ready(proc, log)
         time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
@@ -102,7 +103,7 @@ def check() -> Dict[str, Any]:
         time.sleep(3)
         during = kernel_attachments()
     finally:
-        result = stop(proc, log)
+        result = dict(stop(proc, log), argv=argv)
     counters_after = server_counters()
     after_attach = kernel_attachments()
     runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"]}
