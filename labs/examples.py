@@ -18,7 +18,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 #: the lab runs the tool examples quote (README.md there: where, when, how); fs/: the -t FS tools'
@@ -136,13 +136,15 @@ def _wrap(text: str) -> List[str]:
 
 
 #: the tools with an example, in the order of the README
-TOOLS = ("nfsslower", "nfsdist", "nfstop", "fsslower", "fsdist", "fstop", "nfs-exporter", "discover")
+TOOLS = ("nfsslower", "nfsdist", "nfstop", "nfsdtop", "fsslower", "fsdist", "fstop", "nfs-exporter", "discover")
 
 
 def example(tool: str) -> Example:
     """One tool's example, its outputs read from the captures (discover's run on its fixtures)."""
     if tool == "discover":
         return discover()
+    if tool == "nfsdtop":
+        return nfsdtop()
     if tool in ("fsslower", "fsdist", "fstop"):
         return {"fsslower": fsslower, "fsdist": fsdist, "fstop": fstop}[tool](lab_provenance("fs", FS_CAPTURES))
     build, part = {"nfsslower": (nfsslower, "nfs"), "nfsdist": (nfsdist, "nfs"), "nfstop": (nfstop, "nfs"),
@@ -276,6 +278,43 @@ def nfstop(lab: str) -> Example:
         "`cgroup:ID`. p99 is `-` when the interval's count and histogram were read while an "
         "operation was being added (they are two maps); the next interval has it.",
         (("nfstop",),))
+
+
+#: nfsdtop's lab check run kept as a fixture (README.md there): labs/guest/nfsdtop_guest.py's output
+NFSDTOP_LAB = REPO / "tests" / "fixtures" / "6.12.117+deb13-amd64" / "nfsdtop" / "guest-run.json.gz"
+
+
+def nfsdtop_run() -> Dict[str, Any]:
+    """The data of NFSDTOP_LAB: the runs' outputs, the server's counters, the guest's versions."""
+    return json.loads(gzip.decompress(NFSDTOP_LAB.read_bytes()))["data"]
+
+
+def nfsdtop_section(run: Dict[str, Any], where: str, read: str, keep: int) -> Section:
+    """One nfsdtop run of NFSDTOP_LAB: stderr first (as a terminal shows it), then its first
+    `keep` lines of stdout."""
+    out = cut(run["lines"], keep, f"{NFSDTOP_LAB.relative_to(REPO)}, {where}")
+    return Section(" ".join(run["argv"]), [f"(stderr) {line}" for line in run["stderr"].splitlines() if line] + out,
+                   read)
+
+
+def nfsdtop() -> Example:
+    data = nfsdtop_run()
+    return Example(
+        "nfsdtop",
+        "nfsdtop runs on an NFS server (knfsd) and shows its requests per client address (or "
+        "--by proc per procedure): requests per second, read and write MB/s, average and p99 "
+        "service time, requests in progress and how long the oldest has been served.",
+        f"Real output of a lab run: Debian kernel {data['release']}, bcc {data['bcc']}, Python "
+        f"{data['python']}, {data['date']}, a single-guest QEMU lab (NFS server and client in one VM, "
+        "mounts over 127.0.0.1), labs/guest/nfsdtop_guest.py (the CI check of tests/lab/"
+        f"test_nfsdtop_lab.py); the run: {NFSDTOP_LAB.relative_to(REPO)}, how it was kept: README.md "
+        "there. The workload, on the NFSv3 and then the NFSv4.2 mount: a 2 MiB file written in "
+        "64 KiB blocks and fsynced, the page cache dropped, the file read back, five stats.",
+        [nfsdtop_section(data["texts"]["client"], "texts.client.lines", NFSDTOP_READ["client"], 40),
+         nfsdtop_section(data["texts"]["proc"], "texts.proc.lines", NFSDTOP_READ["proc"], 60),
+         nfsdtop_section(data["nfsdtop"], "nfsdtop.lines", NFSDTOP_READ["json"], 4)],
+        NFSDTOP_CAVEATS,
+        (("nfsdtop",),))
 
 
 #: a CI-style fs lab run kept as a fixture (README.md there): fsslower -t xfs -v --json 0

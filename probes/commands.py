@@ -864,9 +864,9 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
                                   "missed": session.missed_since("interval")}), flush=True)
             else:
                 if clear:
-                    print("\\033[H\\033[2J", end="")
+                    print("\033[H\033[2J", end="")
                 print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
-                print("\\n".join(nfsdtop_text(rows, by, max_rows)), flush=True)
+                print("\n".join(nfsdtop_text(rows, by, max_rows)), flush=True)
             if stopping:
                 break
             remaining = None if remaining is None else remaining - 1
