@@ -5,7 +5,8 @@ read before anything is loaded, as libbpf-tools check `fentry_can_attach`: a 5.1
 kernel, its BTF and that of every module a chosen point lives in, libbpf.so.1 >= 1.0, and the
 object shipped for the spec. `auto` takes core when all hold, else bcc, saying the first
 check that failed (in that order); with neither loader possible the tool stops in one line
-before anything is attached.
+before anything is attached. A tool whose probe only bcc's generator builds (nfsdtop's server
+maps) names that as its first check (`bcc_only`).
 """
 from __future__ import annotations
 
