@@ -17,7 +17,8 @@
  *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (maps keyed by
  *   mount: MAX_MOUNTS; HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB;
  *   OFF_SB_DEV; HAVE_FILE_INO: OFF_INODE_INO), DIST_ENTRIES, TOTAL_ENTRIES, WANT_CGROUP_KEY
- *   (histograms keyed by the task's cgroup too: MAX_CGROUPS, with WANT_DEV).
+ *   (histograms keyed by the task's cgroup too: MAX_CGROUPS, with WANT_DEV), WANT_SERVER
+ *   (nfsdtop: requests keyed by client address and procedure; PROC_LEN, REQUEST_SLOTS).
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
  * operations nesting on a thread (one traced function inside another) are each
@@ -242,6 +243,87 @@ static __always_inline u64 read_ptr(u64 addr)
     return val;
 }
 
+#if WANT_SERVER
+/* An NFS server's requests (nfsdtop): a request is timed on its nfsd thread from the
+ * dispatch of the decoded call to the encoded reply, and counted per (client address,
+ * procedure). The reads and writes timed inside it add their bytes to it, whatever
+ * their own attach points are. */
+struct server_key {
+    u32 family;   /* AF_INET or AF_INET6 (0: an address the probe cannot read) */
+    u32 prog;     /* the RPC program (100003 NFS, 100227 NFSACL) and its version, 0 if unknown */
+    u32 vers;
+    u32 pad;
+    u8 addr[16];  /* IPv4: the first 4 bytes */
+    char proc[PROC_LEN];
+};
+/* a request in progress, by thread: user space reads it for the in-progress columns */
+struct server_request {
+    u64 ts;
+    u64 rd_bytes;
+    u64 wr_bytes;
+    struct server_key k;
+};
+BPF_HASH(requests, u32, struct server_request, REQUEST_SLOTS);
+struct server_val {
+    u64 count;
+    u64 lat_ns;
+    u64 rd_bytes;
+    u64 wr_bytes;
+};
+BPF_HASH(server_stats, struct server_key, struct server_val, 10240);
+struct server_hist_key {
+    struct server_key k;
+    u32 slot;     /* log2 of the service time in microseconds */
+    u32 pad;
+};
+BPF_HASH(server_hist, struct server_hist_key, u64, 40960);
+
+/* `addr`: the kernel address of the client's struct sockaddr_storage; `proc`: the
+ * procedure's name string; `prog`, `vers`: the addresses of the request's u32 program and
+ * version (each 0 where unknown) */
+static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct server_request r;
+    u16 family = 0;
+    __builtin_memset(&r, 0, sizeof(r));
+    bpf_probe_read_kernel(&family, sizeof(family), (void *)addr);
+    r.k.family = family;
+    if (family == 2)        /* AF_INET: struct sockaddr_in's sin_addr */
+        bpf_probe_read_kernel(r.k.addr, 4, (void *)(addr + 4));
+    else if (family == 10)  /* AF_INET6: struct sockaddr_in6's sin6_addr */
+        bpf_probe_read_kernel(r.k.addr, 16, (void *)(addr + 8));
+    else
+        r.k.family = 0;
+    if (proc)
+        bpf_probe_read_kernel_str(r.k.proc, PROC_LEN, (void *)proc);
+    if (prog)
+        bpf_probe_read_kernel(&r.k.prog, sizeof(r.k.prog), (void *)prog);
+    if (vers)
+        bpf_probe_read_kernel(&r.k.vers, sizeof(r.k.vers), (void *)vers);
+    r.ts = bpf_ktime_get_ns();
+    if (requests.update(&tid, &r))
+        count_untimed(OP_RPC);
+}
+
+/* the bytes a read or write inside the thread's request moved */
+static __always_inline void server_bytes(u32 op, u64 bytes)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct server_request *r = requests.lookup(&tid);
+    if (!r)
+        return;
+#ifdef OP_READ
+    if (op == OP_READ)
+        r->rd_bytes += bytes;
+#endif
+#ifdef OP_WRITE
+    if (op == OP_WRITE)
+        r->wr_bytes += bytes;
+#endif
+}
+#endif
+
 #if CGROUP_FILTER
 /* [0]: the cgroup v2 directory given by --cgroup (user space stores its fd) */
 BPF_CGROUP_ARRAY(cgroup_filter, 1);
@@ -364,6 +446,9 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
 static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 cgroup, u64 now,
                                    u64 delta, struct start_val *s, int ptr_kind, const char *name)
 {
+#if WANT_SERVER
+    server_bytes(op, s->bytes);
+#endif
 #if WANT_DIST
     {
         struct dist_key dk;
@@ -567,6 +652,39 @@ static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s6
 static __always_inline void async_forget(struct async_key *k)
 {
     async_starts.delete(k);
+}
+#endif
+
+#if WANT_SERVER
+static __always_inline void server_end(void)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct server_request *found = requests.lookup(&tid);
+    struct server_request r;
+    struct server_val zero;
+    struct server_val *sv;
+    struct server_hist_key hk;
+    u64 now = bpf_ktime_get_ns();
+    if (!found)
+        return;
+    r = *found;
+    requests.delete(&tid);
+    if (!sane_delta(r.ts, now))
+        return;
+    __builtin_memset(&zero, 0, sizeof(zero));
+    sv = server_stats.lookup_or_try_init(&r.k, &zero);
+    if (!sv) {
+        count_untimed(OP_RPC);
+        return;
+    }
+    __sync_fetch_and_add(&sv->count, 1);
+    __sync_fetch_and_add(&sv->lat_ns, now - r.ts);
+    __sync_fetch_and_add(&sv->rd_bytes, r.rd_bytes);
+    __sync_fetch_and_add(&sv->wr_bytes, r.wr_bytes);
+    __builtin_memset(&hk, 0, sizeof(hk));
+    hk.k = r.k;
+    hk.slot = bpf_log2l((now - r.ts) / 1000);
+    server_hist.increment(hk);
 }
 #endif
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 #: the lab runs the tool examples quote (README.md there: where, when, how); fs/: the -t FS tools'
@@ -103,7 +103,8 @@ def run(argv: Sequence[str], cwd: Path = REPO) -> Tuple[str, str]:
 #: how each tool is started from a checkout (`python3 -m MODULE [SUBCOMMAND]`)
 MODULES: Dict[str, Tuple[str, ...]] = {
     "nfsslower": ("probes.commands", "nfsslower"), "nfsdist": ("probes.commands", "nfsdist"),
-    "nfstop": ("probes.commands", "nfstop"), "fsslower": ("probes.commands", "fsslower"),
+    "nfstop": ("probes.commands", "nfstop"), "nfsdtop": ("probes.commands", "nfsdtop"),
+    "fsslower": ("probes.commands", "fsslower"),
     "fsdist": ("probes.commands", "fsdist"), "fstop": ("probes.commands", "fstop"),
     "nfs-exporter": ("probes.exporter",), "discover": ("discover",),
 }
@@ -136,13 +137,15 @@ def _wrap(text: str) -> List[str]:
 
 
 #: the tools with an example, in the order of the README
-TOOLS = ("nfsslower", "nfsdist", "nfstop", "fsslower", "fsdist", "fstop", "nfs-exporter", "discover")
+TOOLS = ("nfsslower", "nfsdist", "nfstop", "nfsdtop", "fsslower", "fsdist", "fstop", "nfs-exporter", "discover")
 
 
 def example(tool: str) -> Example:
     """One tool's example, its outputs read from the captures (discover's run on its fixtures)."""
     if tool == "discover":
         return discover()
+    if tool == "nfsdtop":
+        return nfsdtop()
     if tool in ("fsslower", "fsdist", "fstop"):
         return {"fsslower": fsslower, "fsdist": fsdist, "fstop": fstop}[tool](lab_provenance("fs", FS_CAPTURES))
     build, part = {"nfsslower": (nfsslower, "nfs"), "nfsdist": (nfsdist, "nfs"), "nfstop": (nfstop, "nfs"),
@@ -276,6 +279,82 @@ def nfstop(lab: str) -> Example:
         "`cgroup:ID`. p99 is `-` when the interval's count and histogram were read while an "
         "operation was being added (they are two maps); the next interval has it.",
         (("nfstop",),))
+
+
+#: nfsdtop's lab check run kept as a fixture (README.md there): labs/guest/nfsdtop_guest.py's output
+NFSDTOP_LAB = REPO / "tests" / "fixtures" / "6.12.117+deb13-amd64" / "nfsdtop" / "guest-run.json.gz"
+
+
+def nfsdtop_run() -> Dict[str, Any]:
+    """The data of NFSDTOP_LAB: the runs' outputs, the server's counters, the guest's versions."""
+    return json.loads(gzip.decompress(NFSDTOP_LAB.read_bytes()))["data"]
+
+
+def nfsdtop_section(run: Dict[str, Any], where: str, read: str, keep: int) -> Section:
+    """One nfsdtop run of NFSDTOP_LAB: stderr first (as a terminal shows it), then its first
+    `keep` lines of stdout."""
+    out = cut(run["lines"], keep, f"{NFSDTOP_LAB.relative_to(REPO)}, {where}")
+    return Section(" ".join(run["argv"]), [f"(stderr) {line}" for line in run["stderr"].splitlines() if line] + out,
+                   read)
+
+
+#: how to read each nfsdtop run of NFSDTOP_LAB (texts.client, texts.proc, the --json run)
+NFSDTOP_READ = {
+    "client": "One table per interval (-C: not cleared), the busiest client first. The guest is "
+              "its own NFS client, so its one client is 127.0.0.1. In the interval of the "
+              "workload it sent 81 requests (40.5 a second), and the server read and wrote 4 MiB "
+              "for it (2.096 MB/s each way: 2 MiB per mount). AVG_ms is the average service "
+              "time, from nfsd's dispatch of the decoded call to the encoded reply; P99_ms the "
+              "upper edge of the log2 bucket holding the 99th percentile (32.77: a WRITE). "
+              "INPROG and OLDEST(s) were 0 and `-`: no request was being served when the tables "
+              "were drawn. The first table's one request was an NFSv4 COMPOUND sent before the "
+              "workload started (the --by proc run shows it); the last, empty, is the part of "
+              "an interval left at Ctrl-C.",
+    "proc": "The same workload, --by proc, in another nfsdtop at the same time: one row per RPC "
+            "program, version and procedure, sorted by the nfsd time they took. The NFSv3 mount "
+            "shows each procedure (8 WRITEs of 256 KiB, the slowest: 8.66 ms on average; 16 "
+            "READs; the COMMIT of the fsync; the MKDIR, CREATE, LOOKUPs and ACCESSes of making "
+            "the file), NFSACL its own GETACL, and the NFSv4.2 mount all its work in 41 "
+            "COMPOUNDs, which moved its 2 MiB each way. Its rows add up to the client's 81 "
+            "requests above.",
+    "json": "--json prints what it traces first, then one object per interval: `rows` as the "
+            "table (every row, with each client's requests per procedure under `procs`), "
+            "`requests` with each (client, program, version, procedure)'s count, service "
+            "time sum (`lat_ns`), bytes and log2 usec `slots`, `in_progress` and `missed`. -v "
+            "says on stderr which attach point times what (nfsd_dispatch by fentry on this "
+            "kernel, the nfsd read and write tracepoints for the bytes) and that the probe "
+            "runs on bcc. Over this run the lab check compared it with the server's own "
+            "counters (/proc/net/rpc/nfsd): the same count for every NFSv3 procedure and the "
+            "same 4194304 bytes read and written.",
+}
+NFSDTOP_CAVEATS = ("nfsdtop runs on the server. The service time is the nfsd thread's, not "
+                   "the client's latency: the network and the client's queues are outside it. "
+                   "An NFSv4 client's requests are all COMPOUND (the operations run inside "
+                   "them). The probe is generated for bcc (the CO-RE object has no server "
+                   "maps: --backend core is refused) and reads the client's address through "
+                   "nfsd's BTF (a kernel without it is refused in one line). The screen is "
+                   "cleared between tables on a terminal unless -C; -r limits the table, not "
+                   "--json.")
+
+
+def nfsdtop() -> Example:
+    data = nfsdtop_run()
+    return Example(
+        "nfsdtop",
+        "nfsdtop runs on an NFS server (knfsd) and shows its requests per client address (or "
+        "--by proc per procedure): requests per second, read and write MB/s, average and p99 "
+        "service time, requests in progress and how long the oldest has been served.",
+        f"Real output of a lab run: Debian kernel {data['release']}, bcc {data['bcc']}, Python "
+        f"{data['python']}, {data['date']}, a single-guest QEMU lab (NFS server and client in one VM, "
+        "mounts over 127.0.0.1), labs/guest/nfsdtop_guest.py (the CI check of tests/lab/"
+        f"test_nfsdtop_lab.py); the run: {NFSDTOP_LAB.relative_to(REPO)}, how it was kept: README.md "
+        "there. The workload, on the NFSv3 and then the NFSv4.2 mount: a 2 MiB file written in "
+        "64 KiB blocks and fsynced, the page cache dropped, the file read back, five stats.",
+        [nfsdtop_section(data["texts"]["client"], "texts.client.lines", NFSDTOP_READ["client"], 40),
+         nfsdtop_section(data["texts"]["proc"], "texts.proc.lines", NFSDTOP_READ["proc"], 60),
+         nfsdtop_section(data["nfsdtop"], "nfsdtop.lines", NFSDTOP_READ["json"], 3)],
+        NFSDTOP_CAVEATS,
+        (("nfsdtop",),))
 
 
 #: a CI-style fs lab run kept as a fixture (README.md there): fsslower -t xfs -v --json 0

@@ -5,7 +5,8 @@ read before anything is loaded, as libbpf-tools check `fentry_can_attach`: a 5.1
 kernel, its BTF and that of every module a chosen point lives in, libbpf.so.1 >= 1.0, and the
 object shipped for the spec. `auto` takes core when all hold, else bcc, saying the first
 check that failed (in that order); with neither loader possible the tool stops in one line
-before anything is attached.
+before anything is attached. A tool whose probe only bcc's generator builds (nfsdtop's server
+maps) names that as its first check (`bcc_only`).
 """
 from __future__ import annotations
 
@@ -102,12 +103,13 @@ def core_blocker(spec: Dict[str, Any], release: str, modules: Sequence[str], btf
 
 
 def choose(requested: str, spec: Dict[str, Any], release: str, modules: Sequence[str], btf_dir: Path,
-           objects_dir: Path = OBJECTS_DIR) -> Choice:
+           objects_dir: Path = OBJECTS_DIR, bcc_only: Optional[str] = None) -> Choice:
     """The loader for --backend `requested` on this machine: UserError (one line) when the one
-    asked for, or under auto both, cannot run."""
+    asked for, or under auto both, cannot run. `bcc_only`: why the tool's probe exists for bcc
+    alone (the first core check, before the machine's)."""
     if requested == "bcc":
         return Choice("bcc", "bcc (--backend bcc)")
-    blocker, core = core_blocker(spec, release, modules, btf_dir, objects_dir)
+    blocker, core = (bcc_only, None) if bcc_only else core_blocker(spec, release, modules, btf_dir, objects_dir)
     if core is not None:
         return core._replace(why=f"core ({'auto: ' if requested == 'auto' else ''}{core.why})")
     if requested == "core":

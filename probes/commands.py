@@ -77,26 +77,32 @@ def nfs_target(spec_path: Optional[str]) -> Target:
     return find_target(None if spec_path else "nfs", spec_path)
 
 
+SPEC_OPTION = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+                           help="Probe spec (default: the filesystem's in probes/specs/).")
+VERBOSE_OPTION = click.option("-v", "--verbose", is_flag=True,
+                              help="Say which attach point each operation uses, and why others were skipped.")
+KPROBES_OPTION = click.option("--kprobes", "kprobes_only", is_flag=True,
+                              help="Attach kprobe pairs even where fentry/fexit work (they cost more per "
+                                   "operation; for comparing the two, or a kernel whose trampolines misbehave).")
+BACKEND_OPTION = click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+                              help="BPF loader: core loads the prebuilt CO-RE object with libbpf (no compiler on "
+                                   "this machine), bcc compiles the probe at start-up; auto takes core where "
+                                   "libbpf 1.0+, a 5.17+ kernel, its BTF and the object allow, else bcc (-v says "
+                                   "which and why).")
+
+
 def common(func: Any) -> Any:
-    func = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
-                        help="Probe spec (default: the filesystem's in probes/specs/).")(func)
+    func = SPEC_OPTION(func)
     func = click.option("--mount-point", "mount_point", metavar="PATH",
                         help="Only operations on the mount holding PATH (filtered in the kernel; "
                              "RPCs, which have no file, are left out).")(func)
     func = click.option("--cgroup", "cgroup", metavar="PATH",
                         help="Only tasks in this cgroup v2 subtree (a directory under /sys/fs/cgroup, or "
                              "its path as /proc/PID/cgroup writes it; filtered in the kernel).")(func)
-    func = click.option("-v", "--verbose", is_flag=True,
-                        help="Say which attach point each operation uses, and why others were skipped.")(func)
+    func = VERBOSE_OPTION(func)
     func = click.option("--ops", "ops_text", help=OPS_HELP)(func)
-    func = click.option("--kprobes", "kprobes_only", is_flag=True,
-                        help="Attach kprobe pairs even where fentry/fexit work (they cost more per operation; "
-                             "for comparing the two, or a kernel whose trampolines misbehave).")(func)
-    func = click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-                        help="BPF loader: core loads the prebuilt CO-RE object with libbpf (no compiler on this "
-                             "machine), bcc compiles the probe at start-up; auto takes core where libbpf 1.0+, "
-                             "a 5.17+ kernel, its BTF and the object allow, else bcc (-v says which and why).")(func)
-    return func
+    func = KPROBES_OPTION(func)
+    return BACKEND_OPTION(func)
 
 
 def fs_type_option(func: Any) -> Any:
@@ -694,6 +700,178 @@ def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: st
             sys.stdout.flush()
 
 
+NFSDTOP_EXAMPLES = """
+\b
+Examples:
+  nfsdtop              # per-client requests/s, MB/s, avg and p99 service time, every 1 s
+  nfsdtop 5            # refresh every 5 seconds
+  nfsdtop 2 10         # every 2 seconds, 10 times, then exit
+  nfsdtop --by proc    # one row per procedure: NFSv3 READ, NFSv4 COMPOUND, NFSACLv3 GETACL...
+  nfsdtop -C -r 5      # do not clear the screen; the 5 busiest rows only
+  nfsdtop --json 10    # one JSON object per 10 s: the rows, and every (client, procedure)
+\b
+On the NFS server (knfsd). A request is timed on its nfsd thread from the dispatch of the
+decoded call to its encoded reply (an NFSv4 COMPOUND whole, all its operations inside);
+RD_MB/s and WR_MB/s are the bytes its reads and writes moved. Rows are sorted by load: the
+nfsd time their requests took in the interval, then requests/s. INPROG is how many of the
+row's requests nfsd threads are serving now, OLDEST(s) how long the oldest has been served:
+a client whose requests are stuck shows there although none completes. CLIENT is the
+request's source address (an IPv4 client of a dual-stack socket as IPv4). The probe is
+generated for bcc (--backend core is refused; -v says so). --json has every row (-r is for
+the table) and, under "requests", each (client, procedure) pair's counts and histogram.
+"""
+
+#: what one nfsdtop row stands for (--by)
+NFSDTOP_BY = ("client", "proc")
+#: the operations of a server spec nfsdtop uses: requests (rpc) and the bytes of reads and writes
+NFSDTOP_OPS = ("rpc", "read", "write")
+#: RPC program numbers as nfsdtop prints them
+RPC_PROGRAMS = {100003: "NFS", 100227: "NFSACL"}
+
+
+def serves_requests(spec: Dict[str, Any]) -> bool:
+    """Whether a spec times a server's requests with their client (nfsd.toml's rpc), not a
+    client's RPCs (nfs.toml's)."""
+    rpc = spec["ops"].get("rpc", {})
+    return any("client" in (point.get("args") or {}) for cand in rpc.get("candidates", []) for point in cand["attach"])
+
+
+def proc_label(prog: int, vers: int, name: str) -> str:
+    """`NFSv3 READ`: the procedure with its program and version (NFSACL has a GETATTR too)."""
+    if not prog:
+        return name
+    return f"{RPC_PROGRAMS.get(prog, str(prog))}v{vers} {name}"
+
+
+def _server_rows(data: Dict[Tuple[str, int, int, str], Dict[str, Any]], seconds: float,
+                 in_progress: List[Tuple[Tuple[str, int, int, str], float]], by: str = "client") -> List[Dict[str, Any]]:
+    """One interval's nfsdtop rows, per client or per procedure (`by`), busiest first.
+
+    `data` is Session.requests()'s (client, program, version, procedure) -> counts and log2
+    usec slots; `in_progress` each request being served now, with its age in ms. Histograms
+    are summed slot by slot, so a row's p99 is as exact as a pair's. Each row names the
+    other dimension's counts (a client's per procedure, a procedure's per client)."""
+    groups: Dict[str, Dict[str, Any]] = {}
+
+    def group(client: str, label: str) -> Dict[str, Any]:
+        found = groups.setdefault(client if by == "client" else label, {
+            "count": 0, "lat_ns": 0, "read_bytes": 0, "write_bytes": 0, "slots": {}, "split": {},
+            "in_progress": 0, "oldest_ms": None})
+        return found
+
+    for (client, prog, vers, name), entry in data.items():
+        label = proc_label(prog, vers, name)
+        found = group(client, label)
+        for field in ("count", "lat_ns", "read_bytes", "write_bytes"):
+            found[field] += entry[field]
+        for slot, count in entry["slots"].items():
+            found["slots"][slot] = found["slots"].get(slot, 0) + count
+        other = label if by == "client" else client
+        found["split"][other] = found["split"].get(other, 0) + entry["count"]
+    for (client, prog, vers, name), age_ms in in_progress:
+        found = group(client, proc_label(prog, vers, name))
+        found["in_progress"] += 1
+        found["oldest_ms"] = round(max(found["oldest_ms"] or 0.0, age_ms), 3)
+    rows = []
+    for key, found in groups.items():
+        count = found["count"]
+        rows.append({by: key, "requests": count, "requests_per_s": round(count / seconds, 1),
+                     "read_bytes": found["read_bytes"], "write_bytes": found["write_bytes"],
+                     "read_mb_s": round(found["read_bytes"] / seconds / 1e6, 3),
+                     "write_mb_s": round(found["write_bytes"] / seconds / 1e6, 3),
+                     "service_ms": round(found["lat_ns"] / 1e6, 3),
+                     "avg_ms": round(found["lat_ns"] / count / 1e6, 3) if count else None,
+                     "p99_ms": _interval_p99_ms(found) if count else None,
+                     "in_progress": found["in_progress"], "oldest_ms": found["oldest_ms"],
+                     "procs" if by == "client" else "clients": dict(sorted(found["split"].items()))})
+    rows.sort(key=lambda row: str(row[by]))  # equal loads: by name, whatever order the maps gave
+    rows.sort(key=lambda row: (row["service_ms"], row["requests"], row["oldest_ms"] or 0), reverse=True)
+    return rows
+
+
+#: width of nfsdtop's key column: an IPv6 address, or a procedure
+NFSDTOP_WIDTH = {"client": 39, "proc": 20}
+
+
+def nfsdtop_text(rows: List[Dict[str, Any]], by: str, max_rows: int) -> List[str]:
+    """nfsdtop's table: the key, rates, service time, requests in progress."""
+    width = NFSDTOP_WIDTH[by]
+    lines = ["%-*s %8s %9s %9s %8s %8s %6s %9s" % (width, by.upper(), "REQ/s", "RD_MB/s", "WR_MB/s",
+                                                   "AVG_ms", "P99_ms", "INPROG", "OLDEST(s)")]
+    for row in rows[:max_rows]:
+        avg = "-" if row["avg_ms"] is None else f"{row['avg_ms']:.2f}"
+        p99 = "-" if row["p99_ms"] is None else f"{row['p99_ms']:.2f}"
+        oldest = "-" if row["oldest_ms"] is None else f"{row['oldest_ms'] / 1000:.1f}"
+        lines.append("%-*s %8.1f %9.3f %9.3f %8s %8s %6d %9s" % (
+            width, _tail(str(row[by]), width), row["requests_per_s"], row["read_mb_s"], row["write_mb_s"],
+            avg, p99, row["in_progress"], oldest))
+    return lines
+
+
+def requests_json(data: Dict[Tuple[str, int, int, str], Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Session.requests()'s pairs as --json lists them (slots as [slot, count] pairs)."""
+    return [{"client": client, "program": prog, "version": vers, "proc": name,
+             **{field: entry[field] for field in ("count", "lat_ns", "read_bytes", "write_bytes")},
+             "slots": sorted([slot, n] for slot, n in entry["slots"].items())}
+            for (client, prog, vers, name), entry in sorted(data.items())]
+
+
+@click.command("nfsdtop", epilog=NFSDTOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("interval", type=click.IntRange(min=1), default=1, required=False)
+@click.argument("count", type=click.IntRange(min=1), required=False)
+@click.option("--by", type=click.Choice(NFSDTOP_BY), default="client", show_default=True,
+              help="One row per client address, or per procedure (RPC program, version and name).")
+@click.option("-r", "--rows", "max_rows", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Rows of the table (the busiest; --json has them all).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
+@click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes.")
+@SPEC_OPTION
+@VERBOSE_OPTION
+@KPROBES_OPTION
+@BACKEND_OPTION
+def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json: bool, noclear: bool,
+            spec_path: Optional[str], verbose: bool, kprobes_only: bool, backend: str) -> None:
+    """An NFS server's (knfsd) requests per client: requests per second, read and write
+    MB/s, average and p99 service time, requests in progress and the oldest, every INTERVAL
+    seconds (default 1), COUNT times (or until Ctrl-C)."""
+    target = find_target(None if spec_path else "nfsd", spec_path)
+    if not serves_requests(target.spec):
+        raise UserError(f"{target.spec_path}: no request with a client address (rpc with a `client` argument): "
+                        "nfsdtop needs an NFS server spec (probes/specs/nfsd.toml, or `discover propose nfsd`)")
+    ops = [op for op in NFSDTOP_OPS if op in target.spec["ops"]]
+    session = Session("nfsdtop", Tool(server=True), ops, target.spec, verbose, fentry=not kprobes_only,
+                      backend=backend)
+    clear = not as_json and not noclear and sys.stdout.isatty()
+    with session:
+        if as_json:
+            print(json.dumps({"tracing": session.ops, "by": by}), flush=True)
+        else:
+            print(f"Tracing {target.title} requests per {by}, every {interval} s... Ctrl-C to end.", flush=True)
+        remaining = count
+        while remaining is None or remaining > 0:
+            started = time.monotonic()
+            stopping = not session.wait(interval)
+            seconds = round(max(time.monotonic() - started, 1e-3), 3)
+            data = session.requests()
+            now = time.monotonic_ns()
+            in_progress = [(key, round(max(now - ts, 0) / 1e6, 3)) for key, ts in session.requests_in_progress()]
+            rows = _server_rows(data, seconds, in_progress, by)
+            if as_json:
+                print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
+                                  "seconds": seconds, "by": by, "rows": rows, "requests": requests_json(data),
+                                  "in_progress": [{"client": k[0], "program": k[1], "version": k[2], "proc": k[3],
+                                                   "age_ms": age} for k, age in in_progress],
+                                  "missed": session.missed_since("interval")}), flush=True)
+            else:
+                if clear:
+                    print("\033[H\033[2J", end="")
+                print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+                print("\n".join(nfsdtop_text(rows, by, max_rows)), flush=True)
+            if stopping:
+                break
+            remaining = None if remaining is None else remaining - 1
+
+
 def main_nfsslower() -> None:
     run_cli("nfsslower", nfsslower)
 
@@ -704,6 +882,10 @@ def main_nfsdist() -> None:
 
 def main_nfstop() -> None:
     run_cli("nfstop", nfstop)
+
+
+def main_nfsdtop() -> None:
+    run_cli("nfsdtop", nfsdtop)
 
 
 def main_fsslower() -> None:
@@ -719,7 +901,7 @@ def main_fstop() -> None:
 
 
 TOOLS: Dict[str, Callable[[], None]] = {
-    "nfsslower": main_nfsslower, "nfsdist": main_nfsdist, "nfstop": main_nfstop,
+    "nfsslower": main_nfsslower, "nfsdist": main_nfsdist, "nfstop": main_nfstop, "nfsdtop": main_nfsdtop,
     "fsslower": main_fsslower, "fsdist": main_fsdist, "fstop": main_fstop}
 
 if __name__ == "__main__":

@@ -12,12 +12,17 @@ import struct
 from pathlib import Path
 from typing import Any, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
+from discover.errors import UserError
 from probes.layout import ArgSource, KernelLayout
 from probes.select import Chosen
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "bpf" / "probe.bpf.c"
 
 NAME_LEN = 32   # bytes of file name kept per event (bcc's nfsslower keeps 32 too)
+#: bytes of an NFS server procedure's name kept (the longest, NFSv3's READDIRPLUS, is 11)
+PROC_LEN = 16
+#: requests in progress an NFS server probe holds at once (one per nfsd thread busy)
+REQUEST_SLOTS = 4096
 COMM_LEN = 16   # TASK_COMM_LEN
 #: deltas above this are dropped as impossible (a wrapped or unmatched start), not printed
 MAX_LAT_NS = 3600 * 10**9
@@ -95,6 +100,10 @@ class Tool(NamedTuple):
     #: histograms keyed by the task's cgroup too, for at most this many cgroups (the rest
     #: share one overflow series); 0 = not keyed. Needs per_mount (nfs-exporter --cgroup-label)
     cgroup_limit: int = 0
+    #: an NFS server's requests counted per (client address, procedure), those in progress
+    #: readable (nfsdtop): the `rpc` op's points read its `client` and `name`, reads and
+    #: writes inside a request add their bytes to it
+    server: bool = False
 
     @property
     def dev_at_entry(self) -> bool:
@@ -233,6 +242,54 @@ def _function_handlers(point: Point, op_macro: str, layout: Optional[KernelLayou
     return text, ptr_kind, names
 
 
+def _member_addr(src: ArgSource, fentry: bool) -> str:
+    """The address of an embedded struct member (`rqstp->rq_addr`) at the entry: the last
+    offset is added, not read through."""
+    expr = f"(u64)ctx[{src.param}]" if fentry else f"(u64)PT_REGS_PARM{src.param + 1}(ctx)"
+    for offset in src.derefs[:-1]:
+        expr = f"read_ptr({expr} + {offset})"
+    return f"({expr} + {src.derefs[-1]})" if src.derefs else expr
+
+
+#: what a `client` role must be: the struct holding the peer's address (docs/probe-spec.md)
+CLIENT_STRUCTS = ("__kernel_sockaddr_storage", "sockaddr_storage", "sockaddr")
+#: the u32 members of the struct holding the client (struct svc_rqst) naming the request's
+#: RPC program and version
+REQUEST_NUMBERS = ("rq_prog", "rq_vers")
+
+
+def _server_handlers(point: Point, layout: Optional[KernelLayout]) -> Tuple[str, Tuple[str, str]]:
+    """(C text, (entry, exit) program names) of an NFS server request point (Tool.server):
+    the entry reads the client's address and the procedure's name through BTF offsets."""
+    fentry = point.kind == "fentry"
+    where = f"{point.op} at {point.entry}"
+    if point.kind == "tracepoint":
+        raise UserError(f"per-client requests need a function for {where} (nfsd_dispatch), not a tracepoint: "
+                        "is nfsd's BTF missing?")
+    if layout is None:
+        raise UserError(f"per-client requests need the kernel's BTF (for {where})")
+    client = layout.resolve(point.entry, point.args.get("client", ""))
+    if client is None or not client.derefs or layout.embedded_struct(point.entry, point.args["client"]) \
+            not in CLIENT_STRUCTS:
+        raise UserError(f"cannot read the client's address at {point.entry} on this kernel (BTF of "
+                        f"nfsd missing, or the spec's client {point.args.get('client')!r} is not a sockaddr)")
+    name = layout.resolve(point.entry, point.args.get("name", ""))
+    proc = _param_expr(name, fentry) if name is not None else "0"
+    # the request's program and version, beside the procedure's name: NFSv3's GETATTR is not
+    # NFSACL's, and NFSv4's work is all COMPOUND (read from the struct the client is in)
+    request = point.args["client"].rsplit("->", 1)[0]
+    numbers = [layout.resolve(point.entry, f"{request}->{field}") for field in REQUEST_NUMBERS]
+    prog, vers = (_member_addr(src, fentry) if src is not None and src.derefs else "0" for src in numbers)
+    if fentry:
+        names = (fentry_program(point, "entry", layout), fentry_program(point, "exit", layout))
+        ctx = "unsigned long long *ctx"
+    else:
+        names, ctx = (f"p{point.id}_entry", f"p{point.id}_exit"), "struct pt_regs *ctx"
+    text = (f"int {names[0]}({ctx})\n{{\n    server_start({_member_addr(client, fentry)}, {proc}, {prog}, {vers});\n"
+            f"    return 0;\n}}\n\nint {names[1]}({ctx})\n{{\n    server_end();\n    return 0;\n}}\n")
+    return text, names
+
+
 def _tp_string(point: Point, at_exit: bool) -> str:
     """C pointer to the tracepoint's `name` string (a __data_loc char[] field) at this end, or 0."""
     expr = point.args.get("name", "")
@@ -288,6 +345,8 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     if tool.cgroup_limit and not tool.per_mount:
         raise ValueError("cgroup keys are mount keys' refinement: Tool.cgroup_limit needs per_mount")
     ops = [c.op for c in chosen]
+    if tool.server and "rpc" not in ops:
+        raise UserError("per-client requests need the spec's rpc operation, and it cannot be traced here")
     letters = [c.letter for c in chosen]
     points = points_of(chosen, layout, fentry)
     offsets = layout.name_offsets() if layout is not None else {}
@@ -308,6 +367,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
                 ("MAX_MOUNTS", MAX_MOUNTS if tool.per_mount else 1), ("MOUNT_DEV", tool.mount_dev),
                 ("CGROUP_FILTER", int(tool.cgroup_filter)),
                 ("WANT_CGROUP_KEY", int(tool.cgroup_limit > 0)), ("MAX_CGROUPS", max(tool.cgroup_limit, 1)),
+                ("WANT_SERVER", int(tool.server)), ("PROC_LEN", PROC_LEN), ("REQUEST_SLOTS", REQUEST_SLOTS),
                 ("DIST_ENTRIES", dist_entries(tool, len(ops))), ("TOTAL_ENTRIES", total_entries(tool, len(ops))),
                 ("HAVE_FILE_SB", int({"OFF_FILE_INODE", "OFF_INODE_SB", "OFF_SB_DEV"} <= set(dev_offsets))),
                 ("HAVE_DENTRY_SB", int({"OFF_DENTRY_SB", "OFF_SB_DEV"} <= set(dev_offsets))),
@@ -326,7 +386,13 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     programs: Dict[str, Tuple[str, ...]] = {}
     for point in points:
         op_macro = f"OP_{point.op.upper()}"
-        if point.kind in ("kprobe", "fentry"):
+        if tool.server and point.op == "rpc":
+            text, names = _server_handlers(point, layout)
+            handlers.append(text)
+            if point.kind == "kprobe":
+                kprobes += [(point.entry, "entry", names[0]), (point.exit, "exit", names[1])]
+            programs.update({name: (point.op,) for name in names})
+        elif point.kind in ("kprobe", "fentry"):
             text, ptr_kind, names = _function_handlers(point, op_macro, layout, tool.dev_at_entry)
             if ptr_kind == "none" or not dev_offsets:
                 mountless.append(point.op)

@@ -168,6 +168,23 @@ class KernelLayout:
         target = self._pointee(blob, type_id)
         return ArgSource(index, tuple(derefs), self._struct_name(blob, target) if target else "")
 
+    def embedded_struct(self, function: str, expr: str) -> str:
+        """The struct type name of the member `expr` ends on (`rqstp->rq_addr`: a struct held
+        inside its parent, not a pointer), or "" when it is none."""
+        params = self.params(function)
+        blob = self._blob_for(function)
+        parts = expr.split("->")
+        if params is None or blob is None or len(parts) < 2:
+            return ""
+        type_id = next((tid for name, tid in params if name == parts[0]), None)
+        for member in parts[1:]:
+            target = self._pointee(blob, type_id) if type_id is not None else None
+            found = self.member_path(blob, target, member.split(".")) if target else None
+            if found is None:
+                return ""
+            type_id = found[1]
+        return self._struct_name(blob, self._strip(blob, type_id))
+
     def infer_args(self, function: str) -> Dict[str, str]:
         """Roles from parameter types when the spec names none (it was proposed without BTF).
 

@@ -9,9 +9,11 @@ so the package (and its tests) work on hosts without bcc or kprobes.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -38,6 +40,31 @@ MISSES_MIN_KERNEL = (6, 7)
 #: arguments an x86-64 BPF trampoline passes in registers (more need Linux 6.3)
 FENTRY_MAX_ARGS = 6
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
+
+
+#: why nfsdtop runs on bcc (backend_choice's named check): the CO-RE object has no server maps
+SERVER_CORE_BLOCKER = ("per-client request counts (client address, procedure) are generated for bcc only; "
+                       "the CO-RE object has no such maps")
+#: an NFS server request's identity (Tool.server): client address as printed, RPC program,
+#: version, procedure name
+ServerKey = Tuple[str, int, int, str]
+
+
+def client_address(family: int, raw: bytes) -> str:
+    """The client as users read it: dotted IPv4, compressed IPv6, an IPv4-mapped IPv6 address
+    as its IPv4 (a dual-stack socket's IPv4 client), `?` when the probe could not read it."""
+    if family == socket.AF_INET:
+        return str(ipaddress.IPv4Address(bytes(raw[:4])))
+    if family == socket.AF_INET6:
+        address = ipaddress.IPv6Address(bytes(raw[:16]))
+        return str(address.ipv4_mapped or address)
+    return "?"
+
+
+def server_key(key: Any) -> ServerKey:
+    """A struct server_key read from the probe's maps."""
+    return (client_address(int(key.family), bytes(key.addr)), int(key.prog), int(key.vers),
+            bytes(key.proc).split(b"\0", 1)[0].decode("ascii", "replace"))
 
 
 def sane_latency_ns(value: int) -> Optional[int]:
@@ -202,7 +229,8 @@ class Session:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
         enums = {enum for c in self.selection.chosen if c.candidate["kind"] == "tracepoint"
                  for p in c.points for end in ("entry", "exit") for enum in facts.event_enum_types(p[end])}
-        choice = choose(backend, spec, facts.release, self.selection.btf_modules(), BTF_DIR)
+        choice = choose(backend, spec, facts.release, self.selection.btf_modules(), BTF_DIR,
+                        bcc_only=SERVER_CORE_BLOCKER if tool.server else None)
         if verbose:
             self.warn(f"backend: {choice.why}")
         self.backend = open_backend(choice, spec, facts)
@@ -258,6 +286,7 @@ class Session:
         self._dist_base: Dict[Tuple[int, int, int, int], int] = {}
         self._totals_base: Dict[Tuple[int, int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
+        self._server_base: Dict[tuple, tuple] = {}
 
     def _watch_beneath(self, spec: Dict[str, Any], facts: KernelFacts, ops: Sequence[str]) -> Selection:
         """The selection with spec.INFLIGHT_ALWAYS's ops --ops left out tracked in flight only:
@@ -580,6 +609,39 @@ class Session:
         if clear:
             self._dist_base, self._totals_base = slots, totals
         return out
+
+    def requests(self) -> Dict[ServerKey, Dict[str, Any]]:
+        """Tool.server: per (client, program, version, procedure), the requests completed since
+        the previous call: count, lat_ns (their service times' sum), read_bytes, write_bytes,
+        slots (log2 usec). Cumulative maps, an interval is a difference, as in top()."""
+        with self.reading():
+            stat_items = self.backend.map("server_stats").items()
+            hist_items = self.backend.map("server_hist").items()
+        now: Dict[tuple, tuple] = {}
+        out: Dict[ServerKey, Dict[str, Any]] = {}
+        for key, value in stat_items:
+            where = server_key(key)
+            totals = (int(value.count), int(value.lat_ns), int(value.rd_bytes), int(value.wr_bytes))
+            now[where] = totals
+            count, lat_ns, rd, wr = (a - b for a, b in zip(totals, self._server_base.get(where, (0, 0, 0, 0))))
+            if count > 0:
+                out[where] = {"count": count, "lat_ns": lat_ns, "read_bytes": rd, "write_bytes": wr, "slots": {}}
+        for key, value in hist_items:
+            where = server_key(key.k)
+            slot = (where, int(key.slot))
+            now[slot] = (int(value.value),)
+            delta = int(value.value) - self._server_base.get(slot, (0,))[0]
+            if delta and where in out:
+                out[where]["slots"][int(key.slot)] = delta
+        self._server_base = now
+        return out
+
+    def requests_in_progress(self) -> List[Tuple[ServerKey, int]]:
+        """Tool.server: (client, program, version, procedure) and start time (monotonic ns) of
+        each request an nfsd thread is serving now."""
+        with self.reading():
+            values = self.backend.map("requests").items()
+        return [(server_key(value.k), int(value.ts)) for _key, value in values]
 
     def top(self) -> Dict[Tuple[int, int], Dict[str, Dict[str, Any]]]:
         """Per (tgid, dev), per op since the previous call: count, lat_ns, bytes, comm, cgroup

@@ -343,7 +343,8 @@ def option_cases() -> Iterator[bi.Case]:
         ["labs"], ["labs", "up", "--topology", "ring"], ["labs", "up", "--backend", "xen"], ["labs", "run"],
         ["labs", "run", "--timeout", "abc", "--", "true"], ["labs", "test", "--topology", "ring"],
         ["probes", "compat", s, "--kernel", p, "-o", "."], ["discover", "propose", "nfs", "--kernel-profile", "."],
-        ["nfstop", "--by", "uid"],
+        ["nfstop", "--by", "uid"], ["nfsdtop", "0"], ["nfsdtop", "1", "0"], ["nfsdtop", "1", "2", "3"],
+        ["nfsdtop", "--by", "mount"], ["nfsdtop", "-r", "0"], ["nfsdtop", "--backend", "ebpf"],
     ]
     for i, argv in enumerate(usage):
         yield bi.Case(f"usage/{i:02d}-{'-'.join(a.strip('-') for a in argv[:3])}", argv, code=2)
@@ -404,6 +405,9 @@ def option_cases() -> Iterator[bi.Case]:
         "slower-live": (["nfsslower"], None),
         "dist-live": (["nfsdist", "1", "1"], None),
         "top-live": (["nfstop", "-i", "1"], None),
+        "nfsdtop-client-spec": (["nfsdtop", "--spec", s], "no request with a client address"),
+        "nfsdtop-spec-missing": (["nfsdtop", "--spec", "none.toml"], "none.toml"),
+        "nfsdtop-live": (["nfsdtop", "1", "1"], None),
         "labs-run-not-up": (["labs", "run", "--name", "nothere", "--", "true"], "labs up"),
         "labs-shell-not-up": (["labs", "shell", "--name", "nothere"], None),
         "labs-test-results-nowhere": (["labs", "test", "--lab-results", "no/dir/lab.json"], "no/dir"),

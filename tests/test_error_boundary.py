@@ -28,7 +28,7 @@ def console_scripts() -> Dict[str, str]:
 
 #: a command line per script that reaches a command's own code (a group needs a subcommand)
 ARGS = {"discover": ["diff", "a.json", "b.json"], "probes": ["fetch-kernel", "6.1"], "labs": ["status"],
-        "nfsslower": [], "nfsdist": [], "nfstop": [], "nfs-exporter": [],
+        "nfsslower": [], "nfsdist": [], "nfstop": [], "nfsdtop": [], "nfs-exporter": [],
         "fsslower": ["-t", "xfs"], "fsdist": ["-t", "ext4"], "fstop": ["-t", "btrfs"]}
 
 #: raised inside the command, where its own code would run

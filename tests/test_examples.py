@@ -24,6 +24,7 @@ from probes.mounts import MountTable
 #: lines whose text is the clock (nfsdist's `HH:MM:SS:`, nfstop's `HH:MM:SS loadavg: ...`)
 CLOCK = re.compile(r"^\d\d:\d\d:\d\d[: ]")
 TOOLS = {"nfsslower": commands.nfsslower, "nfsdist": commands.nfsdist, "nfstop": commands.nfstop,
+         "nfsdtop": commands.nfsdtop,
          "fsslower": commands.fsslower, "fsdist": commands.fsdist, "fstop": commands.fstop}
 #: one completed operation as Session.on_events hands it to a tool (op 0: the first traced)
 EVENT = {"op": 0, "name": "f", "dev": 0, "fileid": 7, "pid": 1, "comm": "dd", "end_ns": 10**9, "bytes": 4096,
@@ -78,6 +79,12 @@ class FakeSession:
     def in_flight(self) -> List[Any]:
         return []
 
+    def requests(self) -> Dict[Any, Any]:
+        return {}
+
+    def requests_in_progress(self) -> List[Any]:
+        return []
+
     def missed_since(self, _reader: str) -> Dict[str, int]:
         return {}
 
@@ -107,7 +114,8 @@ def captured(command: Path) -> List[str]:
 
 
 def test_every_tool_has_an_example_from_the_lab() -> None:
-    assert {path.read_text().split()[0] for path in COMMANDS} == {*TOOLS, "nfs-exporter"}
+    # nfsdtop's outputs come from its lab check's run (examples.NFSDTOP_LAB), not capture_examples.sh
+    assert {path.read_text().split()[0] for path in COMMANDS} | {"nfsdtop"} == {*TOOLS, "nfs-exporter"}
     assert sorted(p.name for p in examples.OUT.glob("*_example.txt")) == sorted(
         f"{tool}_example.txt" for tool in examples.TOOLS)
     assert set(examples.TOOLS) == {*TOOLS, "nfs-exporter", "discover"}
@@ -125,6 +133,21 @@ def test_banners_and_headers_are_what_the_tool_prints_today(path: Path, monkeypa
     lines = captured(path)
     missing = [line for line in fixed if line not in lines]
     assert missing == [], f"{command}: the tool now prints {missing}, which the capture lacks: capture it again"
+
+
+@pytest.mark.parametrize("by", ["client", "proc"])
+def test_nfsdtop_runs_have_todays_banner_and_header(by: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nfsdtop's text runs in its lab run: the banner and each table's header as printed today;
+    its --json run: the first line and an interval's keys."""
+    run = examples.nfsdtop_run()
+    text = run["texts"][by]
+    today = printed_today(" ".join(text["argv"]), monkeypatch)
+    fixed = [line for line in today if line and not CLOCK.match(line)]
+    assert len(fixed) == 2 and all(line in text["lines"] for line in fixed), (fixed, text["lines"][:3])
+    printed = run["nfsdtop"]["lines"]
+    today = printed_today(" ".join(run["nfsdtop"]["argv"]).replace(" -v", ""), monkeypatch)
+    assert json.loads(printed[0]) == json.loads(today[0])
+    assert [list(json.loads(line)) for line in printed[1:]] == [list(json.loads(today[1]))] * (len(printed) - 1)
 
 
 @pytest.mark.parametrize("path", [p for p in TOOL_COMMANDS if p.stem.startswith(("nfsdist", "fsdist"))],

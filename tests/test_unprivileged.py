@@ -51,7 +51,7 @@ def one_line(res: subprocess.CompletedProcess) -> str:
     return res.stderr.rstrip("\n")
 
 
-@pytest.mark.parametrize("tool", ["nfsslower", "nfstop", "nfsdist"])
+@pytest.mark.parametrize("tool", ["nfsslower", "nfstop", "nfsdist", "nfsdtop"])
 def test_tools_say_root_before_tracefs(tool: str, place: Path) -> None:
     """Not "mount it": a user cannot, and root would (the tools mount tracefs themselves)."""
     assert one_line(run([tool], place)) == (

@@ -61,19 +61,20 @@ LANES = 3
 #: cgroup label and a late nfsv4 (7.3); faults on the pair; the fs tools on kprobes without module
 #: BTF (5.10) and on fentry (6.12); identity where module BTF names the file on a single guest;
 #: `labs test`'s integration once; the client without LLVM, clang, bcc or headers on trixie (libbpf
-#: 1.5, fentry), the one suite whose core runs every tool there. sid's 7.2 repeats 6.12/7.3's
-#: mechanism and bcc's 0.28+ line: the full matrix only.
+#: 1.5, fentry), the one suite whose core runs every tool there; nfsdtop on 6.12's single guest, an
+#: NFS server (fentry on nfsd's BTF) that is its own client over 127.0.0.1, so the check costs no
+#: second guest. sid's 7.2 repeats 6.12/7.3's mechanism and bcc's 0.28+ line: the full matrix only.
 CI_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": ("7.3", "6.1", "6.12", "5.10"), "v3only": ("6.1", "6.12", "5.10"), "coexist": ("6.1", "6.12"),
     "exporter": ("6.1", "7.3"), "faults": ("7.3",), "fs": ("6.12", "5.10"), "identity": ("6.12",),
-    "integration": ("6.1",), "nollvm": ("6.12",),
+    "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",),
 }
 #: a release's run: each check on every kernel it has passed on (CI's matrix until 2026-12-03:
 #: 6.12 and 7.3 as pairs, coexistence, faults and fs tools on both, 7.2 in CI)
 FULL_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": KERNELS, "v3only": ("6.1", "6.12", "7.2", "5.10"), "coexist": ("7.3", "6.1", "6.12"),
     "exporter": ("7.3", "6.1"), "faults": ("7.3", "6.12"), "fs": ("7.3", "6.12", "5.10"), "identity": ("7.2",),
-    "integration": ("6.1",), "nollvm": ("6.12",),
+    "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",),
 }
 
 

@@ -1,0 +1,139 @@
+"""Guest side of the nfsdtop lab check: the NFS server of a single lab guest, its own client.
+
+Runs inside a lab guest that serves /srv/nfs and mounts it over 127.0.0.1 (/mnt/nfs3 and
+/mnt/nfs42, labs/provision), root, bcc and probekit's package installed. It reads the server's
+own counters (/proc/net/rpc/nfsd: requests per NFSv3 and NFSv4 procedure, bytes read and
+written), starts `nfsdtop --json 2`, runs a known workload on both mounts (files written with
+fsync, the page cache dropped, read back, stat), stops nfsdtop by SIGTERM, reads the counters
+again, and prints one JSON document: the counters' differences, what the workload moved, the
+addresses of the clients connected to port 2049 (ss), nfsdtop's output and exit, and the
+tracing programs / kprobe_events before and after. NFSv3 carries nothing between the two
+reads of the counters but the workload (NFSv4.1 renews its lease in the background, also
+while nfsdtop compiles: its COMPOUNDs are only bounded). Then two text runs for the example,
+`nfsdtop -C 2` and `nfsdtop -C --by proc 2`, around the workload again, ended by Ctrl-C (SIGINT).
+
+  python3 labs/guest/nfsdtop_guest.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probes_guest import MOUNTS, drop_caches, kernel_attachments, stop, tool, wait_ready  # noqa: E402
+
+#: /proc/net/rpc/nfsd's procedure counts, in the kernel's order, named as nfsd's pc_name
+PROC_NAMES = {
+    "proc3": ("NULL", "GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READLINK", "READ", "WRITE", "CREATE", "MKDIR",
+              "SYMLINK", "MKNOD", "REMOVE", "RMDIR", "RENAME", "LINK", "READDIR", "READDIRPLUS", "FSSTAT",
+              "FSINFO", "PATHCONF", "COMMIT"),
+    "proc4": ("NULL", "COMPOUND"),
+}
+#: the workload's files: this many 64 KiB blocks each, written, then read after a cache drop
+BLOCKS = 32
+BLOCK = 64 * 1024
+STATS = 5
+
+
+def server_counters() -> Dict[str, int]:
+    """`NFSv3 READ` -> count, ..., and `io read` / `io write` bytes, from /proc/net/rpc/nfsd."""
+    out: Dict[str, int] = {}
+    with open("/proc/net/rpc/nfsd") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields and fields[0] == "io":
+                out["io read"], out["io write"] = int(fields[1]), int(fields[2])
+            elif fields and fields[0] in PROC_NAMES:
+                counts = [int(n) for n in fields[2:]]
+                for name, count in zip(PROC_NAMES[fields[0]], counts):
+                    out[f"NFSv{fields[0][4:]} {name}"] = count
+    return out
+
+
+def workload(mount: str, tag: str) -> Dict[str, int]:
+    """Write a file with fsync, drop the caches, read it back, stat it: what it moved."""
+    work = os.path.join(mount, "work", f"nfsdtop-{tag}")
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, "data.bin")
+    moved = {"write_bytes": 0, "read_bytes": 0}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for _ in range(BLOCKS):
+        moved["write_bytes"] += os.write(fd, os.urandom(BLOCK))
+    os.fsync(fd)
+    os.close(fd)
+    drop_caches()
+    fd = os.open(path, os.O_RDONLY)
+    while True:
+        chunk = os.read(fd, BLOCK)
+        if not chunk:
+            break
+        moved["read_bytes"] += len(chunk)
+    os.close(fd)
+    for _ in range(STATS):
+        os.stat(path)
+    return moved
+
+
+def nfs_clients() -> List[str]:
+    """Peer addresses of the TCP connections established to the NFS port (ss), without port."""
+    out = subprocess.run(["ss", "-Htn", "state", "established", "( sport = :2049 )"], stdout=subprocess.PIPE,
+                         check=True, universal_newlines=True).stdout
+    peers = {line.split()[-1].rpartition(":")[0].strip("[]") for line in out.splitlines() if line.strip()}
+    return sorted(peer[len("::ffff:"):] if peer.startswith("::ffff:") else peer for peer in peers)
+
+
+def check() -> Dict[str, Any]:
+    for mount in MOUNTS.values():
+        workload(mount, "warm")  # directories made, mounts answering: not what is measured
+    before_attach = kernel_attachments()
+    log = "/tmp/nfsdtop-json.log"
+    counters_before = server_counters()
+    argv = ["nfsdtop", "--json", "-v", "2"]
+    proc = tool(argv, log)
+    try:
+        ready_s = wait_ready(proc, log)
+        time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
+        moved = {tag: workload(mount, "json") for tag, mount in MOUNTS.items()}
+        clients = nfs_clients()
+        time.sleep(3)
+        during = kernel_attachments()
+    finally:
+        result = dict(stop(proc, log), argv=argv)
+    counters_after = server_counters()
+    after_attach = kernel_attachments()
+    runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"]}
+    procs = {by: tool(argv, f"/tmp/nfsdtop-{by}.log") for by, argv in runs.items()}
+    for by, started in procs.items():
+        wait_ready(started, f"/tmp/nfsdtop-{by}.log")
+    time.sleep(2.5)
+    for mount in MOUNTS.values():
+        workload(mount, "text")
+    time.sleep(2.5)
+    texts = {by: dict(stop(started, f"/tmp/nfsdtop-{by}.log", signal.SIGINT), argv=runs[by])
+             for by, started in procs.items()}
+    delta = {key: counters_after[key] - counters_before.get(key, 0) for key in counters_after}
+    bcc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-bpfcc"], stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    return {"release": os.uname().release, "date": time.strftime("%Y-%m-%d"), "bcc": bcc,
+            "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
+            "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
+            "attachments": {"before": before_attach, "during": during, "after": after_attach,
+                            "after_text_runs": kernel_attachments()}}
+
+
+def main() -> int:
+    try:
+        result = {"check": "nfsdtop", "ok": True, "data": check()}
+    except Exception as exc:  # reported as data: the host test shows it
+        result = {"check": "nfsdtop", "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Lab test of nfsdtop on a real NFS server (knfsd): the single 6.12 guest serves /srv/nfs and
+mounts it over 127.0.0.1 (NFSv3 and NFSv4.2), so its client is 127.0.0.1.
+
+One guest run (labs/guest/nfsdtop_guest.py) runs `nfsdtop --json 2` around a known workload on
+both mounts and two text runs; labs/nfsdtop_checks.py judges it against the server's own
+counters (/proc/net/rpc/nfsd) and the TCP peers of port 2049. The run's JSON is kept as
+nfsdtop.json among the artefacts (tests/fixtures/.../nfsdtop comes from one).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+import pytest
+from conftest import guest_run, on_kernels, once_run
+
+from labs import nfsdtop_checks as nc
+from labs.base import Lab
+
+pytestmark = pytest.mark.lab
+
+GUEST_SCRIPT = "labs/guest/nfsdtop_guest.py"
+
+
+@guest_run("nfsdtop", fixture="nfsdtop_data")
+def run_nfsdtop(kernel_lab: Any) -> Dict[str, Any]:
+    lab: Lab = kernel_lab.lab
+    share = getattr(lab, "guest_project_dir", "/opt/probekit")
+    with kernel_lab.timed("nfsdtop"):
+        res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT}", timeout=1200)
+    assert res.exit_code == 0, f"nfsdtop_guest: exit {res.exit_code}: {res.stderr[-2000:]}"
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    (kernel_lab.artifacts / "nfsdtop.json").write_text(json.dumps(out, indent=1))
+    print(f"[nfsdtop lab] {kernel_lab.kernel}: {kernel_lab.times['nfsdtop']:.0f} s", flush=True)
+    return out
+
+
+@pytest.fixture
+def nfsdtop_data(kernel_lab: Any) -> Dict[str, Any]:
+    out = once_run(kernel_lab, "nfsdtop")
+    assert out["ok"], out.get("error")
+    return out["data"]
+
+
+@on_kernels("nfsdtop")
+@pytest.mark.parametrize("verify", nc.RUN_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_nfsdtop(nfsdtop_data: Dict[str, Any], verify: Any) -> None:
+    verify(nfsdtop_data)

@@ -1,0 +1,118 @@
+"""nfsdtop's rows: per client or per procedure, counts, bytes and histograms summed, requests in
+progress joined to their row, sorted by the server time taken; addresses as users read them."""
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+from pathlib import Path
+
+from probes.commands import _server_rows, nfsdtop_text, proc_label
+from probes.runtime import client_address
+
+V3, V4, ACL = (100003, 3), (100003, 4), (100227, 3)
+
+
+def entry(count: int, lat_ms: float, slots: dict, read: int = 0, written: int = 0) -> dict:
+    return {"count": count, "lat_ns": int(lat_ms * 1e6 * count), "read_bytes": read, "write_bytes": written,
+            "slots": slots}
+
+
+def key(client: str, prog_vers: tuple, name: str) -> tuple:
+    return (client, prog_vers[0], prog_vers[1], name)
+
+
+def test_addresses_as_users_read_them() -> None:
+    assert client_address(socket.AF_INET, bytes([10, 77, 0, 2]) + bytes(12)) == "10.77.0.2"
+    assert client_address(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, "fd00::1:2")) == "fd00::1:2"
+    # an IPv4 client on a dual-stack socket: its IPv4 address, not ::ffff:10.77.0.2
+    assert client_address(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, "::ffff:10.77.0.2")) == "10.77.0.2"
+    assert client_address(0, bytes(16)) == "?"
+
+
+def test_procedures_carry_program_and_version() -> None:
+    assert proc_label(*V3, "READ") == "NFSv3 READ"
+    assert proc_label(*ACL, "GETACL") == "NFSACLv3 GETACL"
+    assert proc_label(100099, 1, "X") == "100099v1 X" and proc_label(0, 0, "READ") == "READ"
+
+
+def test_by_client_sums_procedures_and_ranks_by_server_time() -> None:
+    """A client with fewer but slower requests outranks one with many quick ones: the load is
+    the nfsd time taken. Its procedures' counts add up to its requests; a stuck request joins
+    its client's row."""
+    data = {key("10.77.0.2", V3, "WRITE"): entry(4, 20.0, {14: 4}, written=4 << 20),
+            key("10.77.0.2", V3, "COMMIT"): entry(1, 50.0, {15: 1}),
+            key("10.77.0.3", V4, "COMPOUND"): entry(50, 0.2, {7: 50}, read=1 << 20)}
+    stuck = [(key("10.77.0.3", V4, "COMPOUND"), 2500.0)]
+    rows = _server_rows(data, 2.0, stuck)
+    assert [row["client"] for row in rows] == ["10.77.0.2", "10.77.0.3"]
+    busy, quick = rows
+    assert busy["requests"] == 5 and busy["requests_per_s"] == 2.5 and busy["write_mb_s"] == round((4 << 20) / 2e6, 3)
+    assert busy["procs"] == {"NFSv3 COMMIT": 1, "NFSv3 WRITE": 4}
+    assert busy["avg_ms"] == 26.0 and busy["p99_ms"] == 32.767  # slot 15: 16384..32767 us
+    assert quick["in_progress"] == 1 and quick["oldest_ms"] == 2500.0 and quick["read_bytes"] == 1 << 20
+    by_proc = _server_rows(data, 2.0, stuck, "proc")
+    assert {row["proc"]: row["clients"] for row in by_proc} == {
+        "NFSv3 WRITE": {"10.77.0.2": 4}, "NFSv3 COMMIT": {"10.77.0.2": 1}, "NFSv4 COMPOUND": {"10.77.0.3": 50}}
+
+
+def test_a_row_with_requests_in_progress_only() -> None:
+    """A client whose every request is stuck: a row with no rate and no latency, its oldest age."""
+    rows = _server_rows({}, 1.0, [(key("fd00::2", V3, "READ"), 30000.0), (key("fd00::2", V3, "READ"), 10.0)])
+    assert rows == [{"client": "fd00::2", "requests": 0, "requests_per_s": 0.0, "read_bytes": 0, "write_bytes": 0,
+                     "read_mb_s": 0.0, "write_mb_s": 0.0, "service_ms": 0.0, "avg_ms": None, "p99_ms": None,
+                     "in_progress": 2, "oldest_ms": 30000.0, "procs": {}}]
+    assert nfsdtop_text(rows, "client", 20)[1].split() == ["fd00::2", "0.0", "0.000", "0.000", "-", "-", "2", "30.0"]
+
+
+def test_text_keeps_the_busiest_rows() -> None:
+    data = {key(f"10.0.0.{i}", V3, "GETATTR"): entry(i, 1.0, {10: i}) for i in range(1, 6)}
+    lines = nfsdtop_text(_server_rows(data, 1.0, []), "client", 2)
+    assert lines[0].split() == ["CLIENT", "REQ/s", "RD_MB/s", "WR_MB/s", "AVG_ms", "P99_ms", "INPROG", "OLDEST(s)"]
+    assert [line.split()[0] for line in lines[1:]] == ["10.0.0.5", "10.0.0.4"]
+
+
+#: a real nfsdtop lab run on Debian 6.12 (README.md there): its JSON intervals and the server's counters
+LAB_RUN = Path(__file__).resolve().parent / "fixtures" / "6.12.117+deb13-amd64" / "nfsdtop" / "guest-run.json.gz"
+
+
+def lab_run() -> dict:
+    return json.loads(gzip.decompress(LAB_RUN.read_bytes()))["data"]
+
+
+def raw(interval: dict) -> tuple:
+    """An interval's (client, program, version, procedure) pairs and requests in progress, as
+    Session.requests() and the run loop handed them to the rows."""
+    data = {(p["client"], p["program"], p["version"], p["proc"]):
+            {**{f: p[f] for f in ("count", "lat_ns", "read_bytes", "write_bytes")}, "slots": dict(p["slots"])}
+            for p in interval["requests"]}
+    progress = [((p["client"], p["program"], p["version"], p["proc"]), p["age_ms"]) for p in interval["in_progress"]]
+    return data, progress
+
+
+def test_the_lab_runs_rows_rebuilt_from_its_requests() -> None:
+    """Every interval of the real run: the rows nfsdtop printed are the rows its own pairs make."""
+    intervals = [json.loads(line) for line in lab_run()["nfsdtop"]["lines"][1:]]
+    assert intervals and any(i["requests"] for i in intervals)
+    for interval in intervals:
+        data, progress = raw(interval)
+        assert _server_rows(data, interval["seconds"], progress, interval["by"]) == interval["rows"]
+
+
+def test_the_lab_runs_procedures_are_the_servers_counts() -> None:
+    """The same pairs by procedure, summed over the run: each NFSv3 procedure's requests are
+    what /proc/net/rpc/nfsd counted, and every byte read and written is the server's."""
+    run = lab_run()
+    totals: dict = {}
+    for line in run["nfsdtop"]["lines"][1:]:
+        data, progress = raw(json.loads(line))
+        for row in _server_rows(data, 1.0, progress, "proc"):
+            found = totals.setdefault(row["proc"], [0, 0, 0])
+            found[0] += row["requests"]
+            found[1] += row["read_bytes"]
+            found[2] += row["write_bytes"]
+    server = run["server_delta"]
+    assert {k: v[0] for k, v in totals.items() if k.startswith("NFSv3 ")} == \
+        {k: v for k, v in server.items() if k.startswith("NFSv3 ")}
+    assert sum(v[1] for v in totals.values()) == server["io read"] > 0
+    assert sum(v[2] for v in totals.values()) == server["io write"] > 0
