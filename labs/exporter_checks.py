@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from labs.probe_checks import WORKLOAD_EXACT as EXACT, counted_once
 from probes.exporter import BUCKET_SLOTS
 
@@ -44,8 +46,12 @@ def verify_series_move_by_the_workload_on_its_mount_only(results: Dict[str, Any]
 
 
 def verify_promql_counts_equal_the_workload_on_both_mounts(results: Dict[str, Any]) -> None:
+    """Totals since the start, per op and mount, are the phases' workloads: and, with
+    --late-nfsv4, the stats of /mnt/nfs3's root done before nfsv4 loaded (late_nfsv4)."""
     got = {(r["metric"]["op"], r["metric"]["mountpoint"]): int(float(r["value"][1]))
            for r in results["promql"]["counts"]}
+    got[("getattr", MOUNT_POINTS["nfs3"])] = (got.get(("getattr", MOUNT_POINTS["nfs3"]), 0)
+                                              - (results.get("late") or {}).get("stats", 0))
     for mount, point in MOUNT_POINTS.items():
         for op in EXACT:
             counted_once(f"PromQL {op} {point}", got.get((op, point), 0), results["phases"][mount]["issued"][op],
@@ -130,18 +136,50 @@ def verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series(results:
         assert not elsewhere, f"{cgroup}'s operations on another mount: {elsewhere}"
 
 
+#: what the exporter says once a module loaded after its start is traced beside its programs
+NOW_TRACED = "nfs-exporter: module nfsv4 loaded after the start: now traced: "
+
+
+def counters(text: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    """Every counter sample of a scraped text (histogram buckets, sums and counts too), by name and labels."""
+    out: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type in ("counter", "histogram"):
+            for sample in family.samples:
+                if not sample.name.endswith("_created"):
+                    out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
 def verify_attached_once_or_again_when_nfsv4_loaded(results: Dict[str, Any]) -> None:
-    """The exporter attaches its probe once; started on a v3-only client (--late-nfsv4: nfsv4
-    unloaded), it says so when nfsv4 loads and attaches again, and the NFSv4.2 phase's exact
-    counts (its opens are nfsv4's nfs4_file_open, absent at the start) come from that probe."""
+    """The exporter attaches its probe once. Started on a v3-only client (--late-nfsv4: nfsv4
+    unloaded), once nfsv4 loads: on core it says in one line that nfs4_file_open is traced now,
+    attaches nothing again, and no counter goes back (the scrape before and after, its NFSv3
+    stats counted); on bcc it says so and attaches again. The NFSv4.2 phase's exact counts
+    (its opens are nfsv4's nfs4_file_open) are checked by the phase checks."""
     stderr = results["stderr"]
     attached = [line for line in stderr if line.startswith("nfs-exporter: probe attached: ")]
     if not results["late_nfsv4"]:
         assert len(attached) == 1, stderr
         return
     assert results["nfsv4_at_start"] is False, "nfsv4 could not be unloaded before the exporter started"
-    assert any("module nfsv4 loaded after the start" in line and "attaching again" in line for line in stderr), stderr
-    assert len(attached) == 2, stderr
+    late = results.get("late")
+    if late is None or late["backend"] != "core":  # bcc, or a run recorded before core traced it in place
+        assert any("module nfsv4 loaded after the start" in line and "attaching again" in line for line in stderr), stderr
+        assert len(attached) == 2, stderr
+        return
+    said = [line for line in stderr if line.startswith(NOW_TRACED)]
+    assert len(said) == 1 and "open (O): " in said[0] and "nfs4_file_open" in said[0], stderr
+    assert len(attached) == 1 and not any("attaching again" in line for line in stderr), stderr
+    before, after = counters(late["before"]), counters(late["after"])
+    stats = sum(value for (name, labels), value in before.items() if name == "probekit_nfs_ops_total"
+                and dict(labels).get("op") == "getattr" and dict(labels).get("mountpoint") == "/mnt/nfs3")
+    assert stats >= late["stats"], f"the NFSv3 stats before nfsv4 loaded: {stats} getattr counted"
+    went_back = {key: (value, after.get(key)) for key, value in before.items() if after.get(key, 0) < value}
+    assert not went_back, f"counters went back once nfsv4 loaded: {went_back}"
+    attach_time = [line for text in (late["before"], late["after"]) for line in text.splitlines()
+                   if line.startswith("probekit_nfs_probe_attach_time_seconds ")]
+    assert len(attach_time) == 2 and attach_time[0] == attach_time[1], attach_time
 
 
 def verify_promtool_accepts_both_scrapes(results: Dict[str, Any]) -> None:
@@ -210,7 +248,8 @@ EXPORTER_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("exporter: series move by the workload, NFSv4.2", verify_series_move_by_the_workload_on_its_mount_only, ("nfs42",)),
     ("exporter: PromQL counts = workload", verify_promql_counts_equal_the_workload_on_both_mounts, ()),
     ("exporter: join with node_exporter mountstats", verify_join_with_node_exporter_mountstats, ()),
-    ("exporter: attached again when nfsv4 loaded", verify_attached_once_or_again_when_nfsv4_loaded, ()),
+    ("exporter: nfsv4 loaded later: traced in place (core) or attached again (bcc)",
+     verify_attached_once_or_again_when_nfsv4_loaded, ()),
     ("exporter: cgroup label per unit, or none", verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series,
      ()),
     ("exporter: quantiles = nfsdist's, moved by delay", verify_quantiles_agree_with_nfsdist_and_move_with_delay, ()),

@@ -331,12 +331,13 @@ def verify_restart(result: Dict[str, Any]) -> str:
 
 
 def v4_late_verdict(stderr: str) -> Optional[str]:
-    """How a tool said it handled nfsv4 appearing later: "attached", "restart" or None."""
+    """How a tool said it handled nfsv4 appearing later: "attached" (on core: traced beside its
+    running programs), "restart" (on bcc) or None."""
     text = stderr.lower()
+    if "module nfsv4 loaded after the start: now traced: " in text:
+        return "attached"
     if "restart" in text:
         return "restart"
-    if "attached" in text and "nfsv4" in text:
-        return "attached"
     return None
 
 

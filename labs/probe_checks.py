@@ -15,7 +15,7 @@ holds the file and print no file names there ("?"; docs/probes.md).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from labs.guest.probes_guest import META_EXACT, META_SOME
 from discover.spec import OPS
@@ -207,18 +207,65 @@ def verify_nfstop_shows_the_workload_process(results: Results) -> None:
 
 
 def verify_every_command_runs_without_nfsv4(results: Results) -> None:
+    """Started with nfsv4 unloaded, each tool says -v what it skipped and counts the NFSv3
+    workload exactly; where nfsv4 was traced once loaded (late_phase), its phase is counted too."""
     v3 = data(results, "v3only")
     assert not v3["nfsv4_loaded"], f"nfsv4 could not be unloaded: {v3['unload']}"
     for name, run in v3["results"].items():
         assert run["rc"] == 0, f"{name}: {run['stderr']}"
         assert "nfs4_file_open" in run["stderr"] and "not loaded" in run["stderr"]  # -v says it was skipped
+    late = late_phase(v3)
+    late_issued = late["issued"] if late else {}
     slower = _events(v3["results"]["nfsslower"])
-    assert sum(1 for e in slower if e["op"] == "open") == v3["issued"]["open"]
+    before_late = [e for e in slower if not late or e["end_us"] / 1e6 < late["mono_start"]]
+    assert sum(1 for e in before_late if e["op"] == "open") == v3["issued"]["open"]
     dist = [json.loads(line) for line in v3["results"]["nfsdist"]["lines"] if '"ops"' in line][-1]
-    for op in ("read", "write", "open", "getattr", "fsync"):
-        assert dist["ops"][op]["count"] == v3["issued"][op]
+    for op in ("read", "write", "open", "fsync"):
+        assert dist["ops"][op]["count"] == v3["issued"][op] + late_issued.get(op, 0), op
+    getattrs = v3["issued"]["getattr"] + late_issued.get("getattr", 0)
+    if late:  # mounting NFSv4.2 may stat its root too: the phase's own are checked in nfsslower's window
+        assert dist["ops"]["getattr"]["count"] >= getattrs
+    else:
+        assert dist["ops"]["getattr"]["count"] == getattrs
     top_rows = [json.loads(line) for line in v3["results"]["nfstop"]["lines"] if line.startswith("{")]
     assert any(row["processes"] for row in top_rows)
+
+
+#: what a tool says once a module loaded after its start is traced beside its programs
+NOW_TRACED = "module nfsv4 loaded after the start: now traced: "
+
+
+def late_phase(v3: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The workload run on NFSv4.2 under the tools started without nfsv4 (core only), or None."""
+    return (v3.get("late") or {}).get("phase")
+
+
+def verify_late_nfsv4_is_traced_by_the_running_tools(results: Results) -> None:
+    """nfsv4 loaded under the tools started without it: on core each says in one line that
+    nfs4_file_open is traced now, more programs run (a second instance of the object, sharing
+    the maps), and nfsslower shows the NFSv4.2 phase's operations exactly (its cached-dentry open
+    is nfs4_file_open's); on bcc each says to restart. After SIGTERM nothing of either instance
+    is left attached."""
+    v3 = data(results, "v3only")
+    attached = v3["attached"]
+    assert set(attached["during"]["bpf_progs"]) > set(attached["before"]["bpf_progs"])
+    assert attached["after"] == attached["before"], attached
+    if v3["late"]["backend"] != "core":
+        for name, run in v3["results"].items():
+            assert "module nfsv4 loaded after the start" in run["stderr"] and f"restart {name}" in run["stderr"], name
+        return
+    for name, run in v3["results"].items():
+        said = [line for line in run["stderr"].splitlines() if NOW_TRACED in line]
+        assert len(said) == 1 and "open (O): " in said[0] and "nfs4_file_open" in said[0], (name, said)
+        assert "restart" not in run["stderr"], (name, run["stderr"])
+    assert set(attached["late"]["bpf_progs"]) > set(attached["during"]["bpf_progs"]), attached
+    phase = late_phase(v3)
+    assert phase is not None
+    events = [e for e in _events(v3["results"]["nfsslower"])
+              if phase["mono_start"] <= e["end_us"] / 1e6 <= phase["mono_end"]]
+    for op in ("read", "write", "open", "getattr", "fsync"):
+        assert sum(1 for e in events if e["op"] == op) == phase["issued"][op], \
+            (op, phase["issued"][op], [e for e in events if e["op"] == op])
 
 
 def verify_both_tools_pick_the_same_candidates(results: Results) -> None:
@@ -371,6 +418,7 @@ PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
     ("probes: nfsdist moves with delay", verify_nfsdist_histogram_moves_with_delay, ()),
     ("probes: nfstop shows the process", verify_nfstop_shows_the_workload_process, ()),
     ("probes: every command without nfsv4", verify_every_command_runs_without_nfsv4, ()),
+    ("probes: nfsv4 loaded later, traced by the running tools", verify_late_nfsv4_is_traced_by_the_running_tools, ()),
     ("probes: same candidates in both tools", verify_both_tools_pick_the_same_candidates, ()),
     ("probes: fentry where the loader and BTF allow", verify_fentry_where_the_loader_and_btf_allow, ()),
     ("probes: auto's loader, bcc counts the same", verify_auto_picks_the_loader_and_bcc_counts_the_same, ()),
@@ -379,7 +427,8 @@ PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
 #: the checks of the `v3only` guest run. A QEMU pair skips that run (one bcc compile round
 #: less): its fault run starts all three tools on a v3-only client, and labs/faults.py's
 #: verify_v4late and verify_nfstop_process check the same there.
-V3ONLY_CHECKS = (verify_nfstop_shows_the_workload_process, verify_every_command_runs_without_nfsv4)
+V3ONLY_CHECKS = (verify_nfstop_shows_the_workload_process, verify_every_command_runs_without_nfsv4,
+                 verify_late_nfsv4_is_traced_by_the_running_tools)
 
 
 def guest_runs(with_faults: bool) -> Tuple[str, ...]:

@@ -79,6 +79,13 @@ class Backend(Protocol):
     def attach(self, probe: Probe) -> None:
         """Attach the programs load() left unattached; UserError naming the function that failed."""
 
+    def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
+               fentry: Collection[str]) -> Optional[Probe]:
+        """Load and attach the points of `added` (candidates the probe runs, with points of a
+        module loaded since) beside the running programs, writing the same maps, and return
+        the probe with them; None when this loader cannot (the caller says to restart);
+        Rejected when the kernel refuses them, with nothing of them left attached."""
+
     def set_cgroup_filter(self, fd: int) -> None:
         """Put --cgroup's directory fd into cgroup_filter[0]."""
 

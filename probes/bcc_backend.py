@@ -181,6 +181,12 @@ class BccBackend:
             except Exception as exc:
                 raise UserError(f"cannot attach to {function}: {str(exc).splitlines()[0]}") from None
 
+    def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
+               fentry: Collection[str]) -> Optional[Probe]:
+        """None: bcc compiled one program for the points present at the start, and a
+        second compile would have maps of its own (the tools say to restart)."""
+        return None
+
     def set_cgroup_filter(self, fd: int) -> None:
         self.bpf["cgroup_filter"][0] = fd  # bcc's CgroupArray takes an fd (or a path)
 

@@ -9,7 +9,7 @@ from the running kernel's BTF and tracepoint formats.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from discover.events import parse_format
@@ -31,6 +31,8 @@ MIN_KERNEL = (5, 17)
 MODULE_TARGET_VERSION = (1, 5)
 #: a tracepoint field each role of the spec's args may name, at the start or the end
 _TP_START_ROLES = ("fileid", "offset", "bytes", "dev")
+#: the read-only data section of the per-point settings: each instance has its own
+CFG_MAP = ".rodata.cfg"
 
 
 def object_path(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Path:
@@ -44,6 +46,15 @@ def live_format(event: str, tracefs: Path) -> Optional[List[Dict[str, Any]]]:
         return parse_format((tracefs / "events" / system / name / "format").read_text())["fields"]
     except (OSError, ValueError):
         return None
+
+
+class _Plan(NamedTuple):
+    """The chosen points as one instance of the object runs them (CoreBackend._settings)."""
+
+    settings: Dict[int, PointSettings]
+    programs: Dict[str, Tuple[str, ...]]
+    mountless: List[str]
+    targets: Dict[str, str]
 
 
 class CoreBackend:
@@ -65,6 +76,10 @@ class CoreBackend:
         #: fentry/fexit program -> MODULE:FUNCTION, for the plan's module functions
         self._targets: Dict[str, str] = {}
         self._maps: Dict[str, Any] = {}
+        #: the tool's settings as generate() was given them (a later instance's cfg repeats them)
+        self._tool: Optional[Tool] = None
+        #: instances loaded later beside the first (extend()): each with the programs it runs
+        self._late: List[Tuple[BpfObject, List[str]]] = []
 
     def ringbuf_support(self, release: str) -> Tuple[bool, str]:
         return True, f"events: BPF ring buffer, submitted without wakeups, read every {RINGBUF_READ_MS} ms"
@@ -88,16 +103,13 @@ class CoreBackend:
                 return core.id
         raise UserError(f"{point.op}: {point.entry} is not in the built object (built from another spec?)")
 
-    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
-                 ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
-        ops = [c.op for c in chosen]
-        points = points_of(chosen, layout, fentry)
+    def _settings(self, points: Sequence[Point], ops: Sequence[str], chosen: Sequence[Chosen],
+                  layout: Optional[KernelLayout]) -> _Plan:
+        """What cfg says of these points (each starts in the slot of its id), the programs
+        that time them, their fentry targets in modules, and the ops they cannot tell the mount of."""
         by_op = {c.op: c for c in chosen}
-        settings: Dict[int, PointSettings] = {}
-        programs: Dict[str, Tuple[str, ...]] = {}
-        mountless: List[str] = []
-        self._targets = {}
-        for slot, point in enumerate(points):
+        plan = _Plan({}, {}, [], {})
+        for point in points:
             core = self._core_id(point, by_op[point.op])
             args: List[Optional[Tuple[int, Tuple[int, ...]]]] = [None, None]
             ptr_kind = "none"
@@ -114,24 +126,33 @@ class CoreBackend:
                     if role != "offset":
                         ptr_kind = role
                 if ptr_kind == "none" or layout is None:
-                    mountless.append(point.op)
+                    plan.mountless.append(point.op)
                 suffix = ("fentry", "fexit") if point.kind == "fentry" else ("kprobe", "kretprobe")
                 names = [f"p{core}_{suffix[0]}", f"p{core}_{suffix[1]}"]
                 if point.kind == "fentry" and layout is not None:
                     for name, function in zip(names, (point.entry, point.exit)):
                         module = layout.btf_module_of(function)
                         if module not in (None, "vmlinux"):
-                            self._targets[name] = f"{module}:{function}"
+                            plan.targets[name] = f"{module}:{function}"
             else:
                 tp = self._tp_fields(point)
                 if "dev" not in point.args and point.op != "rpc":
-                    mountless.append(point.op)
+                    plan.mountless.append(point.op)
                 names = [tracepoint_program(point.entry), tracepoint_program(point.exit)]
             for name in names:
-                programs[name] = tuple(sorted(set(programs.get(name, ())) | {point.op}))
-            settings[core] = PointSettings(point.id, ops.index(point.op), slot, PTR_KINDS[ptr_kind],
-                                           point.args.get("bytes") == "retval", (args[0], args[1]), tp, point.watch)
-        cfg = cfg_bytes(self.table, tool, task_storage, settings)
+                plan.programs[name] = tuple(sorted(set(plan.programs.get(name, ())) | {point.op}))
+            plan.settings[core] = PointSettings(point.id, ops.index(point.op), point.id, PTR_KINDS[ptr_kind],
+                                                point.args.get("bytes") == "retval", (args[0], args[1]), tp,
+                                                point.watch)
+        return plan
+
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+                 ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
+        ops = [c.op for c in chosen]
+        points = points_of(chosen, layout, fentry)
+        plan = self._settings(points, ops, chosen, layout)
+        self._targets = plan.targets
+        cfg = cfg_bytes(self.table, tool, task_storage, plan.settings)
         nops = len(ops)
         sizes = {"dist": dist_entries(tool, nops), "op_totals": total_entries(tool, nops),
                  "cgroup_ids": max(tool.cgroup_limit, 1)}
@@ -139,12 +160,73 @@ class CoreBackend:
         # preallocated, they held ~7 MB of kernel memory the kernel zeroes at every start
         unused = [] if tool.top else ["top_stats", "top_hist"]
         unused += ["starts"] if task_storage else []
-        unused += [] if any(self.table.points[core].match == "keys" for core in settings) else ["async_starts"]
+        unused += [] if any(self.table.points[core].match == "keys" for core in plan.settings) else ["async_starts"]
         sizes.update({name: 1 for name in unused})
         probe = Probe("", ops, [c.letter for c in chosen], points, [], layout is not None, True, task_storage,
-                      sorted(set(mountless)), programs, tuple(c.op for c in chosen if c.watch))
-        self._plan = (probe, sorted(programs), cfg, sizes)
+                      sorted(set(plan.mountless)), plan.programs, tuple(c.op for c in chosen if c.watch))
+        self._plan = (probe, sorted(plan.programs), cfg, sizes)
+        self._tool = tool
         return probe
+
+    def late_plan(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
+                  fentry: Collection[str]) -> Optional[Tuple[List[Point], _Plan, bytes]]:
+        """The points of `added` numbered after the probe's (each starts in its own slot: same
+        candidates, and the object has slots for all of their points), how a second instance
+        runs them, and its `cfg`: the tool's settings, every other point off (nothing is timed
+        twice). None when a program it needs already runs (a tracepoint the probe handles)."""
+        assert self._tool is not None
+        points = [p._replace(id=len(probe.points) + i) for i, p in enumerate(points_of(added, layout, fentry))]
+        plan = self._settings(points, probe.ops, added, layout)
+        if set(plan.programs) & set(probe.programs):
+            return None
+        return points, plan, cfg_bytes(self.table, self._tool, probe.task_storage, plan.settings)
+
+    def prepare_late(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
+                     fentry: Collection[str]) -> Optional[Tuple[Probe, BpfObject, List[str]]]:
+        """The probe with `added`'s points, and a second instance of the object opened and set
+        for them alone (its programs), not loaded (as prepare(): the host's tests check it)."""
+        late = self.late_plan(probe, added, layout, fentry)
+        if late is None:
+            return None
+        points, plan, cfg = late
+        try:
+            obj = BpfObject(self.lib, self.data)
+        except LibbpfError as exc:
+            raise Rejected(str(exc)) from None
+        try:
+            obj.autoload_only(sorted(plan.programs))
+            for name, target in plan.targets.items():
+                obj.set_attach_target(name, target)
+            obj.set_initial_value(CFG_MAP, cfg)
+        except LibbpfError as exc:
+            obj.close()
+            raise Rejected(str(exc)) from None
+        programs = dict(probe.programs)
+        programs.update(plan.programs)
+        extended = probe._replace(points=probe.points + points, programs=programs,
+                                  mountless=sorted(set(probe.mountless) | set(plan.mountless)))
+        return extended, obj, sorted(plan.programs)
+
+    def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
+               fentry: Collection[str]) -> Optional[Probe]:
+        """A second instance of the object (prepare_late) whose maps but `cfg` are the first
+        instance's, reused by fd before loading: its programs count into what the readers
+        read, and close() destroys its links with the first's."""
+        assert self.obj is not None
+        late = self.prepare_late(probe, added, layout, fentry)
+        if late is None:
+            return None
+        extended, obj, programs = late
+        try:
+            obj.reuse_maps(self.obj, (CFG_MAP,))
+            obj.load()
+            for name in programs:
+                obj.attach(name)
+        except LibbpfError as exc:
+            obj.close()
+            raise Rejected(str(exc)) from None
+        self._late.append((obj, programs))
+        return extended
 
     def _tp_fields(self, point: Point) -> Dict[str, Tuple[int, int, bool]]:
         """Offsets, sizes and signedness of the tracepoint fields this point reads."""
@@ -190,7 +272,7 @@ class CoreBackend:
             obj.autoload_only(programs)
             for name, target in self._targets.items():
                 obj.set_attach_target(name, target)
-            obj.set_initial_value(".rodata.cfg", cfg)
+            obj.set_initial_value(CFG_MAP, cfg)
             for name, entries in sizes.items():
                 obj.set_max_entries(name, entries)
         except LibbpfError as exc:
@@ -228,7 +310,10 @@ class CoreBackend:
 
     def program_fds(self) -> Dict[str, int]:
         assert self.obj is not None and self._plan is not None
-        return {name: self.obj.program_fd(name) for name in self._plan[1]}
+        out = {name: self.obj.program_fd(name) for name in self._plan[1]}
+        for obj, programs in self._late:
+            out.update((name, obj.program_fd(name)) for name in programs)
+        return out
 
     def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
         assert self.obj is not None
@@ -239,6 +324,9 @@ class CoreBackend:
         self.obj.poll(RINGBUF_READ_MS)
 
     def close(self) -> None:
+        for obj, _programs in self._late:  # their links first: they write the first instance's maps
+            obj.close()
+        self._late = []
         if self.obj is not None:
             self.obj.close()
             self.obj = None

@@ -342,7 +342,8 @@ probekit_nfs_probe_attach_time_seconds; with
 --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
 kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
 Started before NFS is mounted, it serves and waits for the NFS modules; a module that loads
-later (nfsv4 on a v3-only client) makes it attach a new probe (counters restart from zero).
+later (nfsv4 on a v3-only client) is traced beside the running probe on core (the counters go
+on); on bcc it makes it attach a new probe (counters restart from zero).
 SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 """
 

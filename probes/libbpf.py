@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from discover.btf import KIND_ARRAY, KIND_STRUCT, KIND_UNION, Btf
 
@@ -30,7 +30,7 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("bpf_map__name", ctypes.c_char_p, (_p,)), ("bpf_map__fd", _i, (_p,)),
     ("bpf_map__set_max_entries", _i, (_p, _u32)), ("bpf_map__max_entries", _u32, (_p,)),
     ("bpf_map__set_initial_value", _i, (_p, _p, _sz)), ("bpf_map__value_size", _u32, (_p,)),
-    ("bpf_map__key_size", _u32, (_p,)),
+    ("bpf_map__key_size", _u32, (_p,)), ("bpf_map__reuse_fd", _i, (_p, _i)),
     ("bpf_map__btf_key_type_id", _u32, (_p,)), ("bpf_map__btf_value_type_id", _u32, (_p,)),
     ("btf__raw_data", _p, (_p, ctypes.POINTER(_u32))),
     ("bpf_map_lookup_elem", _i, (_i, _p, _p)), ("bpf_map_update_elem", _i, (_i, _p, _p, ctypes.c_uint64)),
@@ -257,6 +257,16 @@ class BpfObject:
     def set_max_entries(self, map_name: str, entries: int) -> None:
         if self.lib.lib.bpf_map__set_max_entries(self._maps[map_name], entries) != 0:
             raise self.lib.fail(f"bpf_map__set_max_entries({map_name})")
+
+    def reuse_maps(self, other: "BpfObject", own: Sequence[str]) -> None:
+        """Share every map of `other` (loaded from the same object) but those named in `own`:
+        this object's programs then read and write the maps the running ones use."""
+        for name, handle in self._maps.items():
+            if name in own:
+                continue
+            fd = int(self.lib.lib.bpf_map__fd(other._maps[name]))  # noqa: SLF001 - the same object's map
+            if self.lib.lib.bpf_map__reuse_fd(handle, fd) != 0:
+                raise self.lib.fail(f"bpf_map__reuse_fd({name})")
 
     def set_initial_value(self, map_name: str, data: bytes) -> None:
         """Fill a data section (a read-only one is frozen at load: the verifier reads it)."""

@@ -26,7 +26,7 @@ from probes.backend_choice import Choice, choose
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
-from probes.select import KernelFacts, Selection, select
+from probes.select import Chosen, KernelFacts, Selection, late_points, select
 from discover.spec import INFLIGHT_ALWAYS, load_spec, spec_title
 
 #: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
@@ -181,6 +181,17 @@ def wait_for_modules(modules: Sequence[str], root: Path = Path("/sys/module"), p
             signal.signal(sig, handler)
 
 
+def module_live(module: str, root: Path = Path("/sys/module")) -> bool:
+    """Whether `module` is loaded and done initialising: before, the kernel refuses to attach
+    a trampoline to its functions (its BTF is not yet marked live)."""
+    try:
+        return (root / module / "initstate").read_text().strip() == "live"
+    except FileNotFoundError:
+        return (root / module).is_dir()  # loaded, built in: no initstate
+    except OSError:
+        return False
+
+
 def open_backend(choice: Choice, spec: Dict[str, Any], facts: KernelFacts) -> Backend:
     """The loader probes.backend_choice chose: core (libbpf with the spec's prebuilt object) or
     bcc. Imported here, once a tool starts, so that neither is needed to import the tools."""
@@ -210,6 +221,8 @@ class Session:
             spec = load_spec(Path(spec) if spec else DEFAULT_SPEC)
         #: how banners and messages name the filesystem (`NFS`, `ext4`)
         self.title = spec_title(spec)
+        #: chosen from again when a module loads later (_check_late_modules)
+        self.spec = spec
         facts = KernelFacts.live()
         self.selection = select(spec, facts, ops)
         for op, why in self.selection.uncovered.items():
@@ -249,7 +262,12 @@ class Session:
             self.warn(f"missed operations: kernel {facts.release} does not count the probe runs it skips "
                       f"(needs 6.7): only those the probe itself refused are reported")
         self.reading = RealtimeReads()
-        fentry_functions = self._fentry_functions(layout) if fentry else []
+        fentry_ok, why = self.backend.fentry_support()
+        if verbose and fentry:
+            self.warn(why)
+        #: whether fentry/fexit programs may time functions (a later module's too)
+        self.fentry = fentry and fentry_ok
+        fentry_functions = self._fentry_functions(layout, self.selection.chosen) if self.fentry else []
         if verbose and not fentry:
             self.warn("attach: kprobes (--kprobes)")
         #: generated again without fentry or task storage if this bcc or kernel rejects it (see __enter__)
@@ -267,8 +285,9 @@ class Session:
         self._inflight_lost_seen = 0
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
         self._ticks: List[Callable[[], None]] = [self._check_late_modules, self._check_missed]
-        #: modules absent at the start that have loaded since, and what the warning then says
-        #: this run does about them (the exporter attaches again; a terminal tool cannot)
+        #: modules absent at the start that have loaded since and that this run could not
+        #: trace beside its programs, and what the warning then says it does about them (the
+        #: exporter attaches again; a terminal tool cannot)
         self.late_modules: List[str] = []
         self.late_action = f"restart {prog} to trace it"
         #: missed() as last seen, per reader of it (the stderr warning, a tool's interval records)
@@ -307,16 +326,11 @@ class Session:
         """The operations asked and traced: those whose completions are printed and counted."""
         return [op for op in self.probe.ops if op not in self.probe.watched]
 
-    def _fentry_functions(self, layout: Optional[KernelLayout]) -> List[str]:
+    def _fentry_functions(self, layout: Optional[KernelLayout], chosen_list: Sequence[Chosen]) -> List[str]:
         """The fentry candidates' functions that pass fentry_can_attach; --verbose says
         which fall back to kprobes and why."""
-        ok, why = self.backend.fentry_support()
-        if self.verbose:
-            self.warn(why)
-        if not ok:
-            return []
         out: List[str] = []
-        for chosen in self.selection.chosen:
+        for chosen in chosen_list:
             if chosen.candidate["kind"] != "fentry":
                 continue
             for function in sorted({p[end] for p in chosen.points for end in ("entry", "exit")}):
@@ -348,6 +362,7 @@ class Session:
                     fentry = any(p.kind == "fentry" for p in self.probe.points)
                     if fentry and ("kfunc" in why or "kernel func" in why):
                         self.warn(f"warning: fentry/fexit rejected ({why}): kprobes instead")
+                        self.fentry = False
                         self.probe = self._generate(self.probe.task_storage, False)
                     elif self.probe.task_storage:
                         self.warn(f"warning: task local storage rejected ({why}): start times go to a hash map")
@@ -407,17 +422,48 @@ class Session:
                 callback()
 
     def _check_late_modules(self) -> None:
-        """Say once, when a module that was absent at the start loads, what this run misses.
-
-        bcc compiled the probe for the attach points present then; attaching the new ones
-        means a new program with maps of its own: a terminal tool says to restart, the
-        exporter reads `late_modules` and attaches again."""
+        """When a module that was absent at the start has loaded, attach what it brings to the
+        running candidates beside the running programs (same maps: no count restarts) and
+        say so in one line; where the loader cannot (bcc), or the module would change the
+        choice itself (an op uncovered at the start), say once what this run misses: a
+        terminal tool says to restart, the exporter reads `late_modules` and attaches again."""
         for module in sorted(self._absent_modules):
-            if Path(f"/sys/module/{module}").exists():
-                self._absent_modules.discard(module)
+            if not module_live(module):
+                continue
+            self._absent_modules.discard(module)
+            facts = KernelFacts.live()
+            traced = self._trace_late(facts)
+            if traced:
+                self.warn(f"module {module} loaded after the start: now traced: {'; '.join(traced)}")
+            newly = select(self.spec, facts, list(self.selection.uncovered)).chosen
+            if newly or not traced:
                 self.late_modules.append(module)
-                self.warn(f"warning: module {module} loaded after the start: what it provides is not traced "
-                          f"by this run (see --verbose at the start); {self.late_action}")
+                what = (f"{', '.join(c.op for c in newly)} can be traced now but not by this run" if newly else
+                        "what it provides is not traced by this run (see --verbose at the start)")
+                self.warn(f"warning: module {module} loaded after the start: {what}; {self.late_action}")
+
+    def _trace_late(self, facts: KernelFacts) -> List[str]:
+        """Attach the running candidates' points present now and absent at the start, where
+        the backend can; what is traced now, as --verbose lists choices (empty: nothing)."""
+        added = [c._replace(points=points, skipped=[]) for c in self.selection.chosen
+                 for points in [late_points(c, facts)] if points]
+        if not added:
+            return []
+        modules = sorted(set(self.selection.btf_modules()) | set(Selection(added, {}).btf_modules()))
+        layout = KernelLayout.live(BTF_DIR, tuple(modules))
+        fentry = self._fentry_functions(layout, added) if self.fentry else []
+        try:
+            probe = self.backend.extend(self.probe, added, layout, fentry)
+        except Rejected as exc:
+            self.warn(f"warning: cannot attach {', '.join(p['entry'] for c in added for p in c.points)}: {exc}")
+            return []
+        if probe is None:
+            return []
+        self.probe = probe
+        by_op = {c.op: c for c in added}
+        self.selection = Selection([c._replace(points=c.points + by_op[c.op].points) if c.op in by_op else c
+                                    for c in self.selection.chosen], self.selection.uncovered)
+        return describe(Selection(added, {}))
 
     def missed_since(self, reader: str) -> Dict[str, int]:
         """The ops missed since this reader's last call, and how many (only those that grew)."""
@@ -518,6 +564,8 @@ class Session:
                                     dev=int(value.s.dev)))
         if starts:
             for key, value in starts:
+                if int(key.point) >= len(self.probe.points):
+                    continue  # a point attached a moment ago (late module), not in self.probe yet
                 point = self.probe.points[int(key.point)]
                 client = point.keys.index("client_id") if "client_id" in point.keys else -1
                 out.append(InFlight(int(value.tid), int(value.pid), point.op, int(value.s.ts),

@@ -201,3 +201,11 @@ def select(spec: Dict[str, Any], facts: KernelFacts, ops: Sequence[str]) -> Sele
         else:
             uncovered[op] = "; ".join(skipped) or "no candidates"
     return Selection(chosen, uncovered)
+
+
+def late_points(chosen: Chosen, facts: KernelFacts) -> List[Dict[str, Any]]:
+    """The points of a running candidate that were absent when it was chosen and are present
+    on `facts` (optional points of a module loaded since), in the spec's order."""
+    cand = chosen.candidate
+    return [point for point in cand["attach"] if point not in chosen.points
+            and _point_missing(point, cand["kind"], facts) is None and _fields_missing(point, cand, facts) is None]

@@ -19,9 +19,11 @@ from discover.spec import OPS, load_spec
 from probes.build_core import build
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
 from probes.generate import Tool
-from probes.generate_core import CFG_GLOBALS, MAX_DEREFS, POINT_SCALARS, cfg_format, core_table, generate_core, tp_slots
+from probes.generate_core import (CFG_GLOBALS, MAX_DEREFS, POINT_SCALARS, cfg_format, core_table, generate_core,
+                                  slots_needed, tp_slots)
 from probes.libbpf import BpfObject, Libbpf
-from probes.select import KernelFacts, select
+from probes.runtime import module_live
+from probes.select import KernelFacts, late_points, select
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "probes" / "specs" / "nfs.toml"
@@ -184,13 +186,7 @@ def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile:
     assert probe.watched == ("rpc",)
     assert backend._plan is not None
     table = core_table(spec)
-    values = cfg_format(len(table.points), table.nkeys).unpack(backend._plan[2])
-    per_point = (len(values) - len(CFG_GLOBALS)) // len(table.points)
-    watch = {}
-    for point in table.points:
-        scalars = dict(zip(POINT_SCALARS, values[len(CFG_GLOBALS) + point.id * per_point:][:len(POINT_SCALARS)]))
-        if scalars["on"]:
-            watch[point.op] = scalars["watch"]
+    watch = {table.points[core].op: scalars["watch"] for core, scalars in cfg_points_on(spec, backend._plan[2]).items()}
     assert watch == {"read": 0, "commit": 0, "rpc": 1}
     source = generate_core(spec).c_text
     assert "if (cfg.points[point].watch)" in source and "u32 watch;" in source
@@ -237,3 +233,80 @@ def test_fentry_only_where_libbpf_names_module_targets(spec: Dict[str, Any], pro
     assert ok == (lib.version >= MODULE_TARGET_VERSION)
     version = ".".join(map(str, lib.version))
     assert why.startswith("attach: fentry/fexit" if ok else f"attach: kprobes (libbpf {version} looks ")
+
+
+def cfg_points_on(spec: Dict[str, Any], cfg: bytes) -> Dict[int, Dict[str, int]]:
+    """The scalars of each point a `cfg` turns on, by the object's point number."""
+    table = core_table(spec)
+    values = cfg_format(len(table.points), table.nkeys).unpack(cfg)
+    per_point = (len(values) - len(CFG_GLOBALS)) // len(table.points)
+    on = {}
+    for point in table.points:
+        scalars = dict(zip(POINT_SCALARS, values[len(CFG_GLOBALS) + point.id * per_point:][:len(POINT_SCALARS)]))
+        if scalars["on"]:
+            on[point.id] = scalars
+    return on
+
+
+def without_module(profile: KernelProfile, module: str) -> KernelFacts:
+    """The profiled kernel's facts as they were before `module` loaded: its functions, its
+    tracepoints (the `nfs4` system for nfsv4) and itself absent."""
+    full = KernelFacts.from_profile(profile)
+    mine = {name for name, owner in profile.data["filter_functions"] if owner == module}
+    systems = {"nfsv4": "nfs4:"}
+    return KernelFacts(full.functions - mine, {e for e in full.events if not e.startswith(systems[module])},
+                       full.modules - {module}, profile.release, None, full.formats)
+
+
+def test_a_module_loaded_later_gets_a_second_instance_for_its_points_alone(spec: Dict[str, Any],
+                                                                            profile: KernelProfile,
+                                                                            built: bytes) -> None:
+    """A v3-only start of the 6.1.0-50 profile leaves open's optional nfs4_file_open out; once
+    nfsv4 is there, late_points finds it alone, and the second instance the loader opens for
+    it autoloads only its programs, numbers it after the running points (its own start slot,
+    within the object's), and turns on no point but it, with the first cfg's settings."""
+    v3 = select(spec, without_module(profile, "nfsv4"), list(OPS))
+    full = KernelFacts.from_profile(profile)
+    added = [c._replace(points=late_points(c, full), skipped=[]) for c in v3.chosen if late_points(c, full)]
+    assert [(c.op, [p["entry"] for p in c.points]) for c in added] == [("open", ["nfs4_file_open"])]
+    assert not late_points(added[0]._replace(points=added[0].candidate["attach"]), full)
+    backend = CoreBackend(spec, built, Libbpf(), formats_of(profile))
+    probe = backend.generate(v3.chosen, Tool(events=True, dist=True), None, [], True, True, ())
+    late = backend.late_plan(probe, added, None, ())
+    assert late is not None and backend._plan is not None
+    points, plan, cfg = late
+    assert [(p.id, p.op, p.entry) for p in points] == [(len(probe.points), "open", "nfs4_file_open")]
+    core = next(c.id for c in core_table(spec).points
+                if (c.op, c.candidate, c.entry) == ("open", added[0].index, "nfs4_file_open"))
+    on = cfg_points_on(spec, cfg)
+    assert list(on) == [core]
+    assert (on[core]["id"], on[core]["slot"], on[core]["op"]) == (len(probe.points),) * 2 + (probe.ops.index("open"),)
+    assert on[core]["slot"] < slots_needed(spec)
+    head = struct.calcsize("=" + "".join({"u64": "Q", "u32": "I"}[ctype] for _name, ctype in CFG_GLOBALS))
+    assert cfg[:head] == backend._plan[2][:head]
+    assert core not in cfg_points_on(spec, backend._plan[2])  # the first instance never times it
+    prepared = backend.prepare_late(probe, added, None, ())
+    assert prepared is not None
+    extended, obj, programs = prepared
+    try:
+        lib = obj.lib.lib
+        assert {name for name, prog in obj.programs().items() if lib.bpf_program__autoload(prog)} == \
+            set(programs) == {f"p{core}_kprobe", f"p{core}_kretprobe"}
+        assert extended.points[:-1] == probe.points and extended.points[-1] == points[0]
+        assert set(extended.programs) == set(probe.programs) | set(programs) and extended.ops == probe.ops
+    finally:
+        obj.close()
+    # a point whose tracepoint program already runs is not loaded twice: the caller says to restart
+    getattr_ = next(c for c in v3.chosen if c.op == "getattr")
+    assert backend.late_plan(probe, [getattr_], None, ()) is None
+
+
+@pytest.mark.parametrize("state, live", [("live\n", True), ("coming\n", False), ("going\n", False), (None, True)])
+def test_a_module_counts_as_loaded_once_live(tmp_path: Path, state: Optional[str], live: bool) -> None:
+    """/sys/module/NAME appears while the module initialises, before the kernel lets a
+    trampoline attach to it: only `live` counts (a built-in module has no initstate)."""
+    (tmp_path / "nfsv4").mkdir()
+    if state is not None:
+        (tmp_path / "nfsv4" / "initstate").write_text(state)
+    assert module_live("nfsv4", tmp_path) is live
+    assert not module_live("cifs", tmp_path)

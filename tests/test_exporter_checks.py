@@ -1,5 +1,6 @@
 """The exporter lab check's verdicts (labs/exporter_checks.py) on real runs: a Debian 6.1 guest
-(default options) and a 7.3 pair's client (--cgroup-label, nfsv4 loaded after the start).
+(default options) and a 7.3 pair's client (--cgroup-label, nfsv4 loaded after the start; on
+bcc, and on core, which traces it beside the running programs).
 
 The fixtures are what labs/guest/exporter_guest.py printed there (READMEs beside them); the
 negative cases change one thing in a copy, the way a broken exporter or a lost operation
@@ -25,6 +26,8 @@ from labs.exporter_checks import (EXPORTER_CHECKS, exporter_edges_around, quanti
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "6.1.0-50-amd64" / "exporter" / "exporter-run.json.gz"
 CGROUP_RUN = FIXTURES / "7.3.4+deb13-amd64" / "exporter" / "exporter-run.json.gz"
+#: on core: nfsv4 traced beside the running programs, the counters going on
+CORE_LATE_RUN = FIXTURES / "7.3.4+deb13-amd64" / "exporter" / "late-nfsv4-core-run.json.gz"
 
 
 def load(path: Path) -> Dict[str, Any]:
@@ -48,7 +51,8 @@ def cgroup_run() -> Dict[str, Any]:
     return load(CGROUP_RUN)
 
 
-@pytest.mark.parametrize("path", [RUN, CGROUP_RUN], ids=["6.1", "7.3-cgroup-label-late-nfsv4"])
+@pytest.mark.parametrize("path", [RUN, CGROUP_RUN, CORE_LATE_RUN],
+                         ids=["6.1", "7.3-cgroup-label-late-nfsv4", "7.3-core-late-nfsv4"])
 @pytest.mark.parametrize("check", EXPORTER_CHECKS, ids=lambda c: c[0])
 def test_every_check_passes_on_the_real_runs(path: Path, check: Any) -> None:
     _name, verify, args = check
@@ -157,3 +161,39 @@ def test_a_stuck_alert_without_a_pause_fails(run: Dict[str, Any]) -> None:
     run["rules"]["alerts"].append({"name": "NFSOperationsStuck", "state": "firing", "labels": {}})
     with pytest.raises(AssertionError):
         verify_the_shipped_rules_evaluate_on_the_lab_scrapes(run)
+
+
+@pytest.fixture
+def core_late_run() -> Dict[str, Any]:
+    return load(CORE_LATE_RUN)
+
+
+def test_on_core_a_counter_lower_after_nfsv4_loaded_fails(core_late_run: Dict[str, Any]) -> None:
+    """The scrape after nfsv4 loaded with the 5 NFSv3 getattrs gone, as a new probe's would be."""
+    late = core_late_run["late"]
+    assert late["backend"] == "core"
+    late["after"] = "\n".join(line for line in late["after"].splitlines()
+                              if not (line.startswith("probekit_nfs_ops_total{") and 'op="getattr"' in line)) + "\n"
+    with pytest.raises(AssertionError, match="counters went back"):
+        verify_attached_once_or_again_when_nfsv4_loaded(core_late_run)
+
+
+def test_on_core_a_second_attach_fails(core_late_run: Dict[str, Any]) -> None:
+    """An exporter on core that attached a new probe (counters restarting) instead of tracing
+    nfsv4 beside the running one is caught by its stderr."""
+    attached = next(line for line in core_late_run["stderr"] if line.startswith("nfs-exporter: probe attached: "))
+    core_late_run["stderr"].append(attached)
+    with pytest.raises(AssertionError):
+        verify_attached_once_or_again_when_nfsv4_loaded(core_late_run)
+
+
+def test_on_core_the_late_stats_are_no_workload_operation(core_late_run: Dict[str, Any]) -> None:
+    """PromQL's totals since the start hold the 5 stats of /mnt/nfs3 done before nfsv4 loaded:
+    the verdict takes them off, and one getattr more than that is still caught."""
+    row = next(r for r in core_late_run["promql"]["counts"]
+               if (r["metric"]["op"], r["metric"]["mountpoint"]) == ("getattr", "/mnt/nfs3"))
+    assert int(row["value"][1]) == core_late_run["phases"]["nfs3"]["issued"]["getattr"] + core_late_run["late"]["stats"]
+    verify_promql_counts_equal_the_workload_on_both_mounts(core_late_run)
+    row["value"][1] = str(int(row["value"][1]) + 1)
+    with pytest.raises(AssertionError, match="PromQL getattr /mnt/nfs3"):
+        verify_promql_counts_equal_the_workload_on_both_mounts(core_late_run)

@@ -16,7 +16,8 @@ import pytest
 
 from labs.faults import (FAULT_CHECKS, exact_counts, stall_records, verify_default_pause_stalls,
                          verify_exporter_names_the_stuck_server, verify_loss, verify_nfstop_process,
-                         verify_pause_completes, verify_pause_stalls, verify_silent_guest, verify_v4late)
+                         verify_pause_completes, verify_pause_stalls, verify_silent_guest, verify_v4late,
+                         v4_late_verdict)
 
 RUN = Path(__file__).parent / "fixtures" / "7.3.4+deb13-amd64" / "faults" / "faults.json.gz"
 #: the 7.3 pair's run before it (nfsslower --ops all alone): its first stall line came later
@@ -24,6 +25,8 @@ RUN = Path(__file__).parent / "fixtures" / "7.3.4+deb13-amd64" / "faults" / "fau
 LATE_RUN = RUN.parent / "faults-a73ebee.json.gz"
 #: a 6.12 pair's run from before the lab read QEMU's state (a stopped guest then timed out)
 EARLIER_RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "faults" / "faults.json.gz"
+#: the probe lab's v3-only run on core with nfsv4 loaded under the tools (tests/test_probe_checks.py)
+PROBES_LATE_RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "late-nfsv4-run.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +275,12 @@ def test_nfstop_counting_rpcs_with_its_default_ops_fails(run: Dict[str, Any]) ->
     run["data"]["nfstop"]["lines"] = [json.dumps(row) for row in rows]
     with pytest.raises(AssertionError, match="nfstop with its default operations counted {'rpc'}"):
         verify_nfstop_process(run)
+
+
+def test_a_tool_that_traces_nfsv4_in_place_is_attached() -> None:
+    """What the tools said on core when nfsv4 loaded under them (the 6.12 probe lab's v3-only
+    run): the fault verdict takes it as attached, so the NFSv4.2 phase's opens are checked."""
+    with gzip.open(PROBES_LATE_RUN, "rt") as handle:
+        results = json.load(handle)["v3only"]["data"]["results"]
+    assert {name: v4_late_verdict(run["stderr"]) for name, run in results.items()} == \
+        {name: "attached" for name in results}

@@ -1,5 +1,6 @@
 """The probe lab checks' verdicts (labs/probe_checks.py) on real guest runs: 5.10 (bcc) and 6.12
-(core, with the bcc reference beside it); READMEs beside them."""
+(core, with the bcc reference beside it; and a v3-only start with nfsv4 loaded under the
+tools); READMEs beside them."""
 from __future__ import annotations
 
 import gzip
@@ -9,11 +10,14 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.probe_checks import (verify_auto_picks_the_loader_and_bcc_counts_the_same,
-                               verify_fentry_where_the_loader_and_btf_allow, verify_nfsslower_reports_injected_latency)
+from labs.probe_checks import (V3ONLY_CHECKS, verify_auto_picks_the_loader_and_bcc_counts_the_same,
+                               verify_fentry_where_the_loader_and_btf_allow, verify_late_nfsv4_is_traced_by_the_running_tools,
+                               verify_nfsslower_reports_injected_latency)
 
 RUN = Path(__file__).parent / "fixtures" / "5.10.0-32-amd64" / "probes" / "guest-run.json.gz"
 RUN_CORE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "guest-run.json.gz"
+#: the v3only run with nfsv4 loaded under the running tools, on core
+LATE_RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "late-nfsv4-run.json.gz"
 
 
 def load(path: Path) -> Dict[str, Any]:
@@ -89,3 +93,50 @@ def test_a_kernel_auto_puts_on_core_must_run_core(core_run: Dict[str, Any]) -> N
     core_run["main"]["data"]["attach_kinds"]["nfsslower"]["backend"] = "bcc"
     with pytest.raises(AssertionError):
         verify_auto_picks_the_loader_and_bcc_counts_the_same(core_run)
+
+
+@pytest.fixture
+def late_run() -> Dict[str, Any]:
+    return load(LATE_RUN)
+
+
+def test_nfsv4_loaded_under_the_running_tools_is_traced_by_them(late_run: Dict[str, Any]) -> None:
+    """6.12 on core: started without nfsv4, each tool said it traces nfs4_file_open once nfsv4
+    loaded; nfsslower counted the NFSv4.2 workload in its window exactly, nfsdist's totals are
+    both workloads', and after SIGTERM nothing of either instance was left attached."""
+    v3 = late_run["v3only"]["data"]
+    assert v3["late"]["backend"] == "core"
+    for verify in V3ONLY_CHECKS:
+        verify(late_run)
+
+
+def test_a_tool_that_says_restart_on_core_fails(late_run: Dict[str, Any]) -> None:
+    stderr = late_run["v3only"]["data"]["results"]["nfsdist"]["stderr"]
+    late_run["v3only"]["data"]["results"]["nfsdist"]["stderr"] = "\n".join(
+        line.replace("now traced", "not traced") for line in stderr.splitlines()) + \
+        "\nnfsdist: warning: module nfsv4 loaded after the start: ...; restart nfsdist to trace it\n"
+    with pytest.raises(AssertionError, match="nfsdist"):
+        verify_late_nfsv4_is_traced_by_the_running_tools(late_run)
+
+
+def test_a_late_open_not_counted_fails(late_run: Dict[str, Any]) -> None:
+    """The cached-dentry open of the NFSv4.2 phase (nfs4_file_open's) left out, as a tool that
+    did not attach nfsv4's points would: the verdict names open."""
+    v3 = late_run["v3only"]["data"]
+    phase, lines = v3["late"]["phase"], v3["results"]["nfsslower"]["lines"]
+    opens = [i for i, line in enumerate(lines) if line.startswith("{") and '"lat_us"' in line
+             and json.loads(line)["op"] == "open"
+             and phase["mono_start"] <= json.loads(line)["end_us"] / 1e6 <= phase["mono_end"]]
+    assert len(opens) == phase["issued"]["open"]
+    del lines[opens[1]]
+    with pytest.raises(AssertionError, match="open"):
+        verify_late_nfsv4_is_traced_by_the_running_tools(late_run)
+
+
+def test_a_program_of_the_second_instance_left_attached_fails(late_run: Dict[str, Any]) -> None:
+    attached = late_run["v3only"]["data"]["attached"]
+    second = sorted(set(attached["late"]["bpf_progs"]) - set(attached["during"]["bpf_progs"]))
+    assert second
+    attached["after"]["bpf_progs"] = sorted(attached["after"]["bpf_progs"] + second[:1])
+    with pytest.raises(AssertionError):
+        verify_late_nfsv4_is_traced_by_the_running_tools(late_run)

@@ -12,7 +12,8 @@ and the tracing programs / kprobe_events before, during and after it. Each mount
 runs in a systemd scope unit of its own, so that with --cgroup-label (passed on to the
 exporter) each unit's series can be told apart; without it no series has a cgroup label.
 With --late-nfsv4 the exporter starts on a v3-only client (nfsv4 unloaded, /mnt/nfs42
-unmounted) and must attach again once nfsv4 is loaded and v4.2 mounted, before the workload.
+unmounted) and, once nfsv4 is loaded and v4.2 mounted, before the workload, must trace it
+beside its running programs, its counters going on (core), or attach again (bcc).
 
   python3 labs/guest/exporter_guest.py [--cgroup-label] [--late-nfsv4]
 """
@@ -178,21 +179,42 @@ def start(port: int, log: str, extra: List[str]) -> subprocess.Popen:
     proc = subprocess.Popen([installed("nfs-exporter"), "--port", str(port), "-v",
                              "--gone-mount-grace", str(GRACE_S)] + extra,
                             cwd="/", env=user_env(), stdout=subprocess.DEVNULL, stderr=err)
-    wait_attached(proc, log, 1)
+    wait_logged(proc, log, ATTACHED, 1)
     return proc
 
 
-def wait_attached(proc: subprocess.Popen, log: str, times: int) -> float:
-    """Seconds until the exporter has said `times` times that its probe is attached."""
+def wait_logged(proc: subprocess.Popen, log: str, text: str, times: int) -> float:
+    """Seconds until the exporter has said `text` `times` times (ATTACHED: its probe is attached)."""
     started = time.monotonic()
     while time.monotonic() - started < EVIDENCE_WAIT_S:
         if proc.poll() is not None:
             raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {open(log).read()}")
-        if open(log).read().count(ATTACHED) >= times:
+        if open(log).read().count(text) >= times:
             return round(time.monotonic() - started, 1)
         time.sleep(0.5)
-    raise RuntimeError(f"nfs-exporter: probe never attached {times} times (waited {EVIDENCE_WAIT_S:.0f} s): "
+    raise RuntimeError(f"nfs-exporter: never said {text!r} {times} times (waited {EVIDENCE_WAIT_S:.0f} s): "
                        f"{open(log).read()[-1000:]}")
+
+
+#: what the exporter says once a module loaded after its start is traced beside its programs
+NOW_TRACED = "nfs-exporter: module nfsv4 loaded after the start: now traced: "
+#: stats of the NFSv3 mount's root before nfsv4 loads: counts the scrape after must still hold
+LATE_STATS = 5
+
+
+def late_nfsv4(proc: subprocess.Popen, log: str) -> Dict[str, Any]:
+    """nfsv4 loaded and NFSv4.2 mounted under the running exporter, after it counted NFSv3
+    operations: the scrapes before and after, the loader, and how long it took to say it
+    traces nfsv4 (core: beside its programs) or to attach again (bcc)."""
+    for _ in range(LATE_STATS):
+        os.stat(MOUNTS["nfs3"])
+    before = scrape(PORT)
+    backend = next(line.split('backend="', 1)[1].split('"', 1)[0] for line in before.splitlines()
+                   if line.startswith("probekit_bpf_loader_info{"))
+    subprocess.run(["modprobe", "nfsv4"], check=True)
+    mount_v42(nfs_server())
+    seconds = wait_logged(proc, log, NOW_TRACED, 1) if backend == "core" else wait_logged(proc, log, ATTACHED, 2)
+    return {"backend": backend, "seconds": seconds, "stats": LATE_STATS, "before": before, "after": scrape(PORT)}
 
 
 def scrapes(job: str, window: str = "20m") -> List[Tuple[float, bool]]:
@@ -395,9 +417,7 @@ def main(argv: List[str]) -> Dict[str, Any]:
         dist = tool(["nfsdist", "--json", "1"], dist_log)
         proc = start(PORT, log, extra)
         if late:
-            subprocess.run(["modprobe", "nfsv4"], check=True)
-            mount_v42(nfs_server())
-            out["attached_again_s"] = wait_attached(proc, log, 2)
+            out["late"] = late_nfsv4(proc, log)
         wait_ready(dist, dist_log)
         out["ready_s"] = round(time.monotonic() - started, 1)
         during = kernel_attachments()

@@ -525,7 +525,8 @@ def nfsv4_unloaded() -> Iterator[str]:
 
 def check_v3only() -> Dict[str, Any]:
     """With nfsv4 unloaded, every command still starts and sees NFSv3 operations; nfstop shows
-    the workload's process (a child, which exits before nfstop's last refresh)."""
+    the workload's process (a child, which exits before nfstop's last refresh). Then nfsv4 is
+    loaded and NFSv4.2 mounted under the same running tools (late_nfsv4)."""
     out: Dict[str, Any] = {}
     with nfsv4_unloaded() as unload:
         out["nfsv4_loaded"] = os.path.exists("/sys/module/nfsv4")
@@ -533,16 +534,42 @@ def check_v3only() -> Dict[str, Any]:
         runs = {"nfsslower": ["nfsslower", "--json", "0", "-v"], "nfsdist": ["nfsdist", "--json", "-v"],
                 "nfstop": ["nfstop", "--json", "-i", "1", "-v"]}
         prepare(MOUNTS["nfs3"], "v3only")
-        procs = {name: tool(args, f"/tmp/v3only-{name}.out") for name, args in runs.items()}
-        # nfstop --json prints its first line after its first interval: ready then, too
-        out["ready_s"] = {name: wait_ready(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
-        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload-child"],
-                                 stdout=subprocess.PIPE, universal_newlines=True)
-        out["issued"] = json.loads(child.communicate()[0])
-        out["child_pid"] = child.pid
-        # nfstop refreshed after the child's exit: its last operations are in a printed interval
-        wait_flushed(["/tmp/v3only-nfstop.out"], time.time(), "the v3-only workload")
-        out["results"] = {name: stop(proc, f"/tmp/v3only-{name}.out") for name, proc in procs.items()}
+        prepare(MOUNTS["nfs3"], "v4late")  # the same export as /mnt/nfs42: read there once it is mounted
+        before = kernel_attachments()
+        logs = {name: f"/tmp/v3only-{name}.out" for name in runs}
+        procs = {name: tool(args, logs[name]) for name, args in runs.items()}
+        try:
+            # nfstop --json prints its first line after its first interval: ready then, too
+            out["ready_s"] = {name: wait_ready(proc, logs[name]) for name, proc in procs.items()}
+            during = kernel_attachments()
+            child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "workload-child"],
+                                     stdout=subprocess.PIPE, universal_newlines=True)
+            out["issued"] = json.loads(child.communicate()[0])
+            out["child_pid"] = child.pid
+            # nfstop refreshed after the child's exit: its last operations are in a printed interval
+            wait_flushed([logs["nfstop"]], time.time(), "the v3-only workload")
+            out["late"] = late_nfsv4(list(logs.values()))
+        finally:  # SIGTERM, whatever happened: no tool outlives the check
+            out["results"] = {name: stop(proc, logs[name]) for name, proc in procs.items()}
+        out["attached"] = {"before": before, "during": during, "late": out["late"].pop("attached"),
+                           "after": kernel_attachments()}
+    return out
+
+
+def late_nfsv4(logs: List[str]) -> Dict[str, Any]:
+    """nfsv4 loaded and NFSv4.2 mounted under the running tools: on core each says it traces
+    nfsv4's points now, and the workload on NFSv4.2 (its cached-dentry open is nfsv4's
+    nfs4_file_open) runs under them; on bcc each says to restart. Returns the loader, the
+    phase, and what is attached once every tool said it."""
+    backend = attach_kinds(said(logs[0]))["backend"]
+    subprocess.run(["modprobe", "nfsv4"], check=True)
+    mount_v42(nfs_server())
+    wait_said(logs, "now traced" if backend == "core" else "restart", "nfsv4 was loaded")
+    out: Dict[str, Any] = {"backend": backend, "attached": kernel_attachments()}
+    if backend == "core":
+        out["phase"] = timed_phase(MOUNTS["nfs42"], "v4late")
+        wait_flushed([logs[-1]], out["phase"]["end"], "the late NFSv4.2 workload")  # nfstop's; the others read sooner
+        time.sleep(GAP_S)
     return out
 
 

@@ -8,8 +8,9 @@ are labs/exporter_checks.py's (`labs test --lab-results` gives the same). Kernel
 (bookworm: Prometheus 2.42, node_exporter 1.5.0) and 7.3 (trixie-backports) only: the
 other kernels' images carry the same exporter code, and one boot's exporter check costs a
 bcc compile and a Prometheus start under TCG. 7.3 runs the exporter with --cgroup-label (each
-mount's workload in its own scope unit) and starts it on a v3-only client, so that it must
-attach again when nfsv4 loads (a second compile); 6.1 runs it with default options. The scraped texts are kept as
+mount's workload in its own scope unit) and starts it on a v3-only client, so that when
+nfsv4 loads it must trace it beside its running programs with no counter going back (core),
+or attach again (bcc: a second compile); 6.1 runs it with default options. The scraped texts are kept as
 metrics/probekit.prom and metrics/node.prom in the kernel's artefact directory.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from labs import exporter_checks as ec
 from labs.base import Lab
 
 #: kernel -> the guest side's options: on 7.3 the exporter runs with the cgroup label and starts
-#: before nfsv4 is loaded (it must attach again); elsewhere as installed, with every module there
+#: before nfsv4 is loaded (it must trace it once loaded); elsewhere as installed, with every module there
 EXPORTER_OPTIONS = {"7.3": "--cgroup-label --late-nfsv4"}
 pytestmark = [pytest.mark.lab, on_kernels("exporter")]
 

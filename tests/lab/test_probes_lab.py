@@ -10,7 +10,8 @@ pair --lab-results` gives). Two guest runs per kernel keep tool starts to five (
 (nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
 metadata phase per mount, and NFSv3 with netem delay; where they run on core, one nfsdist on
 bcc beside them over the same phases, whose counts and bytes must be theirs) and `v3only` (all three tools with
-nfsv4 unloaded, nfstop watching the workload's process). v3only runs on the kernels of
+nfsv4 unloaded, nfstop watching the workload's process; then nfsv4 loaded under them: on core they
+trace it beside their running programs and count a workload on NFSv4.2, on bcc they say to restart). v3only runs on the kernels of
 the matrix's `v3only` (a pair's fault run starts all three tools on a v3-only client and checks
 the same there). A third run, `identity` (6.12 in CI), checks the mount and cgroup of each
 operation (two systemd scope units on two mounts: nfsslower --cgroup -M, nfstop --by cgroup,
@@ -108,6 +109,11 @@ def test_nfstop_shows_the_workload_process(results: Results) -> None:
 @on_kernels("v3only")  # a pair's fault run checks its v3-only client
 def test_every_command_runs_without_nfsv4(results: Results) -> None:
     pc.verify_every_command_runs_without_nfsv4(results)
+
+
+@on_kernels("v3only")  # a pair's fault run checks its v3-only client
+def test_late_nfsv4_is_traced_by_the_running_tools(results: Results) -> None:
+    pc.verify_late_nfsv4_is_traced_by_the_running_tools(results)
 
 
 @guest_run("probes identity", fixture="identity")
