@@ -426,7 +426,8 @@ def main(argv: List[str]) -> Dict[str, Any]:
         # PromQL once Prometheus holds a successful scrape of both targets after the last workload
         out["promql_at"] = scraped_after(workloads_end, "the mounts' workloads", ("probekit", "node"))
         out["promql"] = {name: promql(query, at=out["promql_at"]) for name, query in QUERIES.items()}
-        out["rules"] = rules_evaluated_after(out["promql_at"])
+        # two scrapes more: a series first scraped at promql_at has the second sample rate() needs
+        out["rules"] = rules_evaluated_after(out["promql_at"] + 2 * SCRAPE_S)
         # quantiles of one phase, plain and with netem delay, from Prometheus and from nfsdist
         device = route_device(nfs_server())
         rtt_delay_ms, delay_ms = netem_delay(device)
