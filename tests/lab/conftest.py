@@ -183,6 +183,20 @@ def guest_run(key: str, fixture: str, last: bool = False) -> Callable[[Callable[
     return register
 
 
+def guest_script(kernel_lab: KernelLab, part: str, script: str, timeout: float = 1200) -> Dict[str, Any]:
+    """`python3 SCRIPT` in the guest's project tree as the boot's timed `part`: the JSON document
+    it prints last, kept as `part`.json among the kernel's artefacts."""
+    share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
+    with kernel_lab.timed(part):
+        res = kernel_lab.lab.run(f"cd {share} && python3 {script}", timeout=timeout)
+    assert res.exit_code == 0, f"{Path(script).stem}: exit {res.exit_code}: {res.stderr[-2000:]}"
+    out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
+    (kernel_lab.artifacts / f"{part}.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"[{part} lab] {kernel_lab.kernel}: {kernel_lab.times[part]:.0f} s", flush=True)
+    return out
+
+
 def once_run(kernel_lab: KernelLab, key: str) -> Any:
     return kernel_lab.once(key, lambda: _planned_only(kernel_lab, key))
 

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, guest_script, on_kernels, once_run
 
 from labs import fs_checks as fc
-from labs.base import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -34,15 +33,7 @@ fs_kernels = on_kernels("fs")
 
 @guest_run("fs", fixture="fs_data")
 def run_fs_checks(kernel_lab: Any) -> Dict[str, Any]:
-    lab: Lab = kernel_lab.lab
-    share = getattr(lab, "guest_project_dir", "/opt/probekit")
-    with kernel_lab.timed("fs"):
-        res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT}", timeout=1800)
-    assert res.exit_code == 0, f"fs_guest: exit {res.exit_code}: {res.stderr[-2000:]}"
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    (kernel_lab.artifacts / "fs.json").write_text(json.dumps(out, indent=1))
-    print(f"[fs lab] {kernel_lab.kernel}: {kernel_lab.times['fs']:.0f} s", flush=True)
-    return out
+    return guest_script(kernel_lab, "fs", GUEST_SCRIPT, timeout=1800)
 
 
 @pytest.fixture

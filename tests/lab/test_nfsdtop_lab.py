@@ -8,14 +8,12 @@ nfsdtop.json among the artefacts (tests/fixtures/.../nfsdtop comes from one).
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Dict
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, guest_script, on_kernels, once_run
 
 from labs import nfsdtop_checks as nc
-from labs.base import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -24,15 +22,7 @@ GUEST_SCRIPT = "labs/guest/nfsdtop_guest.py"
 
 @guest_run("nfsdtop", fixture="nfsdtop_data")
 def run_nfsdtop(kernel_lab: Any) -> Dict[str, Any]:
-    lab: Lab = kernel_lab.lab
-    share = getattr(lab, "guest_project_dir", "/opt/probekit")
-    with kernel_lab.timed("nfsdtop"):
-        res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT}", timeout=1200)
-    assert res.exit_code == 0, f"nfsdtop_guest: exit {res.exit_code}: {res.stderr[-2000:]}"
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    (kernel_lab.artifacts / "nfsdtop.json").write_text(json.dumps(out, indent=1))
-    print(f"[nfsdtop lab] {kernel_lab.kernel}: {kernel_lab.times['nfsdtop']:.0f} s", flush=True)
-    return out
+    return guest_script(kernel_lab, "nfsdtop", GUEST_SCRIPT)
 
 
 @pytest.fixture

@@ -10,11 +10,10 @@ guest's JSON is kept as nollvm.json in the kernel's artefact directory.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, guest_script, on_kernels, once_run
 
 from labs.nollvm_checks import NOLLVM_CHECKS
 
@@ -25,14 +24,8 @@ GUEST_SCRIPT = "labs/guest/nollvm_guest.py"
 
 @guest_run("nollvm", fixture="nollvm", last=True)
 def run_nollvm(kernel_lab: Any) -> Dict[str, Any]:
-    share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
-    with kernel_lab.timed("nollvm"):
-        res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPT}", timeout=1800)
-    assert res.exit_code == 0, f"nollvm_guest: exit {res.exit_code}: {res.stderr[-2000:]}"
-    out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
-    (kernel_lab.artifacts / "nollvm.json").write_text(json.dumps(out, indent=1) + "\n")
-    print(f"[nollvm lab] {kernel_lab.kernel}: {kernel_lab.times['nollvm']:.0f} s {out['seconds']}", flush=True)
+    out = guest_script(kernel_lab, "nollvm", GUEST_SCRIPT, timeout=1800)
+    print(f"[nollvm lab] {kernel_lab.kernel}: parts {out['seconds']}", flush=True)
     return out
 
 
