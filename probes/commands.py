@@ -531,6 +531,14 @@ TOP_BY = ("pid", "comm", "cgroup", "mount")
 TOP_PATH_WIDTH = 40
 
 
+def top_header(clear: bool) -> None:
+    """The line above each table of nfstop and nfsdtop, as top prints it: the screen cleared
+    first (unless -C or not a terminal), then the time and the load averages."""
+    if clear:
+        print("\033[H\033[2J", end="")
+    print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+
+
 def _interval_p99_ms(entry: Dict[str, Any]) -> Optional[float]:
     """p99 of an interval's histogram difference, or None when that difference does not hold
     exactly the interval's operations: the count and the histogram are two maps, updated one
@@ -693,9 +701,7 @@ def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: st
                                   "processes" if by == "pid" else "rows": rows,
                                   "missed": session.missed_since("interval")}), flush=True)
                 continue
-            if clear:
-                print("\033[H\033[2J", end="")
-            print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+            top_header(clear)
             print("\n".join(top_text(rows, session.ops, letters, by)))
             sys.stdout.flush()
 
@@ -863,9 +869,7 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
                                                    "age_ms": age} for k, age in in_progress],
                                   "missed": session.missed_since("interval")}), flush=True)
             else:
-                if clear:
-                    print("\033[H\033[2J", end="")
-                print(time.strftime("%H:%M:%S"), f"loadavg: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+                top_header(clear)
                 print("\n".join(nfsdtop_text(rows, by, max_rows)), flush=True)
             if stopping:
                 break
