@@ -318,16 +318,18 @@ def scraped_phase(work: Callable[..., Tuple[Dict[str, int], Optional[str]]],
     ended = time.time()
     time.sleep(GAP_S)
     text = scrape(PORT)
-    moved: Dict[str, Dict[str, float]] = {}
-    for series in ("probekit_nfs_ops_total", "probekit_nfs_op_latency_seconds_count", "probekit_nfs_bytes_total"):
-        a, b = samples(first, series), samples(text, series)
-        moved[series] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
+    moved = {series: grown(samples(first, series), samples(text, series))
+             for series in ("probekit_nfs_ops_total", "probekit_nfs_op_latency_seconds_count",
+                            "probekit_nfs_bytes_total")}
     by = ("op", "mountpoint", "cgroup")
-    a, b = samples(first, "probekit_nfs_ops_total", by), samples(text, "probekit_nfs_ops_total", by)
-    moved["by_cgroup"] = {key: b[key] - a.get(key, 0) for key in b if b[key] != a.get(key, 0)}
-    a, b = op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total")
-    return {"issued": issued, "moved": moved, "cgroup": cgroup,
-            "missed": {op: n - a.get(op, 0) for op, n in b.items() if n != a.get(op, 0)}}, ended
+    moved["by_cgroup"] = grown(samples(first, "probekit_nfs_ops_total", by), samples(text, "probekit_nfs_ops_total", by))
+    missed = grown(op_samples(first, "probekit_nfs_missed_total"), op_samples(text, "probekit_nfs_missed_total"))
+    return {"issued": issued, "moved": moved, "cgroup": cgroup, "missed": missed}, ended
+
+
+def grown(before: Dict[str, float], after: Dict[str, float]) -> Dict[str, float]:
+    """How much each series of the later scrape moved since the earlier (those that moved)."""
+    return {key: value - before.get(key, 0) for key, value in after.items() if value != before.get(key, 0)}
 
 
 def timed_workload(mount: str, tag: str, dist_log: str) -> Dict[str, Any]:
