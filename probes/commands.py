@@ -25,7 +25,7 @@ from probes.cgroups import CgroupNames, filter_dir, task_cgroup
 from probes.filenames import FileNames
 from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
-from probes.inflight import Stall, StallReporter, stalls
+from probes.inflight import Stall, StallReporter, stalls, still_in_flight
 from probes.mounts import MountTable, mount_dev
 from probes.runtime import DEFAULT_SPEC, SPECS_DIR, Session
 from discover.spec import DEFAULT_OPS, OPS, load_spec, parse_ops, serves_fstype, spec_title
@@ -287,7 +287,10 @@ def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_cs
 
     def show_stalls() -> None:
         now = time.monotonic_ns()
-        for stall in reporter.due(stalls(session.in_flight(), now, reporter.min_age_ns), now):
+        found = stalls(session.in_flight(), now, reporter.min_age_ns)
+        if found:
+            found = still_in_flight(found, session.in_flight())
+        for stall in reporter.due(found, now):
             letter = letters.get(stall.op, "?")
             if as_json:
                 print(json.dumps({"in_flight": True, "in_flight_ms": round(stall.age_ns / 1e6, 3),

@@ -183,6 +183,14 @@ def stalls(entries: Sequence[InFlight], now_ns: int, min_age_ns: int, describe: 
     return sorted(out, key=lambda s: s.start_ns)
 
 
+def still_in_flight(found: Sequence[Stall], after: Sequence[InFlight]) -> List[Stall]:
+    """The stalls whose entry is still in the map read after their files were: an operation
+    that ended meanwhile had its thread's /proc read in the next system call, naming a
+    file it is not stuck in."""
+    live = {(e.tid, e.start_ns) for e in after}
+    return [s for s in found if (s.tid, s.start_ns) in live]
+
+
 class StallReporter:
     """Which stalls to print now: once when an operation crosses the threshold, then at most
     every `interval_s` while it stays stuck (its completion line follows as usual)."""

@@ -16,13 +16,14 @@ from typing import Iterator
 
 import pytest
 
-from probes.inflight import InFlight, Stall, StallReporter, file_of, stalls, thread_comm, thread_tgid
+from probes.inflight import (InFlight, Stall, StallReporter, file_of, stalls, still_in_flight, thread_comm,
+                             thread_tgid)
 
 pytestmark = pytest.mark.skipif(os.uname().machine != "x86_64", reason="system call numbers are x86_64's")
 
 
-def _blocked(code: str, fifo: Path) -> Iterator[subprocess.Popen]:
-    proc = subprocess.Popen([sys.executable, "-c", code, str(fifo)])
+def _blocked(code: str, fifo: Path, *more: Path) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen([sys.executable, "-c", code, str(fifo), *map(str, more)])
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # until it sleeps in the system call
@@ -118,6 +119,25 @@ def test_a_threads_rpc_outside_the_traced_ops_names_its_file(fifo: Path) -> None
         assert [(s.op, s.pid, s.rpc, s.file, s.client_id) for s in found] == \
             [("rpc", proc.pid, "CREATE", "stuck-file.fifo", 7)]
         assert [(s.file, s.client_id) for s in stalls(entries, now, 0, describe=False)] == [("CREATE", 7)]
+
+
+def test_an_operation_that_ends_while_its_file_is_read_is_not_a_stall(fifo: Path) -> None:
+    """/proc is read after the map: an RPC that completes in between leaves its thread in its
+    next system call, whose file the line would name; the map read again drops it."""
+    second = fifo.with_name("next-file.fifo")
+    os.mkfifo(second)
+    for proc in _blocked("import sys; open(sys.argv[1]); open(sys.argv[2])", fifo, second):
+        now = time.monotonic_ns()
+        entries = [InFlight(proc.pid, proc.pid, "rpc", now - 30 * 10**9, "python3", "CREATE", 7)]
+        assert [s.file for s in stalls(entries, now, 10**9)] == ["stuck-file.fifo"]
+        os.close(os.open(fifo, os.O_WRONLY))  # the first open returns: the thread moves on
+        deadline = time.monotonic() + 10
+        while file_of(proc.pid, proc.pid) != "next-file.fifo" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = stalls(entries, now, 10**9)
+        assert [s.file for s in found] == ["next-file.fifo"]  # what a late /proc read names
+        assert still_in_flight(found, []) == []
+        assert still_in_flight(found, entries) == found
 
 
 def test_stall_lines_when_crossing_then_every_interval() -> None:
