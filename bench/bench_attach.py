@@ -1,12 +1,15 @@
 """What our probes add to an NFS read, tool against tool, one after the other in one guest.
 
-Two comparisons (--set):
+Three comparisons (--set):
 - attach (default): ours with fentry/fexit, ours with kprobes (`--kprobes`) and Debian's
   nfsslower-bpfcc (kprobes), each at its default threshold (nothing printed). Needs bcc
   0.28+ and the nfs module's BTF for the fentry figure (trixie's bcc: the 6.12 lab;
   trixie's nfsslower-bpfcc does not compile against 7.3's headers).
 - identity: nfsdist against nfsdist --per-mount (each operation's mount found at its
   start: the identity capture the exporter always does). Target: at most 1.1x.
+- core: the installed nfsslower (probekit's Debian package, which the host installs first)
+  on `--backend core` against `--backend bcc`, both with fentry/fexit where the loader can
+  (bcc 0.28+: the 6.12 lab). Target: core at most 1.0x bcc.
 
 Two measures per tool: the added time per read, and the BPF programs' own run time per
 run (kernel.bpf_stats_enabled). The second covers only the program body, the same code for
@@ -16,10 +19,11 @@ first shows. The operation: a loop of cached 4 KiB preads of one page on the NFS
 (each one nfs_file_read, no RPC), timed with nothing attached and with each tool alone.
 Added time per read = (median loop with the tool - median loop with none) / reads. States
 run none, A, B, C, none, C, B, A, none (each tool started twice, once in each half), so a
-drift of the host's speed meets every tool alike.
+drift of the host's speed meets every tool alike (`--visits N`: N such passes).
 
   python3 bench/bench_attach.py                  # host: boot a 6.12 lab, run, tear down
   python3 bench/bench_attach.py --set identity   # nfsdist with and without --per-mount
+  python3 bench/bench_attach.py --set core --visits 3  # the installed nfsslower, core against bcc
   python3 bench/bench_attach.py --kernel 7.3     # another lab kernel
   python3 bench/bench_attach.py --lab NAME       # host: a lab that is already up
   python3 bench/bench_attach.py --in-guest       # inside a guest (root, bcc, NFS mounts)
@@ -35,12 +39,14 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench_probes import BCC, OURS, prog_stats, start, wait_for
-from lab_run import run_in_lab
+from lab_run import install_probekit, run_in_lab
 
 PATH = "/mnt/nfs3/work/bench/attach.bin"
 READS = 20000
 LOOPS = 25  # loops timed per visit of a state; the median over its visits counts
 DIST = OURS[:-1] + ["nfsdist"]
+#: the packaged nfsslower as a user runs it: without the lab agent's PYTHONPATH (the source share)
+INSTALLED = ["env", "-u", "PYTHONPATH", sys.executable, "-u", "/usr/bin/nfsslower"]
 #: per set: the tools (name -> command), what a ready tool's output starts a line with, and
 #: the ratios of added time reported (numerator, denominator, target or None)
 SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[float]]]]] = {
@@ -48,12 +54,20 @@ SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[f
                [("fentry", "kprobes", None), ("fentry", "bcc", 0.5), ("kprobes", "bcc", None)]),
     "identity": ({"plain": DIST + ["-v", "99"], "per_mount": DIST + ["-v", "--per-mount", "99"]}, "Tracing",
                  [("per_mount", "plain", 1.1)]),
+    "core": ({"core": INSTALLED + ["-v", "--backend", "core"], "bcc": INSTALLED + ["-v", "--backend", "bcc"]},
+             "TIME ", [("core", "bcc", 1.0)]),
 }
+#: sets that run the installed package (the host installs it before the guest half)
+PACKAGED = {"core"}
 
 
-def order(tools: Sequence[str]) -> List[str]:
-    """none, the tools, none, the tools reversed, none."""
-    return ["none", *tools, "none", *reversed(tools), "none"]
+def order(tools: Sequence[str], visits: int = 2) -> List[str]:
+    """none, then `visits` passes over the tools, each the reverse of the one before and
+    followed by none (two: none, A, B, none, B, A, none)."""
+    states = ["none"]
+    for visit in range(visits):
+        states += [*(tools if visit % 2 == 0 else reversed(tools)), "none"]
+    return states
 
 
 def read_loops(reads: int, loops: int) -> List[float]:
@@ -73,20 +87,22 @@ def read_loops(reads: int, loops: int) -> List[float]:
 
 
 def attached_kinds(log: str) -> str:
-    """Our tool's --verbose `attach:` verdict (bcc's tool: kprobes)."""
+    """Our tool's --verbose `backend:` and `attach:` verdicts (bcc's tool: kprobes)."""
+    said = []
     with open(log) as handle:
         for line in handle:
-            if ": attach: " in line:
-                return line.split(": attach: ", 1)[1].strip()
-    return "kprobes (nfsslower-bpfcc)"
+            for what in (": backend: ", ": attach: "):
+                if what in line:
+                    said.append(what.strip(" :") + ": " + line.split(what, 1)[1].strip())
+    return "; ".join(said) or "kprobes (nfsslower-bpfcc)"
 
 
-def in_guest(name: str, reads: int, loops: int) -> Dict[str, Any]:
+def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, Any]:
     tools, ready, ratios = SETS[name]
     os.makedirs(os.path.dirname(PATH), exist_ok=True)
     with open(PATH, "wb") as handle:
         handle.write(b"x" * 4096)
-    states = order(list(tools))
+    states = order(list(tools), visits)
     seconds: Dict[str, List[float]] = {state: [] for state in ["none", *tools]}
     bpf = {tool: [0, 0] for tool in tools}  # [runs, ns]
     how: Dict[str, str] = {}
@@ -141,17 +157,19 @@ def report(res: Dict[str, Any]) -> str:
 def main(argv: List[str]) -> int:
     reads = int(argv[argv.index("--reads") + 1]) if "--reads" in argv else READS
     loops = int(argv[argv.index("--loops") + 1]) if "--loops" in argv else LOOPS
+    visits = int(argv[argv.index("--visits") + 1]) if "--visits" in argv else 2
     name = argv[argv.index("--set") + 1] if "--set" in argv else "attach"
     if name not in SETS:
         print(f"bench_attach: --set {name}: choose one of {', '.join(SETS)}", file=sys.stderr)
         return 2
     if "--in-guest" in argv:
-        print(json.dumps(in_guest(name, reads, loops)))
+        print(json.dumps(in_guest(name, reads, loops, visits)))
         return 0
     lab: Optional[str] = argv[argv.index("--lab") + 1] if "--lab" in argv else None
     kernel = argv[argv.index("--kernel") + 1] if "--kernel" in argv else "6.12"
     return run_in_lab(lab, "bench-attach", f"python3 bench/bench_attach.py --in-guest --set {name} "
-                      f"--reads {reads} --loops {loops}", 3600, report, kernel=kernel)
+                      f"--reads {reads} --loops {loops} --visits {visits}", 3600, report, kernel=kernel,
+                      prepare=install_probekit if name in PACKAGED else None)
 
 
 if __name__ == "__main__":

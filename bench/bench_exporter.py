@@ -27,7 +27,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
 
 from lab_run import run_in_lab
 
@@ -148,46 +149,56 @@ def bench_dir(point: str) -> str:
     return os.path.join(point, "work", f"bench-{os.path.basename(point)}")
 
 
-def scrapes() -> Dict[str, Any]:
-    """MOUNTS mounts; the exporter without and with the cgroup label, each after the workload
-    (on every mount; from CGROUPS cgroups), then SCRAPES scrapes of it and of node_exporter."""
+@contextmanager
+def nfs_mounts(count: int = MOUNTS) -> Iterator[List[str]]:
+    """`count` NFSv3 mounts of /mnt/nfs3's export under BASE (`nosharecache`: a superblock
+    each), each with its bench_dir; unmounted on the way out."""
     server = next(line.split()[0] for line in open("/proc/mounts") if line.split()[1] == "/mnt/nfs3")
-    points = [f"{BASE}/{i}" for i in range(MOUNTS)]
-    node = None
     mounted: List[str] = []
-    out: Dict[str, Any] = {}
     try:
-        for point in points:
+        for point in [f"{BASE}/{i}" for i in range(count)]:
             os.makedirs(point, exist_ok=True)
             subprocess.run(["mount", "-t", "nfs", "-o", "vers=3,nosharecache", server, point], check=True)
             mounted.append(point)
             os.makedirs(bench_dir(point), exist_ok=True)
-        node = start(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{NODE_PORT}",
-                      "--collector.disable-defaults", "--collector.mountstats"], "Listening", "/tmp/bench-node.log")
-        runs = {"nfs-exporter": [], "nfs-exporter --cgroup-label": ["--cgroup-label", "--cgroup-limit",
-                                                                    str(CGROUPS + 56)]}
-        for name, extra in runs.items():
-            exporter = start([sys.executable, "-m", "probes.exporter", "--port", str(EXPORTER_PORT)] + extra,
-                             "probe attached", "/tmp/bench-exporter-scrape.log")
-            try:
-                drop_caches()
-                if extra:
-                    in_cgroups(points)
-                else:
-                    for point in points:
-                        workload(bench_dir(point))
-                    time.sleep(2)
-                out[name] = scrape_times(EXPORTER_PORT)
-            finally:
-                stop(exporter)
-        out["node_exporter"] = scrape_times(NODE_PORT)
-        out["mounts"], out["cgroups"] = len(mounted), CGROUPS
-        return out
+        yield mounted
+    finally:
+        for point in reversed(mounted):
+            subprocess.run(["umount", point], check=False)
+
+
+def scrapes() -> Dict[str, Any]:
+    """MOUNTS mounts; the exporter without and with the cgroup label, each after the workload
+    (on every mount; from CGROUPS cgroups), then SCRAPES scrapes of it and of node_exporter."""
+    node = None
+    out: Dict[str, Any] = {}
+    try:
+        with nfs_mounts() as points:
+            node = start(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{NODE_PORT}",
+                          "--collector.disable-defaults", "--collector.mountstats"], "Listening",
+                         "/tmp/bench-node.log")
+            runs = {"nfs-exporter": [], "nfs-exporter --cgroup-label": ["--cgroup-label", "--cgroup-limit",
+                                                                        str(CGROUPS + 56)]}
+            for name, extra in runs.items():
+                exporter = start([sys.executable, "-m", "probes.exporter", "--port", str(EXPORTER_PORT)] + extra,
+                                 "probe attached", "/tmp/bench-exporter-scrape.log")
+                try:
+                    drop_caches()
+                    if extra:
+                        in_cgroups(points)
+                    else:
+                        for point in points:
+                            workload(bench_dir(point))
+                        time.sleep(2)
+                    out[name] = scrape_times(EXPORTER_PORT)
+                finally:
+                    stop(exporter)
+            out["node_exporter"] = scrape_times(NODE_PORT)
+            out["mounts"], out["cgroups"] = len(points), CGROUPS
+            return out
     finally:
         if node is not None:
             stop(node)
-        for point in reversed(mounted):
-            subprocess.run(["umount", point], check=False)
         if os.path.isdir(CGROUP_DIR):
             for entry in os.scandir(CGROUP_DIR):
                 if entry.is_dir():  # the units (their exited children left them empty)

@@ -7,15 +7,18 @@ import json
 import os
 import signal
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: int,
-               report: Callable[[Dict[str, Any]], str], kernel: str = "6.1") -> int:
+               report: Callable[[Dict[str, Any]], str], kernel: str = "6.1",
+               prepare: Optional[Callable[[Any], None]] = None) -> int:
     """`guest_command` runs in the share (e.g. `python3 bench/x.py --in-guest`) and prints
-    its JSON last; 0 when it did."""
+    its JSON last; 0 when it did. `prepare(lab)` runs first (e.g. installs packages)."""
     sys.path.insert(0, PROJECT)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the lab below goes down
     from labs.cli import attach_lab
@@ -25,6 +28,8 @@ def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: 
     if not lab_name:
         lab.up()
     try:
+        if prepare is not None:
+            prepare(lab)
         share = getattr(lab, "guest_project_dir", "/opt/probekit")
         res = lab.run(f"cd {share} && {guest_command}", timeout=timeout)
         if res.exit_code != 0:
@@ -37,3 +42,10 @@ def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: 
     finally:
         if not lab_name:
             lab.down()
+
+
+def install_probekit(lab: Any) -> None:
+    """probekit's Debian package of this tree installed in the guest, as the lab tests do (its
+    tools then run from /usr/bin with their bytecode, not from the 9p share)."""
+    from labs.integration import install_tools
+    install_tools(lab, Path(tempfile.mkdtemp(prefix="probekit-bench-")))
