@@ -139,6 +139,25 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
             "ratios": [[a, b, added[a] / added[b] if added[b] > 0 else None, target] for a, b, target in ratios]}
 
 
+def per_visit(res: Dict[str, Any]) -> Dict[str, List[float]]:
+    """Per tool, the added ns per read of each visit: its median loop against the mean of the
+    two nothing-attached visits around it (the spread the medians over all visits hide)."""
+    loops, reads, taken = res["loops"], res["reads"], {state: 0 for state in res["seconds"]}
+    medians = []
+    for state in res["order"]:
+        start = taken[state] * loops
+        medians.append(statistics.median(res["seconds"][state][start:start + loops]))
+        taken[state] += 1
+    nones = [i for i, state in enumerate(res["order"]) if state == "none"]
+    out: Dict[str, List[float]] = {}
+    for i, state in enumerate(res["order"]):
+        if state != "none":
+            before, after = max(j for j in nones if j < i), min(j for j in nones if j > i)
+            base = (medians[before] + medians[after]) / 2
+            out.setdefault(state, []).append((medians[i] - base) / reads * 1e9)
+    return out
+
+
 def report(res: Dict[str, Any]) -> str:
     fmt = lambda value: f"{value:.2f}" if value is not None else "n/a"
     lines = [f"bench_attach --set {res['set']} on {res['kernel']}: {res['reads']} cached 4 KiB NFSv3 preads "
@@ -149,6 +168,8 @@ def report(res: Dict[str, Any]) -> str:
         lines.append(f"  {tool:<9} +{added:.0f} ns per read, BPF {per_run:.0f} ns per program run"
                      if per_run is not None else f"  {tool:<9} +{added:.0f} ns per read")
         lines.append(f"            attach: {res['attach'].get(tool, '?')}")
+    lines.append("  added ns per read by visit (against the nothing-attached visits around it): " + "; ".join(
+        f"{tool} {', '.join(f'{value:+.0f}' for value in values)}" for tool, values in per_visit(res).items()))
     lines.append("  ratios of the added time: " + ", ".join(
         f"{a}/{b} {fmt(value)}" + (f" (target <= {target})" if target else "") for a, b, value, target in res["ratios"]))
     return "\n".join(lines)

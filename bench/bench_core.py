@@ -187,10 +187,14 @@ def summary(res: Dict[str, Any]) -> List[Dict[str, Any]]:
     if "attach" in res:
         attach = res["attach"]
         for top, bottom, ratio, target in attach["ratios"]:
-            added = attach["added_ns_per_read"]
+            added, body = attach["added_ns_per_read"], attach["bpf_ns_per_run"]
             rows.append({"part": "attach", "pair": [top, bottom], "measure": "added_ns_per_read",
                          "medians": [added[top], added[bottom]], "ratio": ratio, "target": target,
                          "met": None if ratio is None else ratio <= target, "per_round": []})
+            rows.append({"part": "attach", "pair": [top, bottom], "measure": "bpf_ns_per_run",
+                         "medians": [body[top], body[bottom]],
+                         "ratio": body[top] / body[bottom] if body[top] and body[bottom] else None,
+                         "target": None, "met": None, "per_round": []})
     return rows
 
 
@@ -198,7 +202,7 @@ def shown(value: Optional[float], measure: str) -> str:
     if value is None:
         return "n/a"
     return {"s": f"{value:.1f} s", "hwm_kib": f"{value / 1024:.1f} MiB", "median_s": f"{value * 1000:.0f} ms",
-            "added_ns_per_read": f"{value:.0f} ns"}[measure]
+            "added_ns_per_read": f"{value:.0f} ns", "bpf_ns_per_run": f"{value:.0f} ns"}[measure]
 
 
 #: the measures each part's report line gives the medians of
