@@ -1,0 +1,71 @@
+"""bench/bench_core.py's table, on the JSON its 6.12 lab run printed (2026-12-04): every ratio is
+of the medians of its rounds, a failed round is left out, passes alternate."""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench_attach  # noqa: E402
+import bench_core  # noqa: E402
+
+RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "bench" / "bench_core.json"
+
+
+def recorded() -> Dict[str, Any]:
+    return json.loads(RUN.read_text())
+
+
+def test_every_ratio_is_of_the_medians_of_its_rounds() -> None:
+    res = recorded()
+    rows = bench_core.summary(res)
+    assert {(row["part"], row["measure"]) for row in rows} == {
+        ("startup", "s"), ("startup", "hwm_kib"), ("exporter", "hwm_kib"), ("exporter", "median_s"),
+        ("attach", "added_ns_per_read"), ("attach", "bpf_ns_per_run")}
+    for row in rows:
+        if row["part"] == "attach":  # bench_attach's own medians over its loops
+            assert row["ratio"] == pytest.approx(row["medians"][0] / row["medians"][1])
+            continue
+        runs = res[row["part"]]["runs"]
+        top, bottom = (statistics.median(record[row["measure"]] for record in runs[name]) for name in row["pair"])
+        assert row["medians"] == [top, bottom]
+        assert row["ratio"] == top / bottom
+        assert row["met"] == (None if row["target"] is None else row["ratio"] <= row["target"])
+        assert len(row["per_round"]) == res["rounds"]
+
+
+def test_a_failed_round_is_left_out() -> None:
+    res = recorded()
+    bcc = res["startup"]["runs"]["bcc"]
+    bcc[0] = {"error": "exited 1"}
+    row = next(row for row in bench_core.summary(res)
+               if row["part"] == "startup" and row["pair"] == ["core", "bcc"] and row["measure"] == "s")
+    assert row["medians"][1] == statistics.median(record["s"] for record in bcc[1:])
+    assert len(row["per_round"]) == res["rounds"] - 1
+    assert "bcc: failed: exited 1" in bench_core.report(res)
+
+
+def test_passes_alternate() -> None:
+    assert bench_attach.order(["a", "b"]) == ["none", "a", "b", "none", "b", "a", "none"]
+    for rounds in (2, 4):
+        firsts = [names[0] for names in bench_core.alternated(["a", "b", "c"], rounds)]
+        assert firsts.count("a") == firsts.count("c") == rounds // 2
+
+
+def test_a_visit_is_measured_against_the_idle_visits_around_it() -> None:
+    res = recorded()["attach"]
+    visits = bench_attach.per_visit(res)
+    assert {tool: len(values) for tool, values in visits.items()} == {"core": 3, "bcc": 3}
+    slower = dict(res, seconds={state: [s + 0.01 for s in loops] for state, loops in res["seconds"].items()})
+    for tool, values in bench_attach.per_visit(slower).items():  # a host slower throughout adds nothing
+        assert values == pytest.approx(visits[tool])
+
+
+def test_bad_options_stop_before_anything_runs(capsys: pytest.CaptureFixture) -> None:
+    assert bench_core.main(["bench_core.py", "--parts", "startup,boot"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
