@@ -1,4 +1,4 @@
-"""One lab guest (or pair) per CI kernel for all of tests/lab: each kernel boots once per run.
+"""One lab guest (or pair, or fleet) per CI kernel for all of tests/lab: each kernel boots once per run.
 
 Which kernel runs which check is MATRIX's choice (docs/ci.md): in CI each check runs where it
 proves something the others do not; PROBEKIT_LAB_MATRIX=full runs each check on every kernel it
