@@ -78,10 +78,12 @@ def run_fleet(lab: Any, local_dir: Path, progress: Progress = print) -> Dict[str
     prepared = {name: _guest(lab, node, f"prepare {name}") for node, name in ((light_node, "light"),
                                                                              (heavy_node, "heavy"))}
     with ThreadPoolExecutor(3) as pool:
-        runs = {"server": pool.submit(_guest, lab, server, "server")}
+        # nfsdist on client-b first, nfsdtop on the server once it runs: a tool's start is no request of the workload's
+        runs = {"light": pool.submit(_guest, lab, light_node, "light")}
         try:
+            _wait_marker(share / "light.tool", runs)
+            runs["server"] = pool.submit(_guest, lab, server, "server")
             _wait_marker(share / "server.ready", runs)
-            runs["light"] = pool.submit(_guest, lab, light_node, "light")
             runs["heavy"] = pool.submit(_guest, lab, heavy_node, "heavy")
             _wait_marker(share / "light.ready", runs)
             _wait_marker(share / "heavy.ready", runs)

@@ -3,8 +3,8 @@
 Runs in each guest of a QEMU fleet (labs/fleet_checks.py drives it from the host), root,
 probekit's package installed. The guests meet through the results share: the host writes the
 phase (setup, before, heavy, drain, after, stop, end) to /results/fleet/phase, each guest notes
-when it saw each phase and leaves markers there (server.ready, light.ready, heavy.ready,
-heavy.done). Each role prints one JSON document:
+when it saw each phase and leaves markers there (light.tool, server.ready, light.ready,
+heavy.ready, heavy.done). Each role prints one JSON document:
 
   prepare light|heavy   the files the role reads and writes, made before any tool runs
   server                `nfsdtop --by client --json -v 2` from before the clients start until
@@ -12,7 +12,9 @@ heavy.done). Each role prints one JSON document:
                         port 2049
   light                 (client-b) one O_DIRECT 64 KiB read at a random offset every 0.1 s,
                         each timed, labelled with the phase seen before and after it; nfsdist
-                        --json 1 around them; /proc/net/rpc/nfs before and after
+                        --json 1 around them, started before nfsdtop (whatever a tool's start
+                        does on the mounts is outside nfsdtop's count); /proc/net/rpc/nfs
+                        before and after
   heavy                 (client-a) parallel O_DIRECT writers and readers while the phase is
                         heavy; /proc/net/rpc/nfs before and after
 
@@ -80,6 +82,14 @@ def wait_phase(seen: List[List[Any]], done: Callable[[str], bool]) -> str:
 def mark(name: str) -> None:
     with open(os.path.join(SHARE, name), "w") as handle:
         handle.write(f"{time.time():.3f}\n")
+
+
+def wait_marker(name: str) -> None:
+    deadline = time.monotonic() + EVIDENCE_WAIT_S * 3
+    while not os.path.exists(os.path.join(SHARE, name)):
+        if phase() in OVER or time.monotonic() > deadline:
+            raise RuntimeError(f"no {name} in {SHARE} (phase {phase()!r})")
+        time.sleep(POLL_S)
 
 
 def rpc_counts() -> Dict[str, int]:
@@ -151,6 +161,8 @@ def light() -> Dict[str, Any]:
     reads: List[List[Any]] = []  # [wall start, µs, phase seen before and after ("edge" when they differ)]
     try:
         ready_s = wait_ready(proc, log)
+        mark("light.tool")
+        wait_marker("server.ready")
         counts_before = rpc_counts()  # before the first request: open's included
         mark("light.ready")
         buf = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT wants
