@@ -77,6 +77,7 @@ def run_fleet(lab: Any, local_dir: Path, progress: Progress = print) -> Dict[str
         install_tools(lab, local_dir, node=node)
     prepared = {name: _guest(lab, node, f"prepare {name}") for node, name in ((light_node, "light"),
                                                                              (heavy_node, "heavy"))}
+    error = ""
     with ThreadPoolExecutor(3) as pool:
         # nfsdist on client-b first, nfsdtop on the server once it runs: a tool's start is no request of the workload's
         runs = {"light": pool.submit(_guest, lab, light_node, "light")}
@@ -97,12 +98,15 @@ def run_fleet(lab: Any, local_dir: Path, progress: Progress = print) -> Dict[str
             enter("stop")
             for name in ("light", "heavy"):
                 runs[name].result(timeout=MARKER_WAIT_S)
+        except AssertionError as exc:  # a role failed: what the others brought back is kept all the same
+            error = str(exc)
         finally:
             enter("end")
         found = {name: run.result(timeout=MARKER_WAIT_S) for name, run in runs.items()}
-    return {"check": "fleet", "ok": all(doc["ok"] for doc in list(found.values()) + list(prepared.values())),
-            "data": dict(found, prepare=prepared, phases=phases, nodes={"server": server, "heavy": heavy_node,
-                                                                       "light": light_node})}
+    out = {"check": "fleet", "ok": not error and all(doc["ok"] for doc in list(found.values()) + list(prepared.values())),
+           "data": dict(found, prepare=prepared, phases=phases, nodes={"server": server, "heavy": heavy_node,
+                                                                      "light": light_node})}
+    return dict(out, error=error) if error else out
 
 
 # -- what the verdicts read -------------------------------------------------------------------

@@ -322,8 +322,8 @@ wc -l < {out}/available_filter_functions.nfs.txt
         def fleet_run() -> str:
             found.update(run_fleet(self.lab, self.report.run_dir, progress=self.progress))
             (self.report.run_dir / "fleet.json").write_text(json.dumps(found, indent=1) + "\n")
-            assert found["ok"], {role: doc.get("error") for role, doc in found["data"].items()
-                                 if isinstance(doc, dict) and doc.get("ok") is False}
+            assert found["ok"], found.get("error") or {role: doc.get("error") for role, doc in found["data"].items()
+                                                       if isinstance(doc, dict) and doc.get("ok") is False}
             return summary(found["data"])
 
         self.report.run_dir.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ import random
 import subprocess
 import sys
 import time
+import traceback
 from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,8 +59,18 @@ def work_dir(role: str) -> str:
 
 
 def phase() -> str:
-    with open(os.path.join(SHARE, "phase")) as handle:
-        return handle.read().strip()
+    """The host's phase. The host renames a new phase file into place; a 9p read that meets the
+    rename fails (ENODATA seen) and is read again."""
+    for _ in range(50):
+        try:
+            with open(os.path.join(SHARE, "phase")) as handle:
+                found = handle.read().strip()
+            if found:
+                return found
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise RuntimeError(f"{SHARE}/phase: unreadable or empty for 1 s")
 
 
 def watch(seen: List[List[Any]]) -> str:
@@ -249,8 +260,10 @@ def main() -> int:
         return 2
     try:
         result = {"check": f"fleet-{role}", "ok": True, "data": roles[role]()}
-    except Exception as exc:  # reported as data: the host test shows it
-        result = {"check": f"fleet-{role}", "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    except Exception as exc:  # reported as data: the host test shows it, and where it was raised
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result = {"check": f"fleet-{role}", "ok": False,
+                  "error": f"{type(exc).__name__}: {exc} ({where.name}, line {where.lineno})"}
     # the tools stamp their intervals in local time: the host judging them needs the guest's offset
     result["data"] = dict(result.get("data", {}), release=os.uname().release, gmtoff=time.localtime().tm_gmtoff)
     print(json.dumps(result))

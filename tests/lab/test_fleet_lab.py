@@ -33,8 +33,8 @@ def run_fleet(kernel_lab: Any) -> Dict[str, Any]:
 @pytest.fixture
 def fleet_data(kernel_lab: Any) -> Dict[str, Any]:
     out = once_run(kernel_lab, "fleet")
-    assert out["ok"], {role: doc.get("error") for role, doc in out["data"].items() if isinstance(doc, dict)
-                       and "ok" in doc and not doc["ok"]}
+    assert out["ok"], out.get("error") or {role: doc.get("error") for role, doc in out["data"].items()
+                                           if isinstance(doc, dict) and doc.get("ok") is False}
     return out["data"]
 
 
