@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Dict, NamedTuple, Sequence, Union
+from typing import Dict, List, NamedTuple, Sequence, Union
 
 #: Node names. In the single-guest topology both names reach the same guest.
 SERVER = "server"
@@ -48,6 +48,10 @@ class Lab(abc.ABC):
     @abc.abstractmethod
     def status(self) -> Dict[str, str]:
         """Per node: a short state word ("running", "stopped", "absent")."""
+
+    def client_names(self) -> List[str]:
+        """The nodes that mount the server's exports (CLIENT's is the first)."""
+        return [CLIENT]
 
     def kernel_info(self, node: str = CLIENT) -> Dict[str, str]:
         """uname release/version/machine of a node's running kernel."""

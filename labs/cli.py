@@ -11,6 +11,7 @@ import click
 
 from discover.errors import UserError, check_output, run_cli, write_file
 from labs.base import CLIENT, Lab
+from labs.qemu import TOPOLOGIES
 
 BACKENDS = ("qemu", "vagrant")
 
@@ -88,9 +89,10 @@ def _examples(*lines: str) -> str:
 
 backend_option = click.option("--backend", type=click.Choice(BACKENDS), default="qemu", show_default=True,
                               help="VM backend: QEMU directly, or Vagrant (vagrant-libvirt).")
-topology_option = click.option("--topology", type=click.Choice(["single", "pair"]), default="single",
+topology_option = click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="single",
                                show_default=True,
-                               help="single: NFS server+client in one guest; pair: two guests.")
+                               help="single: NFS server+client in one guest; pair: server and client guests; "
+                                    "fleet (QEMU): a server and two clients, client-a and client-b.")
 name_option = click.option("--name", default="default", show_default=True, help="Lab name (several can exist).")
 
 
@@ -102,6 +104,7 @@ def labs() -> None:
 @labs.command(epilog=_examples(
     "labs up                              # QEMU, Debian 6.1, server+client in one guest",
     "labs up --kernel 6.12 --topology pair",
+    "labs up --kernel 7.3 --topology fleet      # server, client-a, client-b",
     "labs up --backend vagrant",
 ))
 @backend_option
@@ -128,7 +131,8 @@ def up(backend: str, kernel: str, topology: str, name: str) -> None:
     "labs run --node server -- exportfs -v",
     "labs run -- python3 -m discover --help",
 ))
-@click.option("--node", default=CLIENT, show_default=True, help="server or client.")
+@click.option("--node", default=CLIENT, show_default=True,
+              help="server or client (in a fleet: client-a; client-b by name).")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds before the command is killed.")
 @name_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -148,7 +152,8 @@ def run(node: str, timeout: float, name: str, command: Tuple[str, ...]) -> None:
     "labs shell",
     "labs shell --node server",
 ))
-@click.option("--node", default=CLIENT, show_default=True, help="server or client.")
+@click.option("--node", default=CLIENT, show_default=True,
+              help="server or client (in a fleet: client-a; client-b by name).")
 @name_option
 def shell(node: str, name: str) -> None:
     """Open an interactive root shell in a lab guest (SSH on a 127.0.0.1 forward)."""

@@ -72,8 +72,8 @@ def run_faults(lab: Any, progress: Progress = print, timeout: float = 2400.0) ->
 
     Returns the guest's JSON document ({"ok": ..., "data"/"error": ...}) with the host's
     notes per action under data["host"]."""
-    if getattr(lab, "topology", "single") != "pair":
-        raise AssertionError("the fault checks need a server guest of its own (--topology pair)")
+    if getattr(lab, "topology", "single") == "single":
+        raise AssertionError("the fault checks need a server guest of its own (--topology pair or fleet)")
     signals = Path(lab.results_dir) / "faults"
     signals.mkdir(parents=True, exist_ok=True)
     for stale in signals.iterdir():

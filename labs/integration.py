@@ -313,6 +313,24 @@ wc -l < {out}/available_filter_functions.nfs.txt
             for name, verify in FAULT_CHECKS:
                 self.check(name, lambda v=verify: v(found))
 
+    def fleet_checks(self) -> None:
+        """The fleet check (labs/fleet_checks.py) on a lab with two clients: one run of the three
+        guests at once, one check per verdict; the run's JSON is fleet.json in the run directory."""
+        from labs.fleet_checks import FLEET_CHECKS, run_fleet, summary
+        found: Dict[str, Any] = {}
+
+        def fleet_run() -> str:
+            found.update(run_fleet(self.lab, self.report.run_dir, progress=self.progress))
+            (self.report.run_dir / "fleet.json").write_text(json.dumps(found, indent=1) + "\n")
+            assert found["ok"], found.get("error") or {role: doc.get("error") for role, doc in found["data"].items()
+                                                       if isinstance(doc, dict) and doc.get("ok") is False}
+            return summary(found["data"])
+
+        self.report.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.check("fleet run: client-a's load beside client-b's reads, nfsdtop on the server", fleet_run):
+            for verify in FLEET_CHECKS:
+                self.check(verify.__name__[len("verify_"):].replace("_", " "), lambda v=verify: (v(found["data"]), "ok")[1])
+
     def collect(self) -> None:
         """Copy the guest's run directory out as artefacts (one tarball through the Lab interface)."""
         tarball = f"/tmp/{self.report.run_dir.name}.tar.gz"
@@ -363,30 +381,33 @@ def _run_build_deb(argv: List[str]) -> str:
     return lines[-1]
 
 
-def install_tools(lab: Lab, local_dir: Path) -> None:
-    """On the client, probekit as a user installs it (docs/install.md): its Debian package with
-    apt, offline (the image carries every package it depends on), so the lab's tools run from
+def install_tools(lab: Lab, local_dir: Path, node: str = CLIENT) -> None:
+    """On a node (the client), probekit as a user installs it (docs/install.md): its Debian package
+    with apt, offline (the image carries every package it depends on), so the lab's tools run from
     /usr/bin with their packaged specs (read with python3-toml on Debian 11), not from the
-    source share. What dpkg then says is installed goes to local_dir. Once per boot and package."""
+    source share. What dpkg then says is installed goes to local_dir (probekit-package.txt for the
+    client, probekit-package-NODE.txt for another node). Once per boot, node and package."""
     local_dir.mkdir(parents=True, exist_ok=True)
     deb = project_deb()
     digest = deb.parent.name
     installed = "dpkg -s probekit | grep -qx 'Status: install ok installed'"
-    if lab.run(f"grep -qx {digest} {GUEST_DEB_MARKER} && {installed}").exit_code == 0:
+    if lab.run(f"grep -qx {digest} {GUEST_DEB_MARKER} && {installed}", node=node).exit_code == 0:
         return
-    lab.put(deb, f"/tmp/{deb.name}")
+    lab.put(deb, f"/tmp/{deb.name}", node=node)
     # the same version with other contents (an uncommitted change) must replace the installed
     # one: --reinstall; an older commit's package after a newer one: --allow-downgrades.
     # Without the lab agent's PYTHONPATH (the source share): the maintainer scripts' Python
     # would see the share's modules first
     res = lab.run(f"cd / && env -u PYTHONPATH DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                   f"--no-install-recommends --reinstall --allow-downgrades /tmp/{deb.name} "
-                  f"&& mkdir -p {Path(GUEST_DEB_MARKER).parent} && echo {digest} > {GUEST_DEB_MARKER}", timeout=600)
+                  f"&& mkdir -p {Path(GUEST_DEB_MARKER).parent} && echo {digest} > {GUEST_DEB_MARKER}", node=node,
+                  timeout=600)
     if res.exit_code != 0:
         raise UserError(f"apt-get install of {deb.name} in the guest failed: {(res.stdout + res.stderr).strip()[-300:]}")
     # what dpkg says is installed, and that the commands the guest scripts run are its files
-    (local_dir / "probekit-package.txt").write_text(
-        lab.run("dpkg -s probekit; dpkg -S /usr/bin/nfsslower /usr/bin/nfs-exporter /usr/bin/fsslower").stdout)
+    listing = "probekit-package.txt" if node == CLIENT else f"probekit-package-{node}.txt"
+    (local_dir / listing).write_text(
+        lab.run("dpkg -s probekit; dpkg -S /usr/bin/nfsslower /usr/bin/nfs-exporter /usr/bin/fsslower", node=node).stdout)
 
 
 BUFFER_SIZE_KB = "/sys/kernel/tracing/buffer_size_kb"
@@ -432,7 +453,7 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
             report.timings["callgraphs"] = time.monotonic() - checks_started
             for sig in ("INT", "TERM"):
                 run.check(f"SIG{sig} mid-capture restores tracefs", lambda s=sig: run.interrupt(s))
-            if probes and getattr(lab, "topology", "single") == "pair":
+            if probes and getattr(lab, "topology", "single") != "single":
                 run.probe_checks(with_faults=lab.can_pause_nodes)
                 if lab.can_pause_nodes:  # Vagrant's domains are libvirt's: no SIGSTOP of our own QEMU
                     run.fault_checks()
@@ -440,6 +461,8 @@ def run_integration(lab: Lab, artifacts: Path, progress: Progress = print,
                 run.check("generated probes: candidate per operation", run.probe_picks)
             if exporter:
                 run.exporter_checks()
+            if len(lab.client_names()) > 1:
+                run.fleet_checks()
             run.check("artefacts copied out", lambda: (run.collect(), "ok")[1])
     finally:
         if not keep_up:

@@ -1,10 +1,12 @@
 """QemuLab: NFS labs on QEMU directly, from the cached Debian image, with no host networking.
 
-Topologies:
+Topologies (TOPOLOGIES):
   single  one guest is NFS server and client at once (mounts over 127.0.0.1); the fast
           path, and what kernel matrices use.
   pair    two guests linked by a QEMU socket netdev on 127.0.0.1 (10.77.0.1 server,
           10.77.0.2 client, static addresses from the kernel command line).
+  fleet   a server and two clients (client-a 10.77.0.2, client-b 10.77.0.3), each client on
+          its own socket link to a hub in the server's QEMU: one lab subnet, no host network.
 
 Each guest boots the image's kernel directly, on a throw-away qcow2 overlay; the project
 tree is shared read-only over 9p at /opt/probekit and a writable results share at
@@ -24,7 +26,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from discover.errors import UserError
 from discover.schema import ANY, ListOf, MapOf, Nullable, OneOf, Record, validate
@@ -49,12 +51,33 @@ REACHED_USERSPACE = re.compile(r"systemd\[1\]|Welcome to |Run /sbin/init|Freeing
 Progress = Callable[[str], None]
 
 
-class Node(NamedTuple):
-    """One guest of a lab: its role(s), addresses and host-side files."""
+class Topology(NamedTuple):
+    """The guests of a lab. The first serves NFS; with more than one, every other guest mounts
+    it over a socket link of its own to the first (one guest mounts its own exports)."""
 
-    name: str            # "lab" (single), "server" or "client" (pair)
+    nodes: Tuple[str, ...]
+    #: the guest CLIENT names: where the one-client checks run
+    client: str
+
+    @property
+    def linked(self) -> bool:
+        return len(self.nodes) > 1
+
+
+TOPOLOGIES: Dict[str, Topology] = {
+    "single": Topology(nodes=("lab",), client="lab"),
+    "pair": Topology(nodes=("server", "client"), client="client"),
+    "fleet": Topology(nodes=("server", "client-a", "client-b"), client="client-a"),
+}
+
+
+class Node(NamedTuple):
+    """One guest of a lab: its name, addresses and ports."""
+
+    name: str            # one of its Topology's nodes
     index: int           # 1-based, picks MACs, link address and ports
-    link_address: str    # 10.77.0.N on the socket link ("" in single topology)
+    link_address: str    # 10.77.0.N on the lab link ("" in one guest)
+    link_port: int       # 127.0.0.1 port of its link, where the server's QEMU listens (0: the server, one guest)
     ssh_port: int        # 127.0.0.1 forward to the guest's port 22 (0: no SSH)
 
 
@@ -64,10 +87,11 @@ def lab_state_dir(name: str = "default") -> Path:
 
 
 #: what `_save` writes; `attach` checks it before use (a crash or a hand edit can leave anything)
-STATE = Record({"kernel": str, "topology": OneOf("single", "pair"), "ssh": bool, "memory_mib": int,
+STATE = Record({"kernel": str, "topology": OneOf(*TOPOLOGIES), "ssh": bool, "memory_mib": int,
                 "vcpus": Nullable(int), "accel": Nullable(str), "project_dir": str,
-                "image": Record({k: ANY for k in ImageInfo._fields}), "link_port": int,
-                "nodes": ListOf(Record({"name": str, "index": int, "link_address": str, "ssh_port": int}, closed=True)),
+                "image": Record({k: ANY for k in ImageInfo._fields}),
+                "nodes": ListOf(Record({"name": str, "index": int, "link_address": str, "link_port": int,
+                                        "ssh_port": int}, closed=True)),
                 "pids": MapOf(int), "console_offsets": MapOf(int)})
 
 
@@ -95,7 +119,7 @@ def free_port() -> int:
 
 
 class QemuLab(Lab):
-    """An NFS lab of one or two QEMU guests on one Debian kernel."""
+    """An NFS lab of one to three QEMU guests on one Debian kernel."""
 
     backend = "qemu"
     can_pause_nodes = True  # SIGSTOP/SIGCONT to a guest's own QEMU process (signal_node)
@@ -104,8 +128,8 @@ class QemuLab(Lab):
                  ssh: bool = True, memory_mib: int = 1536, vcpus: Optional[int] = None,
                  accel: Optional[str] = None, project_dir: Path = PROJECT_DIR,
                  progress: Progress = print) -> None:
-        if topology not in ("single", "pair"):
-            raise UserError(f"unknown topology {topology!r} (single or pair)")
+        if topology not in TOPOLOGIES:
+            raise UserError(f"unknown topology {topology!r} ({', '.join(TOPOLOGIES)})")
         self.kernel = kernel
         self.topology = topology
         self.name = name
@@ -117,7 +141,6 @@ class QemuLab(Lab):
         self.progress = progress
         self.state_dir = lab_state_dir(name)
         self.image: Optional[ImageInfo] = None
-        self.link_port = 0
         self.nodes: List[Node] = []
         self.pids: Dict[str, int] = {}
         self.watches: Dict[str, ConsoleWatch] = {}
@@ -136,7 +159,6 @@ class QemuLab(Lab):
                   memory_mib=state["memory_mib"], vcpus=state["vcpus"], accel=state["accel"],
                   project_dir=Path(state["project_dir"]), progress=progress)
         lab.image = ImageInfo.from_json(state["image"])
-        lab.link_port = state["link_port"]
         lab.nodes = [Node(**node) for node in state["nodes"]]
         lab.pids = {k: int(v) for k, v in state["pids"].items()}
         lab.watches = {node.name: ConsoleWatch(lab.label(node.name), lab.console_log(node.name),
@@ -150,7 +172,7 @@ class QemuLab(Lab):
             "backend": self.backend, "kernel": self.kernel, "topology": self.topology,
             "ssh": self.ssh, "memory_mib": self.memory_mib, "vcpus": self.vcpus, "accel": self.accel,
             "project_dir": str(self.project_dir), "image": self.image.to_json(),
-            "link_port": self.link_port, "nodes": [node._asdict() for node in self.nodes],
+            "nodes": [node._asdict() for node in self.nodes],
             "pids": self.pids,
             "console_offsets": {name: watch.offset for name, watch in self.watches.items()},
         }
@@ -180,15 +202,20 @@ class QemuLab(Lab):
         return f"{node} (kernel {release})"
 
     def node_name(self, role: str) -> str:
-        """The guest that plays a role: "lab" in one guest, "server"/"client" in a pair."""
+        """The guest that plays a role: "lab" in one guest, "server"/"client" in a pair, "server"
+        and "client-a" in a fleet."""
         return self._node(role).name
 
+    def client_names(self) -> List[str]:
+        """The guests that mount the server's exports."""
+        return [node.name for node in self.nodes[1:] or self.nodes]
+
     def _node(self, role: str) -> Node:
-        """The guest that plays a role (SERVER/CLIENT) or has a node name."""
-        if self.topology == "single" and role in (SERVER, CLIENT, self.nodes[0].name):
-            return self.nodes[0]
+        """The guest that plays a role (SERVER: the first guest, CLIENT: its topology's client)
+        or has a node name."""
+        wanted = {SERVER: self.nodes[0].name, CLIENT: TOPOLOGIES[self.topology].client}.get(role, role)
         for node in self.nodes:
-            if node.name == role:
+            if node.name == wanted:
                 return node
         raise UserError(f"no node {role!r} in this lab (nodes: {', '.join(n.name for n in self.nodes)})")
 
@@ -209,11 +236,26 @@ class QemuLab(Lab):
 
     def plan_nodes(self) -> List[Node]:
         """Name the guests of the topology and pick their ports (before anything starts)."""
-        names = ["lab"] if self.topology == "single" else ["server", "client"]
-        return [Node(name=name, index=i,
-                     link_address=f"{LAB_SUBNET_PREFIX}{i}" if self.topology == "pair" else "",
+        topology = TOPOLOGIES[self.topology]
+        return [Node(name=name, index=i, link_address=f"{LAB_SUBNET_PREFIX}{i}" if topology.linked else "",
+                     link_port=free_port() if topology.linked and i > 1 else 0,
                      ssh_port=free_port() if self.ssh else 0)
-                for i, name in enumerate(names, start=1)]
+                for i, name in enumerate(topology.nodes, start=1)]
+
+    def link_netdevs(self, node: Node) -> List[str]:
+        """The -netdev options of a guest's lab link: a client connects to its own port; the
+        server listens on each client's, straight behind its NIC for one client, through a hub
+        in its QEMU for several (one subnet, as on a switch). The NIC's netdev id is "link"."""
+        if node.link_port:
+            return ["-netdev", f"socket,id=link,connect=127.0.0.1:{node.link_port}"]
+        peers = [peer for peer in self.nodes if peer.link_port]
+        if len(peers) == 1:
+            return ["-netdev", f"socket,id=link,listen=127.0.0.1:{peers[0].link_port}"]
+        argv = ["-netdev", "hubport,id=link,hubid=0"]
+        for peer in peers:
+            argv += ["-netdev", f"socket,id=to-{peer.name},listen=127.0.0.1:{peer.link_port}",
+                     "-netdev", f"hubport,id=hub-{peer.name},hubid=0,netdev=to-{peer.name}"]
+        return argv
 
     def qemu_argv(self, node: Node, accel: str) -> List[str]:
         """The full argv that starts one guest (checked by the network-rule tests)."""
@@ -251,10 +293,9 @@ class QemuLab(Lab):
             argv += ["-accel", "kvm", "-cpu", "host"]
         else:
             argv += ["-accel", "tcg", "-cpu", "max"]
-        if self.topology == "pair":
-            mode = "listen" if node.name == "server" else "connect"
-            argv += ["-netdev", f"socket,id=link,{mode}=127.0.0.1:{self.link_port}",
-                     "-device", f"virtio-net-pci,netdev=link,mac=52:54:00:77:00:{node.index:02x}"]
+        if node.link_address:
+            argv += self.link_netdevs(node)
+            argv += ["-device", f"virtio-net-pci,netdev=link,mac=52:54:00:77:00:{node.index:02x}"]
         if node.ssh_port:
             argv += ["-netdev", f"user,id=user,restrict=on,hostfwd=tcp:127.0.0.1:{node.ssh_port}-:22",
                      "-device", f"virtio-net-pci,netdev=user,mac=52:54:00:aa:00:{node.index:02x}"]
@@ -266,7 +307,6 @@ class QemuLab(Lab):
             self.image = build_image(self.kernel, progress=self.progress)
         if not self.nodes:
             self.nodes = self.plan_nodes()
-            self.link_port = free_port() if self.topology == "pair" else 0
         return {node.name: self.qemu_argv(node, accel) for node in self.nodes}
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -281,7 +321,6 @@ class QemuLab(Lab):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(exist_ok=True)
         self.nodes = self.plan_nodes()
-        self.link_port = free_port() if self.topology == "pair" else 0
         try:
             accel = self.accel or _remembered_accel()
             boot_started = time.monotonic()
@@ -340,8 +379,9 @@ class QemuLab(Lab):
             self.watches[node.name] = ConsoleWatch(self.label(node.name), self.console_log(node.name))
             self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus(accel)} vCPU, "
                           f"pid {proc.pid}, console {self.console_log(node.name)})")
-            if self.topology == "pair" and node.name == "server":
-                self._wait_listening(node.name, self.link_port)  # before the client's QEMU connects
+            if node is self.nodes[0]:  # the server listens for each client before the client's QEMU connects
+                for port in (peer.link_port for peer in self.nodes if peer.link_port):
+                    self._wait_listening(node.name, port)
         if stall_after is None:
             return True
         deadline = time.monotonic() + stall_after
@@ -385,13 +425,14 @@ class QemuLab(Lab):
                 time.sleep(READY_POLL_S)
 
     def _provision_nfs(self) -> None:
-        """Run the shared provision scripts: exports on the server, mounts on the client."""
+        """Run the shared provision scripts: exports on the server, mounts on every client."""
         server = self._node(SERVER)
         # hang bounds only: each takes 5-60 s, many times that on a host running other guests
         self._must(f"sh {GUEST_PROVISION}/server.sh", SERVER, 900)
-        address = "127.0.0.1" if self.topology == "single" else server.link_address
-        self._must(f"sh {GUEST_PROVISION}/client.sh {address}", CLIENT, 900)
-        self.progress(f"[lab] NFSv3 and NFSv4.2 mounted from {address}")
+        address = server.link_address or "127.0.0.1"
+        for client in self.client_names():
+            self._must(f"sh {GUEST_PROVISION}/client.sh {address}", client, 900)
+            self.progress(f"[lab] {client}: NFSv3 and NFSv4.2 mounted from {address}")
 
     def _must(self, cmd: str, node: str, timeout: float) -> CommandResult:
         res = self.run(cmd, node=node, timeout=timeout)
@@ -487,7 +528,7 @@ class QemuLab(Lab):
 
     def status(self) -> Dict[str, str]:
         if not self.nodes:
-            return {name: "absent" for name in (["lab"] if self.topology == "single" else ["server", "client"])}
+            return {name: "absent" for name in TOPOLOGIES[self.topology].nodes}
         return {node.name: ("running" if _alive(self.pids.get(node.name, 0)) else "stopped")
                 for node in self.nodes}
 

@@ -303,7 +303,7 @@ def lab_cases() -> Iterator[bi.Case]:
 
 def state_cases() -> Iterator[bi.Case]:
     good = {"kernel": "6.1", "topology": "single", "ssh": True, "memory_mib": 1536, "vcpus": None, "accel": "tcg",
-            "project_dir": "/work", "image": {}, "link_port": 0, "nodes": [], "pids": {}, "console_offsets": {}}
+            "project_dir": "/work", "image": {}, "nodes": [], "pids": {}, "console_offsets": {}}
     mangles = {"object-empty": {}, "topology-bad": _set(good, ["topology"], "ring"),
                "nodes-strings": _set(good, ["nodes"], ["lab"]), "pids-text": _set(good, ["pids"], {"lab": "12"}),
                "kernel-number": _set(good, ["kernel"], 6.1), "list": [good]}

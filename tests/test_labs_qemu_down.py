@@ -124,3 +124,34 @@ def test_a_listening_link_socket_is_seen_without_connecting_to_it() -> None:
         server.listen(1)
         assert tcp_listening(port)
     assert not tcp_listening(port)
+
+
+def test_a_fleet_is_saved_reattached_and_taken_down_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A three-guest lab's state names every guest, with its address and link port; a later
+    process (`labs down`) reattaches to all three and stops each."""
+    from labs.images import ImageInfo
+    monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
+    lab = QemuLab(kernel="7.3", topology="fleet", name="fleet", ssh=False)
+    lab.image = ImageInfo(key="test", suite="trixie", kernel_release="7.3.0-test-amd64", directory=tmp_path,
+                          rootfs=tmp_path / "rootfs.qcow2", vmlinuz=tmp_path / "vmlinuz", initrd=tmp_path / "initrd.img",
+                          ssh_private_key=tmp_path / "key", ssh_public_key=tmp_path / "key.pub", packages=[])
+    lab.nodes = lab.plan_nodes()
+    lab.state_dir.mkdir(parents=True)
+    guests = {node.name: subprocess.Popen([sys.executable, "-c", SLEEPER, "-name", lab.qemu_name(node.name)])
+              for node in lab.nodes}
+    try:
+        lab.pids = {name: guest.pid for name, guest in guests.items()}
+        lab._save()
+        again = QemuLab.attach("fleet", progress=lambda _line: None)
+        assert again.nodes == lab.nodes and [n.link_address for n in again.nodes] == ["10.77.0.1", "10.77.0.2",
+                                                                                     "10.77.0.3"]
+        assert again.status() == {"server": "running", "client-a": "running", "client-b": "running"}
+        again.down()
+        for guest in guests.values():
+            guest.wait(timeout=10)
+        assert not (lab.state_dir / "state.json").exists()
+    finally:
+        for guest in guests.values():
+            if guest.poll() is None:
+                guest.kill()
+                guest.wait()

@@ -8,7 +8,7 @@ configurations in the way a mistake would, and the checker must name it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -46,7 +46,7 @@ def replace_once(argv: List[str], old: str, new: str) -> List[str]:
 
 # -- QEMU argv ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("topology", ["single", "pair"])
+@pytest.mark.parametrize("topology", ["single", "pair", "fleet"])
 @pytest.mark.parametrize("accel", ["tcg", "kvm"])
 def test_qemulab_argv_obeys_the_rule(tmp_path: Path, topology: str, accel: str) -> None:
     argvs = qemu_argvs(tmp_path, topology, accel)
@@ -62,6 +62,70 @@ def test_pair_argv_links_both_guests_on_loopback(tmp_path: Path) -> None:
              if a == "-netdev" and argv[i + 1].startswith("socket,")]
     modes = sorted(key for link in links for key in split_qemu_opts(link)[1] if key in ("listen", "connect"))
     assert modes == ["connect", "listen"]
+
+
+def netdevs(argv: List[str]) -> Dict[str, Tuple[str, Dict[str, List[str]]]]:
+    """A guest's -netdev options by id."""
+    found = [split_qemu_opts(argv[i + 1]) for i, a in enumerate(argv) if a == "-netdev"]
+    return {opts["id"][0]: (kind, opts) for kind, opts in found}
+
+
+def kernel_links(argv: List[str]) -> List[str]:
+    """The probekit.link=MAC,ADDRESS/PREFIX values on a guest's kernel command line."""
+    cmdline = argv[argv.index("-append") + 1].split()
+    return [arg.split("=", 1)[1] for arg in cmdline if arg.startswith("probekit.link=")]
+
+
+def test_fleet_argv_links_each_client_to_a_hub_in_the_server(tmp_path: Path) -> None:
+    """Each client connects to a port of its own on 127.0.0.1 where the server's QEMU listens; the
+    server's one NIC sits on a hub with both links; one subnet, one address and MAC per guest."""
+    argvs = qemu_argvs(tmp_path, "fleet", "tcg")
+    assert list(argvs) == ["server", "client-a", "client-b"]
+    server = netdevs(argvs["server"])
+    ports = {}
+    for client in ("client-a", "client-b"):
+        kind, opts = netdevs(argvs[client])["link"]
+        assert kind == "socket" and opts["connect"][0].startswith("127.0.0.1:") and "listen" not in opts
+        ports[client] = opts["connect"][0]
+        assert server[f"to-{client}"] == ("socket", {"id": [f"to-{client}"], "listen": [ports[client]]})
+        assert server[f"hub-{client}"] == ("hubport", {"id": [f"hub-{client}"], "hubid": ["0"],
+                                                        "netdev": [f"to-{client}"]})
+    assert len(set(ports.values())) == 2
+    assert server["link"] == ("hubport", {"id": ["link"], "hubid": ["0"]})
+    links = {name: kernel_links(argv) for name, argv in argvs.items()}
+    assert links == {"server": ["52:54:00:77:00:01,10.77.0.1/24"], "client-a": ["52:54:00:77:00:02,10.77.0.2/24"],
+                     "client-b": ["52:54:00:77:00:03,10.77.0.3/24"]}
+    for name, argv in argvs.items():  # the NIC on the link carries the MAC its kernel command line names
+        nics = [argv[i + 1] for i, a in enumerate(argv) if a == "-device" and "netdev=link" in argv[i + 1]]
+        assert nics == [f"virtio-net-pci,netdev=link,mac={links[name][0].split(',')[0]}"]
+
+
+def test_pair_argv_keeps_one_socket_behind_the_servers_nic(tmp_path: Path) -> None:
+    """With one client the server's NIC is the socket link itself, no hub."""
+    argvs = qemu_argvs(tmp_path, "pair", "tcg")
+    server, client = netdevs(argvs["server"]), netdevs(argvs["client"])
+    assert server["link"][1]["listen"] == client["link"][1]["connect"]
+    assert not any(kind == "hubport" for kind, _ in server.values())
+    assert {name: kernel_links(argv) for name, argv in argvs.items()} == {
+        "server": ["52:54:00:77:00:01,10.77.0.1/24"], "client": ["52:54:00:77:00:02,10.77.0.2/24"]}
+
+
+@pytest.mark.parametrize("topology, server, client, clients", [
+    ("single", "lab", "lab", ["lab"]),
+    ("pair", "server", "client", ["client"]),
+    ("fleet", "server", "client-a", ["client-a", "client-b"]),
+])
+def test_roles_name_the_topologys_guests(tmp_path: Path, topology: str, server: str, client: str,
+                                         clients: List[str]) -> None:
+    """SERVER is the first guest, CLIENT the topology's one-client guest; a node name reaches its guest."""
+    from discover.errors import UserError
+    from labs.qemu import QemuLab
+    lab = QemuLab(kernel="6.1", topology=topology, name="roles-test", ssh=False, project_dir=tmp_path)
+    lab.nodes = lab.plan_nodes()
+    assert (lab.node_name("server"), lab.node_name("client"), lab.client_names()) == (server, client, clients)
+    assert [lab.node_name(name) for name in clients] == clients
+    with pytest.raises(UserError, match="no node 'client-c'"):
+        lab.node_name("client-c")
 
 
 @pytest.mark.parametrize("topology, node, old, new, named", [

@@ -1,4 +1,4 @@
-"""One lab guest (or pair) per CI kernel for all of tests/lab: each kernel boots once per run.
+"""One lab guest (or pair, or fleet) per CI kernel for all of tests/lab: each kernel boots once per run.
 
 Which kernel runs which check is MATRIX's choice (docs/ci.md): in CI each check runs where it
 proves something the others do not; PROBEKIT_LAB_MATRIX=full runs each check on every kernel it
@@ -64,6 +64,7 @@ LANES = 3
 #: 1.5, fentry), the one suite whose core runs every tool there; nfsdtop on 6.12's single guest, an
 #: NFS server (fentry on nfsd's BTF) that is its own client over 127.0.0.1, so the check costs no
 #: second guest. sid's 7.2 repeats 6.12/7.3's mechanism and bcc's 0.28+ line: the full matrix only.
+#: The fleet check (three guests: one client's load beside another's) runs in the full matrix only.
 CI_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": ("7.3", "6.1", "6.12", "5.10"), "v3only": ("6.1", "6.12", "5.10"), "coexist": ("6.1", "6.12"),
     "exporter": ("6.1", "7.3"), "faults": ("7.3",), "fs": ("6.12", "5.10"), "identity": ("6.12",),
@@ -74,8 +75,12 @@ CI_MATRIX: Dict[str, Tuple[str, ...]] = {
 FULL_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": KERNELS, "v3only": ("6.1", "6.12", "7.2", "5.10"), "coexist": ("7.3", "6.1", "6.12"),
     "exporter": ("7.3", "6.1"), "faults": ("7.3", "6.12"), "fs": ("7.3", "6.12", "5.10"), "identity": ("7.2",),
-    "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",),
+    "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",), "fleet": ("7.3",),
 }
+#: the topology a kernel boots, by the first of these checks whose kernels name it (else one guest):
+#: the fleet check needs three guests, the fault run a server of its own (it stops it); a fleet's
+#: client-a runs the one-client checks as a pair's client does
+TOPOLOGY_OF_CHECK: Tuple[Tuple[str, str], ...] = (("fleet", "fleet"), ("faults", "pair"))
 
 
 def matrix() -> Dict[str, Tuple[str, ...]]:
@@ -86,10 +91,12 @@ def matrix() -> Dict[str, Tuple[str, ...]]:
     return FULL_MATRIX if wanted == "full" else CI_MATRIX
 
 
-def pair_kernels() -> frozenset:
-    """Kernels booted as a server/client pair: the fault run's (it stops the server); the others
-    boot one guest that is both."""
-    return frozenset(matrix()["faults"])
+def lab_topology(kernel: str) -> str:
+    """The QEMU topology a kernel's job boots (TOPOLOGY_OF_CHECK)."""
+    for check, topology in TOPOLOGY_OF_CHECK:
+        if kernel in matrix().get(check, ()):
+            return topology
+    return "single"
 
 
 def lab_kernels() -> Tuple[str, ...]:
@@ -100,7 +107,7 @@ def lab_kernels() -> Tuple[str, ...]:
 
 def on_kernels(check: str) -> Any:
     """The parametrize mark that runs a test module's tests on the kernels of `check`."""
-    return pytest.mark.parametrize("kernel_lab", [k for k in KERNELS if k in matrix()[check]], indirect=True,
+    return pytest.mark.parametrize("kernel_lab", [k for k in KERNELS if k in matrix().get(check, ())], indirect=True,
                                    ids=lambda k: f"k{k}")
 
 
@@ -274,7 +281,7 @@ _JOBS: Dict[str, Job] = {}
 
 
 def new_lab(kernel: str) -> QemuLab:
-    return QemuLab(kernel=kernel, topology="pair" if kernel in pair_kernels() else "single", name=f"pytest-{kernel}",
+    return QemuLab(kernel=kernel, topology=lab_topology(kernel), name=f"pytest-{kernel}",
                    ssh=False, progress=lambda message: print(message, flush=True))
 
 
