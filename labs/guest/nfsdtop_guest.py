@@ -9,8 +9,11 @@ again, and prints one JSON document: the counters' differences, what the workloa
 addresses of the clients connected to port 2049 (ss), nfsdtop's output and exit, and the
 tracing programs / kprobe_events before and after. NFSv3 carries nothing between the two
 reads of the counters but the workload (NFSv4.1 renews its lease in the background, also
-while nfsdtop compiles: its COMPOUNDs are only bounded). Then two text runs for the example,
-`nfsdtop -C 2` and `nfsdtop -C --by proc 2`, around the workload again, ended by Ctrl-C (SIGINT).
+while nfsdtop compiles: its COMPOUNDs are only bounded). Beside nfsdtop, `nfs-exporter --nfsd`
+runs through the same workload: scraped right before and right after it, each scrape with the
+server's counters read next to it. Then three text runs for the example, `nfsdtop -C 2`,
+`nfsdtop -C --by proc 2` and `nfsdtop -C --by export 2`, around the workload again, ended by
+Ctrl-C (SIGINT).
 
   python3 labs/guest/nfsdtop_guest.py
 """
@@ -22,10 +25,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+import urllib.request
+from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import MOUNTS, drop_caches, kernel_attachments, stop, tool, wait_ready  # noqa: E402
+from probes_guest import (EVIDENCE_WAIT_S, MOUNTS, drop_caches, kernel_attachments, said, stop,  # noqa: E402
+                          tool, wait_ready)
 
 #: /proc/net/rpc/nfsd's procedure counts, in the kernel's order, named as nfsd's pc_name
 PROC_NAMES = {
@@ -38,6 +43,30 @@ PROC_NAMES = {
 BLOCKS = 32
 BLOCK = 64 * 1024
 STATS = 5
+#: the exporter's port in this check (the default's neighbour: nothing else listens there)
+EXPORTER_PORT = 19911
+#: what the exporter says once each probe is attached: the client's, and --nfsd's server one
+ATTACHED = ("nfs-exporter: probe attached: ", "nfs-exporter: NFS server probe attached: ")
+
+
+def exporter_ready(proc: subprocess.Popen, log: str) -> float:
+    """Seconds until `nfs-exporter --nfsd` has both probes attached (its server probe compiles
+    on bcc, as nfsdtop's)."""
+    started = time.monotonic()
+    while time.monotonic() - started < 600:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {said(log)}")
+        if all(text in said(log) for text in ATTACHED):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise RuntimeError(f"nfs-exporter never attached both probes: {said(log)[-1000:]}")
+
+
+def scrape_with_counters() -> Tuple[str, Dict[str, int]]:
+    """One scrape of the exporter and the server's counters read right after it."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{EXPORTER_PORT}/metrics",
+                                  timeout=EVIDENCE_WAIT_S).read().decode()
+    return text, server_counters()
 
 
 def server_counters() -> Dict[str, int]:
@@ -94,19 +123,26 @@ def check() -> Dict[str, Any]:
     log = "/tmp/nfsdtop-json.log"
     counters_before = server_counters()
     argv = ["nfsdtop", "--json", "-v", "2"]
+    exporter_argv = ["nfs-exporter", "--nfsd", "--port", str(EXPORTER_PORT), "-v"]
     proc = tool(argv, log)
+    exporter = tool(exporter_argv, "/tmp/nfs-exporter.log")
     try:
         ready_s = wait_ready(proc, log)
+        exporter_s = exporter_ready(exporter, "/tmp/nfs-exporter.log")
         time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
+        before = scrape_with_counters()
         moved = {tag: workload(mount, "json") for tag, mount in MOUNTS.items()}
         clients = nfs_clients()
         time.sleep(3)
+        after = scrape_with_counters()
         during = kernel_attachments()
     finally:
         result = dict(stop(proc, log), argv=argv)
+        exported = dict(stop(exporter, "/tmp/nfs-exporter.log"), argv=exporter_argv)
     counters_after = server_counters()
     after_attach = kernel_attachments()
-    runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"]}
+    runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"],
+            "export": ["nfsdtop", "-C", "--by", "export", "2"]}
     procs = {by: tool(argv, f"/tmp/nfsdtop-{by}.log") for by, argv in runs.items()}
     for by, started in procs.items():
         wait_ready(started, f"/tmp/nfsdtop-{by}.log")
@@ -122,6 +158,11 @@ def check() -> Dict[str, Any]:
     return {"release": os.uname().release, "date": time.strftime("%Y-%m-%d"), "bcc": bcc,
             "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
             "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
+            "exporter": dict(exported, ready_s=round(exporter_s, 1),
+                             scrapes={"before": before[0], "after": after[0]},
+                             server_delta={k: after[1][k] - before[1].get(k, 0) for k in after[1]
+                                           if after[1][k] - before[1].get(k, 0)}),
+            "exports": open("/proc/fs/nfs/exports").read(),
             "attachments": {"before": before_attach, "during": during, "after": after_attach,
                             "after_text_runs": kernel_attachments()}}
 
