@@ -6,7 +6,8 @@ the workload; NFSv4 renews its lease in the background, so its COMPOUNDs are bou
 counters, not equal), its bytes read and written equal the server's `io` counters and what the
 workload moved, the client is the address connected to the NFS port, and nothing stays attached.
 The exporter's server families (`nfs-exporter --nfsd`, beside nfsdtop) are judged the same way
-between its scrapes before and after the workload, and each request's export is the lab's.
+between its scrapes before and after the workload, per client too (127.0.0.1 and a quiet second
+client of the same guest), and each request's export is the lab's.
 """
 from __future__ import annotations
 
@@ -193,9 +194,28 @@ def verify_exporter_histograms_count_the_requests(data: Dict[str, Any]) -> None:
         assert (after[("probekit_nfsd_request_duration_seconds_sum", labels)] > 0) == (value > 0), labels
 
 
+def verify_the_neighbours_apart(data: Dict[str, Any]) -> None:
+    """The two clients of the server between the scrapes: the quiet neighbour (its own address)
+    wrote its 4 KiB and read nothing, 127.0.0.1 moved the rest, and sent more requests."""
+    requests: Dict[str, float] = {}
+    for name in ("probekit_nfsd_requests_total", "probekit_nfsd_read_bytes_total", "probekit_nfsd_write_bytes_total"):
+        per_client: Dict[str, float] = {}
+        for labels, value in increases(data, name).items():
+            client = dict(labels)["client"]
+            per_client[client] = per_client.get(client, 0) + value
+        if name == "probekit_nfsd_requests_total":
+            requests = per_client
+        moved = data["moved"]
+        field = "read_bytes" if "read" in name else "write_bytes"
+        expected = {"127.0.0.1": sum(m[field] for tag, m in moved.items() if tag != "neighbour"),
+                    data["neighbour"]: moved["neighbour"][field]}
+        assert {c: v for c, v in per_client.items() if v} == {c: v for c, v in expected.items() if v}, (name, per_client)
+    assert set(requests) == {"127.0.0.1", data["neighbour"]} and requests["127.0.0.1"] > requests[data["neighbour"]] > 0
+
+
 def verify_exporter_health_series(data: Dict[str, Any]) -> None:
     """The server probe's health: attached, when, what it attached to, missed requests per op,
-    and the client label's bound (one client: 127.0.0.1, of 64)."""
+    and the client label's bound (the run's two clients, of 64)."""
     after = metrics(data["exporter"]["scrapes"]["after"])
     names = {name for name, _labels in after}
     assert after[("probekit_nfsd_probe_attached", ())] == 1.0 and after[("probekit_nfs_probe_attached", ())] == 1.0
@@ -212,4 +232,4 @@ RUN_CHECKS = (verify_ran_and_detached, verify_nfsv3_requests_equal_the_servers_c
               verify_bytes_equal_the_servers_and_the_workloads, verify_rows_name_the_client, verify_text_runs,
               verify_every_nfsv3_request_names_the_export, verify_exporter_requests_equal_the_servers_counts,
               verify_exporter_bytes_equal_the_servers_and_the_workloads,
-              verify_exporter_histograms_count_the_requests, verify_exporter_health_series)
+              verify_exporter_histograms_count_the_requests, verify_the_neighbours_apart, verify_exporter_health_series)

@@ -11,7 +11,10 @@ tracing programs / kprobe_events before and after. NFSv3 carries nothing between
 reads of the counters but the workload (NFSv4.1 renews its lease in the background, also
 while nfsdtop compiles: its COMPOUNDs are only bounded). Beside nfsdtop, `nfs-exporter --nfsd`
 runs through the same workload: scraped right before and right after it, each scrape with the
-server's counters read next to it. Then three text runs for the example, `nfsdtop -C 2`,
+server's counters read next to it. A second client shares the server meanwhile: an NFSv3 mount
+of the same export through 10.77.0.9, an address added to `lo` for the run (the export admits
+the lab subnet), which writes 4 KiB with fsync while 127.0.0.1 moves its megabytes: the noisy
+neighbour and the quiet one, in nfsdtop's rows and the exporter's series. Then three text runs for the example, `nfsdtop -C 2`,
 `nfsdtop -C --by proc 2` and `nfsdtop -C --by export 2`, around the workload again, ended by
 Ctrl-C (SIGINT).
 
@@ -26,7 +29,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any, Dict, List, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probes_guest import (EVIDENCE_WAIT_S, MOUNTS, drop_caches, kernel_attachments, said, stop,  # noqa: E402
@@ -49,6 +53,38 @@ EXPORTER_PORT = 19911
 ATTACHED = ("nfs-exporter: probe attached: ", "nfs-exporter: NFS server probe attached: ")
 
 
+#: the second client's address (on lo, in the lab subnet the export admits) and its mount
+NEIGHBOUR, NEIGHBOUR_MOUNT = "10.77.0.9", "/mnt/nfs3-neighbour"
+
+
+@contextmanager
+def neighbour() -> Iterator[str]:
+    """A second NFS client of this server: NEIGHBOUR on lo, the export mounted through it (NFSv3);
+    unmounted and the address removed on the way out."""
+    subprocess.run(["ip", "addr", "add", f"{NEIGHBOUR}/32", "dev", "lo"], check=True)
+    try:
+        os.makedirs(NEIGHBOUR_MOUNT, exist_ok=True)
+        subprocess.run(["mount", "-t", "nfs", "-o", "vers=3,hard", f"{NEIGHBOUR}:/srv/nfs", NEIGHBOUR_MOUNT],
+                       check=True)
+        try:
+            yield NEIGHBOUR_MOUNT
+        finally:
+            subprocess.run(["umount", NEIGHBOUR_MOUNT], check=True)
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{NEIGHBOUR}/32", "dev", "lo"], check=True)
+
+
+def quiet(mount: str, tag: str) -> Dict[str, int]:
+    """The quiet neighbour's work: 4 KiB written with fsync."""
+    work = os.path.join(mount, "work", f"nfsdtop-quiet-{tag}")
+    os.makedirs(work, exist_ok=True)
+    fd = os.open(os.path.join(work, "small.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    written = os.write(fd, os.urandom(4096))
+    os.fsync(fd)
+    os.close(fd)
+    return {"write_bytes": written, "read_bytes": 0}
+
+
 def exporter_ready(proc: subprocess.Popen, log: str) -> float:
     """Seconds until `nfs-exporter --nfsd` has both probes attached (its server probe compiles
     on bcc, as nfsdtop's)."""
@@ -62,11 +98,12 @@ def exporter_ready(proc: subprocess.Popen, log: str) -> float:
     raise RuntimeError(f"nfs-exporter never attached both probes: {said(log)[-1000:]}")
 
 
-def scrape_with_counters() -> Tuple[str, Dict[str, int]]:
-    """One scrape of the exporter and the server's counters read right after it."""
+def scrape_with_counters() -> Tuple[str, Dict[str, int], float]:
+    """One scrape of the exporter, the server's counters read right after it, and when (monotonic s)."""
+    at = time.monotonic()
     text = urllib.request.urlopen(f"http://127.0.0.1:{EXPORTER_PORT}/metrics",
                                   timeout=EVIDENCE_WAIT_S).read().decode()
-    return text, server_counters()
+    return text, server_counters(), at
 
 
 def server_counters() -> Dict[str, int]:
@@ -117,8 +154,15 @@ def nfs_clients() -> List[str]:
 
 
 def check() -> Dict[str, Any]:
+    with neighbour() as second:
+        return run(second)
+
+
+def run(second: str) -> Dict[str, Any]:
+    started = time.monotonic()
     for mount in MOUNTS.values():
         workload(mount, "warm")  # directories made, mounts answering: not what is measured
+    quiet(second, "warm")
     before_attach = kernel_attachments()
     log = "/tmp/nfsdtop-json.log"
     counters_before = server_counters()
@@ -132,6 +176,7 @@ def check() -> Dict[str, Any]:
         time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
         before = scrape_with_counters()
         moved = {tag: workload(mount, "json") for tag, mount in MOUNTS.items()}
+        moved["neighbour"] = quiet(second, "json")
         clients = nfs_clients()
         time.sleep(3)
         after = scrape_with_counters()
@@ -149,6 +194,7 @@ def check() -> Dict[str, Any]:
     time.sleep(2.5)
     for mount in MOUNTS.values():
         workload(mount, "text")
+    quiet(second, "text")
     time.sleep(2.5)
     texts = {by: dict(stop(started, f"/tmp/nfsdtop-{by}.log", signal.SIGINT), argv=runs[by])
              for by, started in procs.items()}
@@ -159,10 +205,11 @@ def check() -> Dict[str, Any]:
             "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
             "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
             "exporter": dict(exported, ready_s=round(exporter_s, 1),
-                             scrapes={"before": before[0], "after": after[0]},
+                             scrapes={"before": before[0], "after": after[0]}, window_s=round(after[2] - before[2], 3),
                              server_delta={k: after[1][k] - before[1].get(k, 0) for k in after[1]
                                            if after[1][k] - before[1].get(k, 0)}),
-            "exports": open("/proc/fs/nfs/exports").read(),
+            "exports": open("/proc/fs/nfs/exports").read(), "neighbour": NEIGHBOUR,
+            "seconds": round(time.monotonic() - started, 1),
             "attachments": {"before": before_attach, "during": during, "after": after_attach,
                             "after_text_runs": kernel_attachments()}}
 
