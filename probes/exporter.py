@@ -458,6 +458,7 @@ Examples:
   nfs-exporter --address :: --port {DEFAULT_PORT} # every IPv6 (and, by the system's default, IPv4) interface
   nfs-exporter --ops all -v             # every operation and RPC; say the attach points
   nfs-exporter --cgroup-label           # series per cgroup too (systemd units, containers)
+  nfs-exporter --nfsd                   # on an NFS server: its requests per client, export, procedure
   curl -s 127.0.0.1:{DEFAULT_PORT}/metrics | grep probekit_nfs_ops_total
 \b
 Prometheus scrape job:
@@ -473,6 +474,12 @@ probekit_nfs_probe_attach_time_seconds; with
 --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
 --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
 kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
+With --nfsd (knfsd running; the server probe is nfsdtop's, on bcc): probekit_nfsd_requests_total,
+probekit_nfsd_read_bytes_total, probekit_nfsd_write_bytes_total and the histogram
+probekit_nfsd_request_duration_seconds{{client,export,proc}}, probekit_nfsd_requests_in_progress and
+probekit_nfsd_oldest_in_progress_seconds{{client,export}}, probekit_nfsd_probe_attached,
+probekit_nfsd_probe_attach_time_seconds, probekit_nfsd_probe_info, probekit_nfsd_missed_total{{op}},
+probekit_nfsd_clients_labelled(_limit); clients past --client-limit share client="{CgroupLabels.OVERFLOW}".
 Started before NFS is mounted, it serves and waits for the NFS modules; a module that loads
 later (nfsv4 on a v3-only client) is traced beside the running probe on core (the counters go
 on); on bcc it makes it attach a new probe (counters restart from zero).
