@@ -39,7 +39,8 @@ def totals(data: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
 
 def verify_ran_and_detached(data: Dict[str, Any]) -> None:
     """Each run exited 0 (the JSON one by SIGTERM, the text ones by Ctrl-C), more
-    tracing programs while attached, the same programs and kprobe_events as before after."""
+    tracing programs while attached, the same programs and kprobe_events as before after; the
+    second client's mount and address removed."""
     assert data["nfsdtop"]["rc"] == 0, data["nfsdtop"]["stderr"]
     for by, run in data["texts"].items():
         assert run["rc"] == 0, f"{by}: {run['stderr']}"
@@ -50,6 +51,7 @@ def verify_ran_and_detached(data: Dict[str, Any]) -> None:
         assert after["bpf_progs"] == before["bpf_progs"], f"{moment}: programs left: {after} (before {before})"
         assert after["kprobe_events"] == before["kprobe_events"], f"{moment}: kprobe_events left: {after}"
     assert "backend: bcc" in data["nfsdtop"]["stderr"], data["nfsdtop"]["stderr"]
+    assert data["neighbour_undone"] == {"umount": 0, "ip addr del": 0}, data["neighbour_undone"]
 
 
 def verify_nfsv3_requests_equal_the_servers_counts(data: Dict[str, Any]) -> None:

@@ -58,20 +58,22 @@ NEIGHBOUR, NEIGHBOUR_MOUNT = "10.77.0.9", "/mnt/nfs3-neighbour"
 
 
 @contextmanager
-def neighbour() -> Iterator[str]:
-    """A second NFS client of this server: NEIGHBOUR on lo, the export mounted through it (NFSv3);
-    unmounted and the address removed on the way out."""
+def neighbour() -> Iterator[Dict[str, int]]:
+    """A second NFS client of this server: NEIGHBOUR on lo, the export mounted through it (NFSv3)
+    at NEIGHBOUR_MOUNT; unmounted and the address removed on the way out, their exit codes kept
+    in the dict it gives (the run's data is not lost to a failed clean-up: the host judges it)."""
+    undone: Dict[str, int] = {}
     subprocess.run(["ip", "addr", "add", f"{NEIGHBOUR}/32", "dev", "lo"], check=True)
     try:
         os.makedirs(NEIGHBOUR_MOUNT, exist_ok=True)
         subprocess.run(["mount", "-t", "nfs", "-o", "vers=3,hard", f"{NEIGHBOUR}:/srv/nfs", NEIGHBOUR_MOUNT],
                        check=True)
         try:
-            yield NEIGHBOUR_MOUNT
+            yield undone
         finally:
-            subprocess.run(["umount", NEIGHBOUR_MOUNT], check=True)
+            undone["umount"] = subprocess.run(["umount", NEIGHBOUR_MOUNT]).returncode
     finally:
-        subprocess.run(["ip", "addr", "del", f"{NEIGHBOUR}/32", "dev", "lo"], check=True)
+        undone["ip addr del"] = subprocess.run(["ip", "addr", "del", f"{NEIGHBOUR}/32", "dev", "lo"]).returncode
 
 
 def quiet(mount: str, tag: str) -> Dict[str, int]:
@@ -154,12 +156,13 @@ def nfs_clients() -> List[str]:
 
 
 def check() -> Dict[str, Any]:
-    with neighbour() as second:
-        return run(second)
+    with neighbour() as undone:
+        data = run(NEIGHBOUR_MOUNT)
+    return dict(data, neighbour_undone=undone)
 
 
 def run(second: str) -> Dict[str, Any]:
-    started = time.monotonic()
+    run_started = time.monotonic()
     for mount in MOUNTS.values():
         workload(mount, "warm")  # directories made, mounts answering: not what is measured
     quiet(second, "warm")
@@ -209,7 +212,7 @@ def run(second: str) -> Dict[str, Any]:
                              server_delta={k: after[1][k] - before[1].get(k, 0) for k in after[1]
                                            if after[1][k] - before[1].get(k, 0)}),
             "exports": open("/proc/fs/nfs/exports").read(), "neighbour": NEIGHBOUR,
-            "seconds": round(time.monotonic() - started, 1),
+            "seconds": round(time.monotonic() - run_started, 1),
             "attachments": {"before": before_attach, "during": during, "after": after_attach,
                             "after_text_runs": kernel_attachments()}}
 
