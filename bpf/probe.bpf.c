@@ -18,7 +18,7 @@
  *   mount: MAX_MOUNTS; HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB;
  *   OFF_SB_DEV; HAVE_FILE_INO: OFF_INODE_INO), DIST_ENTRIES, TOTAL_ENTRIES, WANT_CGROUP_KEY
  *   (histograms keyed by the task's cgroup too: MAX_CGROUPS, with WANT_DEV), WANT_SERVER
- *   (nfsdtop: requests keyed by client address and procedure; PROC_LEN, REQUEST_SLOTS).
+ *   (nfsdtop: requests keyed by client address, procedure and export; PROC_LEN, REQUEST_SLOTS).
  */
 /* start of one operation on one thread: keyed by (thread, attach point) so that
  * operations nesting on a thread (one traced function inside another) are each
@@ -255,12 +255,16 @@ struct server_key {
     u32 pad;
     u8 addr[16];  /* IPv4: the first 4 bytes */
     char proc[PROC_LEN];
+    u64 exp_ino;  /* the export of the request's file handle: its root's inode and */
+    u32 exp_dev;  /* superblock dev (both 0: no file handle verified, e.g. NULL) */
+    u32 pad2;
 };
 /* a request in progress, by thread: user space reads it for the in-progress columns */
 struct server_request {
     u64 ts;
     u64 rd_bytes;
     u64 wr_bytes;
+    u64 fh;       /* the file handle fh_verify is verifying now (its export is set on return) */
     struct server_key k;
 };
 BPF_HASH(requests, u32, struct server_request, REQUEST_SLOTS);
@@ -304,6 +308,36 @@ static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
     r.ts = bpf_ktime_get_ns();
     if (requests.update(&tid, &r))
         count_untimed(OP_RPC);
+}
+
+/* fh_verify's entry: the file handle (struct svc_fh *) it verifies for the thread's request */
+static __always_inline void server_fh(u64 fh)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct server_request *r = requests.lookup(&tid);
+    if (r)
+        r->fh = fh;
+}
+
+/* fh_verify's return: the verified handle's export (svc_fh.fh_export, set by fh_verify) names
+ * the request's export, by its root's inode and superblock dev; the offsets come from BTF:
+ * `fh_export` in the handle, `dentry` (ex_path.dentry) in the export, then dentry->d_inode,
+ * inode->i_ino, dentry->d_sb, sb->s_dev. A COMPOUND that verifies several handles keeps the
+ * last one's export (its PUTFH, past the pseudo root's LOOKUPs). */
+static __always_inline void server_export(u64 fh_export, u64 dentry, u64 d_inode, u64 i_ino, u64 d_sb, u64 s_dev)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct server_request *r = requests.lookup(&tid);
+    u64 exp, root;
+    if (!r || !r->fh)
+        return;
+    exp = read_ptr(r->fh + fh_export);
+    r->fh = 0;
+    if (!exp)
+        return;
+    root = read_ptr(exp + dentry);
+    r->k.exp_ino = read_ptr(read_ptr(root + d_inode) + i_ino);
+    r->k.exp_dev = (u32)read_ptr(read_ptr(root + d_sb) + s_dev);
 }
 
 /* the bytes a read or write inside the thread's request moved */

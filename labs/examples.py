@@ -301,31 +301,36 @@ def nfsdtop_section(run: Dict[str, Any], where: str, read: str, keep: int) -> Se
 #: how to read each nfsdtop run of NFSDTOP_LAB (texts.client, texts.proc, the --json run)
 NFSDTOP_READ = {
     "client": "One table per interval (-C: not cleared), the busiest client first. The guest is "
-              "its own NFS client, so its one client is 127.0.0.1. In the interval of the "
-              "workload it sent 81 requests (40.5 a second), and the server read and wrote 4 MiB "
-              "for it (2.096 MB/s each way: 2 MiB per mount). AVG_ms is the average service "
+              "its own NFS client, 127.0.0.1 (its NFSv3 and NFSv4.2 mounts), and a second one, "
+              "10.77.0.9 (an NFSv3 mount through an address added to lo for the run). In the "
+              "interval of the workload 127.0.0.1 sent 81 requests (40.5 a second) and the server "
+              "read and wrote 4 MiB for it (2.096 MB/s each way: 2 MiB per mount); 10.77.0.9 sent "
+              "9 for the 4 KiB it wrote with fsync (0.002 MB/s). AVG_ms is the average service "
               "time, from nfsd's dispatch of the decoded call to the encoded reply; P99_ms the "
               "upper edge of the log2 bucket holding the 99th percentile (32.77: a WRITE). "
               "INPROG and OLDEST(s) were 0 and `-`: no request was being served when the tables "
-              "were drawn. The first table's one request was an NFSv4 COMPOUND sent before the "
-              "workload started (the --by proc run shows it); the last, empty, is the part of "
-              "an interval left at Ctrl-C.",
+              "were drawn. The first table is the interval before the workload; the last, empty, "
+              "is the part of an interval left at Ctrl-C.",
     "proc": "The same workload, --by proc, in another nfsdtop at the same time: one row per RPC "
-            "program, version and procedure, sorted by the nfsd time they took. The NFSv3 mount "
-            "shows each procedure (8 WRITEs of 256 KiB, the slowest: 8.66 ms on average; 16 "
-            "READs; the COMMIT of the fsync; the MKDIR, CREATE, LOOKUPs and ACCESSes of making "
-            "the file), NFSACL its own GETACL, and the NFSv4.2 mount all its work in 41 "
-            "COMPOUNDs, which moved its 2 MiB each way. Its rows add up to the client's 81 "
-            "requests above.",
+            "program, version and procedure, sorted by the nfsd time they took. The NFSv3 mounts "
+            "show each procedure (9 WRITEs, the slowest: 17.02 ms on average, eight of 256 KiB "
+            "and the neighbour's 4 KiB; 16 READs; the COMMIT of an fsync; the MKDIRs, CREATEs, "
+            "LOOKUPs and ACCESSes of making the files), NFSACL its own GETACL, and the NFSv4.2 "
+            "mount all its work in 41 COMPOUNDs, which moved its 2 MiB each way. Its rows add up "
+            "to the two clients' 90 requests above.",
+    "export": "The same workload, --by export: one row per export, the path /proc/fs/nfs/exports "
+              "lists for the export of each request's file handle. Both clients' 90 requests were "
+              "on /srv/nfs (4 MiB read, 4 MiB and 4 KiB written). A request that verifies no file "
+              "handle (an NFSv4 lease renewal: a COMPOUND of SEQUENCE alone) is a `-` row.",
     "json": "--json prints what it traces first, then one object per interval: `rows` as the "
             "table (every row, with each client's requests per procedure under `procs`), "
-            "`requests` with each (client, program, version, procedure)'s count, service "
+            "`requests` with each (client, program, version, procedure, export)'s count, service "
             "time sum (`lat_ns`), bytes and log2 usec `slots`, `in_progress` and `missed`. -v "
             "says on stderr which attach point times what (nfsd_dispatch by fentry on this "
-            "kernel, the nfsd read and write tracepoints for the bytes) and that the probe "
-            "runs on bcc. Over this run the lab check compared it with the server's own "
-            "counters (/proc/net/rpc/nfsd): the same count for every NFSv3 procedure and the "
-            "same 4194304 bytes read and written.",
+            "kernel, the nfsd read and write tracepoints for the bytes, fh_verify for the "
+            "export) and that the probe runs on bcc. Over this run the lab check compared it "
+            "with the server's own counters (/proc/net/rpc/nfsd): the same count for every "
+            "NFSv3 procedure and the same 4194304 bytes read and 4198400 written.",
 }
 NFSDTOP_CAVEATS = ("nfsdtop runs on the server. The service time is the nfsd thread's, not "
                    "the client's latency: the network and the client's queues are outside it. "
@@ -342,16 +347,19 @@ def nfsdtop() -> Example:
     return Example(
         "nfsdtop",
         "nfsdtop runs on an NFS server (knfsd) and shows its requests per client address (or "
-        "--by proc per procedure): requests per second, read and write MB/s, average and p99 "
-        "service time, requests in progress and how long the oldest has been served.",
+        "--by proc per procedure, --by export per export): requests per second, read and write "
+        "MB/s, average and p99 service time, requests in progress and how long the oldest has "
+        "been served.",
         f"Real output of a lab run: Debian kernel {data['release']}, bcc {data['bcc']}, Python "
         f"{data['python']}, {data['date']}, a single-guest QEMU lab (NFS server and client in one VM, "
         "mounts over 127.0.0.1), labs/guest/nfsdtop_guest.py (the CI check of tests/lab/"
         f"test_nfsdtop_lab.py); the run: {NFSDTOP_LAB.relative_to(REPO)}, how it was kept: README.md "
         "there. The workload, on the NFSv3 and then the NFSv4.2 mount: a 2 MiB file written in "
-        "64 KiB blocks and fsynced, the page cache dropped, the file read back, five stats.",
+        "64 KiB blocks and fsynced, the page cache dropped, the file read back, five stats; then "
+        "4 KiB written with fsync on a third mount, through 10.77.0.9 (a second client).",
         [nfsdtop_section(data["texts"]["client"], "texts.client.lines", NFSDTOP_READ["client"], 40),
          nfsdtop_section(data["texts"]["proc"], "texts.proc.lines", NFSDTOP_READ["proc"], 60),
+         nfsdtop_section(data["texts"]["export"], "texts.export.lines", NFSDTOP_READ["export"], 40),
          nfsdtop_section(data["nfsdtop"], "nfsdtop.lines", NFSDTOP_READ["json"], 3)],
         NFSDTOP_CAVEATS,
         (("nfsdtop",),))

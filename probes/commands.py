@@ -27,7 +27,7 @@ from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls, still_in_flight
 from probes.mounts import MountTable, mount_dev
-from probes.runtime import DEFAULT_SPEC, SPECS_DIR, Session
+from probes.runtime import DEFAULT_SPEC, SPECS_DIR, ServerKey, Session
 from discover.spec import DEFAULT_OPS, OPS, load_spec, parse_ops, serves_fstype, spec_title
 
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
@@ -716,6 +716,7 @@ Examples:
   nfsdtop 5            # refresh every 5 seconds
   nfsdtop 2 10         # every 2 seconds, 10 times, then exit
   nfsdtop --by proc    # one row per procedure: NFSv3 READ, NFSv4 COMPOUND, NFSACLv3 GETACL...
+  nfsdtop --by export  # one row per export (/srv/nfs...): which export the load goes to
   nfsdtop -C -r 5      # do not clear the screen; the 5 busiest rows only
   nfsdtop --json 10    # one JSON object per 10 s: the rows, and every (client, procedure)
 \b
@@ -725,13 +726,15 @@ RD_MB/s and WR_MB/s are the bytes its reads and writes moved. Rows are sorted by
 nfsd time their requests took in the interval, then requests/s. INPROG is how many of the
 row's requests nfsd threads are serving now, OLDEST(s) how long the oldest has been served:
 a client whose requests are stuck shows there although none completes. CLIENT is the
-request's source address (an IPv4 client of a dual-stack socket as IPv4). The probe is
+request's source address (an IPv4 client of a dual-stack socket as IPv4). EXPORT is the
+export of the request's file handle, its path as /proc/fs/nfs/exports lists it (an NFSv4
+COMPOUND's last handle), `-` for requests with none (NULL, a lease renewal). The probe is
 generated for bcc (--backend core is refused; -v says so). --json has every row (-r is for
-the table) and, under "requests", each (client, procedure) pair's counts and histogram.
+the table) and, under "requests", each (client, procedure, export)'s counts and histogram.
 """
 
 #: what one nfsdtop row stands for (--by)
-NFSDTOP_BY = ("client", "proc")
+NFSDTOP_BY = ("client", "proc", "export")
 #: the operations of a server spec nfsdtop uses: requests (rpc) and the bytes of reads and writes
 NFSDTOP_OPS = ("rpc", "read", "write")
 #: RPC program numbers as nfsdtop prints them
@@ -752,33 +755,34 @@ def proc_label(prog: int, vers: int, name: str) -> str:
     return f"{RPC_PROGRAMS.get(prog, str(prog))}v{vers} {name}"
 
 
-def _server_rows(data: Dict[Tuple[str, int, int, str], Dict[str, Any]], seconds: float,
-                 in_progress: List[Tuple[Tuple[str, int, int, str], float]], by: str = "client") -> List[Dict[str, Any]]:
-    """One interval's nfsdtop rows, per client or per procedure (`by`), busiest first.
+def _server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
+                 in_progress: List[Tuple[ServerKey, float]], by: str = "client") -> List[Dict[str, Any]]:
+    """One interval's nfsdtop rows, per client, procedure or export (`by`), busiest first.
 
-    `data` is Session.requests()'s (client, program, version, procedure) -> counts and log2
-    usec slots; `in_progress` each request being served now, with its age in ms. Histograms
-    are summed slot by slot, so a row's p99 is as exact as a pair's. Each row names the
-    other dimension's counts (a client's per procedure, a procedure's per client)."""
+    `data` is Session.requests()'s (client, program, version, procedure, export) -> counts
+    and log2 usec slots; `in_progress` each request being served now, with its age in ms.
+    Histograms are summed slot by slot, so a row's p99 is as exact as a pair's. Each row
+    names another dimension's counts (a client's per procedure, a procedure's or an
+    export's per client)."""
     groups: Dict[str, Dict[str, Any]] = {}
 
-    def group(client: str, label: str) -> Dict[str, Any]:
-        found = groups.setdefault(client if by == "client" else label, {
+    def group(key: ServerKey) -> Tuple[Dict[str, Any], str]:
+        """The row a request adds to, and the name it has in that row's split."""
+        client, label, export = key[0], proc_label(*key[1:4]), key[4]
+        found = groups.setdefault({"client": client, "proc": label, "export": export}[by], {
             "count": 0, "lat_ns": 0, "read_bytes": 0, "write_bytes": 0, "slots": {}, "split": {},
             "in_progress": 0, "oldest_ms": None})
-        return found
+        return found, label if by == "client" else client
 
-    for (client, prog, vers, name), entry in data.items():
-        label = proc_label(prog, vers, name)
-        found = group(client, label)
+    for key, entry in data.items():
+        found, other = group(key)
         for field in ("count", "lat_ns", "read_bytes", "write_bytes"):
             found[field] += entry[field]
         for slot, count in entry["slots"].items():
             found["slots"][slot] = found["slots"].get(slot, 0) + count
-        other = label if by == "client" else client
         found["split"][other] = found["split"].get(other, 0) + entry["count"]
-    for (client, prog, vers, name), age_ms in in_progress:
-        found = group(client, proc_label(prog, vers, name))
+    for key, age_ms in in_progress:
+        found = group(key)[0]
         found["in_progress"] += 1
         found["oldest_ms"] = round(max(found["oldest_ms"] or 0.0, age_ms), 3)
     rows = []
@@ -798,8 +802,8 @@ def _server_rows(data: Dict[Tuple[str, int, int, str], Dict[str, Any]], seconds:
     return rows
 
 
-#: width of nfsdtop's key column: an IPv6 address, or a procedure
-NFSDTOP_WIDTH = {"client": 39, "proc": 20}
+#: width of nfsdtop's key column: an IPv6 address, a procedure, or an export's path
+NFSDTOP_WIDTH = {"client": 39, "proc": 20, "export": TOP_PATH_WIDTH}
 
 
 def nfsdtop_text(rows: List[Dict[str, Any]], by: str, max_rows: int) -> List[str]:
@@ -812,24 +816,24 @@ def nfsdtop_text(rows: List[Dict[str, Any]], by: str, max_rows: int) -> List[str
         p99 = "-" if row["p99_ms"] is None else f"{row['p99_ms']:.2f}"
         oldest = "-" if row["oldest_ms"] is None else f"{row['oldest_ms'] / 1000:.1f}"
         lines.append("%-*s %8.1f %9.3f %9.3f %8s %8s %6d %9s" % (
-            width, _tail(str(row[by]), width), row["requests_per_s"], row["read_mb_s"], row["write_mb_s"],
+            width, _tail(str(row[by]) or "-", width), row["requests_per_s"], row["read_mb_s"], row["write_mb_s"],
             avg, p99, row["in_progress"], oldest))
     return lines
 
 
-def requests_json(data: Dict[Tuple[str, int, int, str], Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Session.requests()'s pairs as --json lists them (slots as [slot, count] pairs)."""
-    return [{"client": client, "program": prog, "version": vers, "proc": name,
+def requests_json(data: Dict[ServerKey, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Session.requests()'s entries as --json lists them (slots as [slot, count] pairs)."""
+    return [{"client": client, "program": prog, "version": vers, "proc": name, "export": export,
              **{field: entry[field] for field in ("count", "lat_ns", "read_bytes", "write_bytes")},
              "slots": sorted([slot, n] for slot, n in entry["slots"].items())}
-            for (client, prog, vers, name), entry in sorted(data.items())]
+            for (client, prog, vers, name, export), entry in sorted(data.items())]
 
 
 @click.command("nfsdtop", epilog=NFSDTOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("interval", type=click.IntRange(min=1), default=1, required=False)
 @click.argument("count", type=click.IntRange(min=1), required=False)
 @click.option("--by", type=click.Choice(NFSDTOP_BY), default="client", show_default=True,
-              help="One row per client address, or per procedure (RPC program, version and name).")
+              help="One row per client address, per procedure (RPC program, version and name), or per export.")
 @click.option("-r", "--rows", "max_rows", type=click.IntRange(min=1), default=20, show_default=True,
               help="Rows of the table (the busiest; --json has them all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
@@ -840,7 +844,7 @@ def requests_json(data: Dict[Tuple[str, int, int, str], Dict[str, Any]]) -> List
 @BACKEND_OPTION
 def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json: bool, noclear: bool,
             spec_path: Optional[str], verbose: bool, kprobes_only: bool, backend: str) -> None:
-    """An NFS server's (knfsd) requests per client: requests per second, read and write
+    """An NFS server's (knfsd) requests per client (or procedure, or export): requests per second, read and write
     MB/s, average and p99 service time, requests in progress and the oldest, every INTERVAL
     seconds (default 1), COUNT times (or until Ctrl-C)."""
     target = find_target(None if spec_path else "nfsd", spec_path)
@@ -869,7 +873,7 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
                 print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
                                   "seconds": seconds, "by": by, "rows": rows, "requests": requests_json(data),
                                   "in_progress": [{"client": k[0], "program": k[1], "version": k[2], "proc": k[3],
-                                                   "age_ms": age} for k, age in in_progress],
+                                                   "export": k[4], "age_ms": age} for k, age in in_progress],
                                   "missed": session.missed_since("interval")}), flush=True)
             else:
                 top_header(clear)

@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -27,13 +28,13 @@ import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
-from probes.commands import nfs_target
+from probes.commands import NFSDTOP_OPS, find_target, nfs_target, proc_label, serves_requests
 from probes.generate import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
 from probes.backend_choice import BACKENDS, choose, dotted
 from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
-from probes.runtime import BTF_DIR, NothingToTrace, Session, wait_for_modules
+from probes.runtime import BTF_DIR, NothingToTrace, ServerKey, Session, module_live, wait_for_modules
 from discover.spec import parse_ops
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
@@ -51,6 +52,14 @@ MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
 IN_FLIGHT_LABELS = ["server", "export", "mountpoint"]
 #: --cgroup-limit's default: distinct `cgroup` values before the rest share CgroupLabels.OVERFLOW
 CGROUP_LIMIT = 64
+#: --client-limit's default: distinct `client` values of the server families before the rest
+#: share CgroupLabels.OVERFLOW
+CLIENT_LIMIT = 64
+#: slots of the server probe's microsecond histogram exported as buckets (--nfsd): le =
+#: 2^k ms/1000 - 1 ns, 1.999 us .. 67.1 s
+SERVER_BUCKET_SLOTS = range(1, 27)
+#: labels of the server families: the client (bounded), the export, the procedure
+SERVER_LABELS = ["client", "export", "proc"]
 
 
 def le_seconds(slot: int) -> float:
@@ -58,15 +67,22 @@ def le_seconds(slot: int) -> float:
     return ((1 << slot) - 1) / 1e9
 
 
-def cumulative_buckets(slots: Dict[int, int]) -> List[Tuple[str, int]]:
+def server_le_seconds(slot: int) -> float:
+    """Upper bound of log2 slot `slot` of the server probe's microsecond histogram, in seconds
+    (inclusive): slot k holds whole microseconds up to 2^k - 1, so service times below 2^k us."""
+    return ((1 << slot) * 1000 - 1) / 1e9
+
+
+def cumulative_buckets(slots: Dict[int, int], edges: range = BUCKET_SLOTS,
+                       le: Callable[[int], float] = le_seconds) -> List[Tuple[str, int]]:
     """Prometheus (le, cumulative count) pairs, +Inf last, from sparse log2 slot counts."""
     from prometheus_client.utils import floatToGoString
 
-    running = sum(count for slot, count in slots.items() if slot < BUCKET_SLOTS[0])
+    running = sum(count for slot, count in slots.items() if slot < edges[0])
     out = []
-    for slot in BUCKET_SLOTS:
+    for slot in edges:
         running += slots.get(slot, 0)
-        out.append((floatToGoString(le_seconds(slot)), running))
+        out.append((floatToGoString(le(slot)), running))
     out.append(("+Inf", sum(slots.values())))
     return out
 
@@ -287,6 +303,122 @@ class NfsCollector:
         return out
 
 
+class FirstSeen:
+    """A bounded label: the first `limit` distinct values seen keep their own, every later one
+    is CgroupLabels.OVERFLOW, for good (so the overflow series only grows: a value that once
+    counted there never leaves it for a series of its own)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.admitted: Dict[str, None] = {}
+
+    def label(self, value: str) -> str:
+        if value not in self.admitted and len(self.admitted) < self.limit:
+            self.admitted[value] = None
+        return value if value in self.admitted else CgroupLabels.OVERFLOW
+
+
+class NfsdCollector:
+    """The server families (--nfsd): an NFS server's requests per client, export and procedure,
+    from nfsdtop's probe (its cumulative maps). `lock` as NfsCollector's: the main thread sets
+    `session` to None under it before the probe is detached."""
+
+    def __init__(self, lock: threading.Lock, client_limit: int) -> None:
+        self.session: Optional[Session] = None
+        self.attached_at = time.time()
+        self.lock = lock
+        self.clients = FirstSeen(client_limit)
+
+    def snapshot(self) -> Optional[Dict[str, Any]]:
+        with self.lock:
+            session = self.session
+            if session is None or not session.attached:
+                return None
+            requests = session.requests(since_last=False)
+            progress = session.requests_in_progress()
+            now = time.monotonic_ns()
+            return {"requests": requests, "in_progress": [(key, max(now - ts, 0) / 1e9) for key, ts in progress],
+                    "missed": session.missed(), "points": session.probe.points,
+                    "limit": self.clients.limit}
+
+    def series(self, requests: Dict[ServerKey, Dict[str, Any]], in_progress: List[Tuple[ServerKey, float]]
+               ) -> Tuple[Dict[Tuple[str, str, str], Dict[str, Any]], Dict[Tuple[str, str], Tuple[int, float]]]:
+        """(client, export, procedure) -> count, lat_ns, read_bytes, write_bytes, slots, clients
+        past the limit summed into `other`; and (client, export) -> (in progress, oldest age in
+        s), 0 for every (client, export) that has requests. Clients are admitted in address
+        order within a scrape, so two exporters seeing the same clients label them alike."""
+        def client(key: ServerKey) -> str:
+            return self.clients.label(key[0])
+
+        for key in sorted({key[0] for key in requests} | {key[0] for key, _age in in_progress}):
+            self.clients.label(key)
+        out: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
+        for key, entry in requests.items():
+            into = out.setdefault((client(key), key[4], proc_label(*key[1:4])),
+                                  {"count": 0, "lat_ns": 0, "read_bytes": 0, "write_bytes": 0, "slots": {}})
+            for field in ("count", "lat_ns", "read_bytes", "write_bytes"):
+                into[field] += entry[field]
+            for slot, value in entry["slots"].items():
+                into["slots"][slot] = into["slots"].get(slot, 0) + value
+        busy: Dict[Tuple[str, str], Tuple[int, float]] = {(c, e): (0, 0.0) for c, e, _p in out}
+        for key, age in in_progress:
+            count, oldest = busy.get((client(key), key[4]), (0, 0.0))
+            busy[(client(key), key[4])] = (count + 1, max(oldest, age))
+        return out, busy
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        snap = self.snapshot()
+        yield GaugeMetricFamily("probekit_nfsd_probe_attached", "1 while the NFS server probe is attached; 0 "
+                                "while it compiles.", value=int(snap is not None))
+        if snap is None:
+            return
+        yield GaugeMetricFamily("probekit_nfsd_probe_attach_time_seconds", "Unix time the NFS server probe was "
+                                "attached: its counters started from zero then.", value=self.attached_at)
+        series, busy = self.series(snap["requests"], snap["in_progress"])
+        duration = HistogramMetricFamily("probekit_nfsd_request_duration_seconds", "Service time of completed "
+                                         "NFS server requests, from the dispatch of the decoded call to the encoded "
+                                         "reply (log2 buckets: le = 2^k us - 1 ns).", labels=SERVER_LABELS)
+        count = CounterMetricFamily("probekit_nfsd_requests", "Completed NFS server requests.", labels=SERVER_LABELS)
+        read = CounterMetricFamily("probekit_nfsd_read_bytes", "Bytes the reads of completed requests moved.",
+                                   labels=SERVER_LABELS)
+        written = CounterMetricFamily("probekit_nfsd_write_bytes", "Bytes the writes of completed requests moved.",
+                                      labels=SERVER_LABELS)
+        for key, entry in sorted(series.items()):
+            duration.add_metric(list(key), cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS, server_le_seconds),
+                                entry["lat_ns"] / 1e9)
+            count.add_metric(list(key), entry["count"])
+            read.add_metric(list(key), entry["read_bytes"])
+            written.add_metric(list(key), entry["write_bytes"])
+        yield from (duration, count, read, written)
+        progress = GaugeMetricFamily("probekit_nfsd_requests_in_progress", "Requests nfsd threads are serving now.",
+                                     labels=SERVER_LABELS[:2])
+        oldest = GaugeMetricFamily("probekit_nfsd_oldest_in_progress_seconds", "How long the oldest of "
+                                   "probekit_nfsd_requests_in_progress has been served (0: none).",
+                                   labels=SERVER_LABELS[:2])
+        for key, (value, age) in sorted(busy.items()):
+            progress.add_metric(list(key), value)
+            oldest.add_metric(list(key), age)
+        yield from (progress, oldest)
+        yield GaugeMetricFamily("probekit_nfsd_clients_labelled", "Clients with series of their own; at the limit, "
+                                f'requests of any other client are labelled client="{CgroupLabels.OVERFLOW}".',
+                                value=len(self.clients.admitted))
+        yield GaugeMetricFamily("probekit_nfsd_clients_labelled_limit", "--client-limit: clients that can have "
+                                "series of their own.", value=snap["limit"])
+        info = GaugeMetricFamily("probekit_nfsd_probe_info", "The attach point each traced server operation uses "
+                                 "(value 1; the export is named at a context point).", labels=["op", "kind", "point"])
+        for point in snap["points"]:
+            info.add_metric([point.op + (" context" if point.context else ""), point.kind,
+                             point_label(point.entry, point.exit)], 1)
+        yield info
+        missed = CounterMetricFamily("probekit_nfsd_missed", "Requests not counted, at most: the kernel skipped a "
+                                     "run of their probe, or their start could not be stored.", labels=["op"])
+        for op, value in snap["missed"].items():
+            missed.add_metric([op], value)
+        yield missed
+
+
 class _QuietHandler(WSGIRequestHandler):
     """No access log line per scrape on stderr (the journal would fill with them)."""
 
@@ -326,6 +458,7 @@ Examples:
   nfs-exporter --address :: --port {DEFAULT_PORT} # every IPv6 (and, by the system's default, IPv4) interface
   nfs-exporter --ops all -v             # every operation and RPC; say the attach points
   nfs-exporter --cgroup-label           # series per cgroup too (systemd units, containers)
+  nfs-exporter --nfsd                   # on an NFS server: its requests per client, export, procedure
   curl -s 127.0.0.1:{DEFAULT_PORT}/metrics | grep probekit_nfs_ops_total
 \b
 Prometheus scrape job:
@@ -341,6 +474,12 @@ probekit_nfs_probe_attach_time_seconds; with
 --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
 --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
 kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
+With --nfsd (knfsd running; the server probe is nfsdtop's, on bcc): probekit_nfsd_requests_total,
+probekit_nfsd_read_bytes_total, probekit_nfsd_write_bytes_total and the histogram
+probekit_nfsd_request_duration_seconds{{client,export,proc}}, probekit_nfsd_requests_in_progress and
+probekit_nfsd_oldest_in_progress_seconds{{client,export}}, probekit_nfsd_probe_attached,
+probekit_nfsd_probe_attach_time_seconds, probekit_nfsd_probe_info, probekit_nfsd_missed_total{{op}},
+probekit_nfsd_clients_labelled(_limit); clients past --client-limit share client="{CgroupLabels.OVERFLOW}".
 Started before NFS is mounted, it serves and waits for the NFS modules; a module that loads
 later (nfsv4 on a v3-only client) is traced beside the running probe on core (the counters go
 on); on bcc it makes it attach a new probe (counters restart from zero).
@@ -366,8 +505,14 @@ SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="BPF loader, as the tools' --backend: auto takes core (libbpf, the prebuilt CO-RE object, "
                    "no compiler) where libbpf 1.0+, the kernel's BTF and the object allow, else bcc.")
+@click.option("--nfsd", is_flag=True, help="On an NFS server (knfsd running): the probekit_nfsd_* families too, "
+              "its requests per client, export and procedure (nfsdtop's probe, on bcc).")
+@click.option("--client-limit", type=click.IntRange(1, 4096), default=CLIENT_LIMIT, show_default=True,
+              help="With --nfsd: clients that get series of their own; requests of any other share "
+              f'client="{CgroupLabels.OVERFLOW}".')
 def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
-                 grace: float, cgroup_label: bool, cgroup_limit: int, backend: str) -> None:
+                 grace: float, cgroup_label: bool, cgroup_limit: int, backend: str, nfsd: bool,
+                 client_limit: int) -> None:
     """Export NFS operation latency histograms, counts, bytes and operations in flight
     for Prometheus, from in-kernel histograms (nfsdist's), until SIGTERM or Ctrl-C."""
     from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -383,6 +528,14 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
         raise UserError(f"--spec {spec_path}: a spec for {spec['filesystem']}; nfs-exporter serves NFS only "
                         "(its series are labelled by NFS export, server and version): use an NFS spec, or "
                         f"fsdist -t {spec['filesystem']} for this filesystem")
+    server_spec = None
+    if nfsd:
+        if backend == "core":
+            raise UserError("--nfsd needs bcc (the server probe is generated for bcc only): --backend auto or bcc")
+        if not module_live("nfsd"):
+            raise UserError("--nfsd: knfsd is not running here (module nfsd not loaded): start the NFS server first")
+        server_spec = find_target("nfsd", None).spec
+        assert serves_requests(server_spec), "probes/specs/nfsd.toml times no request with its client"
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -390,7 +543,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     release = Path("/proc/sys/kernel/osrelease").read_text().strip()
     # no loader is one line now, not after a wait for NFS modules (whose BTF the session checks)
     early = choose(backend, spec, release, (), BTF_DIR)
-    if early.name == "bcc":
+    if early.name == "bcc" or nfsd:
         import_bpf()
     tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True,
                 cgroup_limit=cgroup_limit if cgroup_label else 0)
@@ -399,6 +552,9 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     collector = NfsCollector(None, lock, release, version if early.name == "bcc" else "", MountTable(grace=grace),
                              CgroupLabels(grace) if cgroup_label else None, early.name, version)
     registry.register(collector)
+    nfsd_collector = NfsdCollector(lock, client_limit)
+    if nfsd:
+        registry.register(nfsd_collector)
     stop_signal: Optional[int] = None
     serving = False
     try:
@@ -406,33 +562,66 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
         serving = True
         where = f"[{address}]" if ":" in address else address
         print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
-        while stop_signal is None:
-            try:
-                session = Session("nfs-exporter", tool, ops, spec, verbose, backend=backend)
-            except NothingToTrace as exc:
-                if not exc.modules:
-                    raise
-                print(f"nfs-exporter: {exc}: waiting for {' or '.join(exc.modules)} to load", file=sys.stderr,
-                      flush=True)
-                stop_signal = wait_for_modules(exc.modules)
-                continue
-            session.late_action = "attaching again with it (the counters restart from zero)"
-            with session:
-                with lock:
-                    collector.session, collector.attached_at = session, time.time()
-                    collector.loaded(session.backend.name, session.backend.version)
-                session.warn(f"probe attached: {', '.join(session.ops)}")
-                while session.wait(1.0) and not session.late_modules:
-                    pass
-                with lock:  # a scrape still reading the maps ends first; detaching comes after
-                    collector.session = None
-            stop_signal = session.stop_signal
+        with ExitStack() as held:
+            served = attach_server(held, server_spec, nfsd_collector, verbose) if server_spec else None
+            stop_signal = serve_client(collector, tool, ops, spec, verbose, backend, served)
     finally:
         if serving:
             server.shutdown()
         server.server_close()
     if stop_signal is not None:
         raise Terminated(stop_signal)
+
+
+def attach_server(held: ExitStack, spec: Dict[str, Any], collector: NfsdCollector, verbose: bool) -> Session:
+    """--nfsd: nfsdtop's probe, attached for the exporter's whole run (`held` detaches it; the
+    collector lets go of it first)."""
+    ops = [op for op in NFSDTOP_OPS if op in spec["ops"]]
+    session = held.enter_context(Session("nfs-exporter", Tool(server=True), ops, spec, verbose, backend="bcc"))
+
+    def release() -> None:
+        with collector.lock:
+            collector.session = None
+
+    held.callback(release)
+    with collector.lock:
+        collector.session, collector.attached_at = session, time.time()
+    session.warn(f"NFS server probe attached: {', '.join(session.ops)}")
+    return session
+
+
+def serve_client(collector: NfsCollector, tool: Tool, ops: Sequence[str], spec: Dict[str, Any], verbose: bool,
+                 backend: str, served: Optional[Session]) -> Optional[int]:
+    """The client probe's life: attached when NFS modules are there, again when one loads
+    later, until a stop signal, whose number it returns. `served`, the server probe (--nfsd),
+    holds the signal handlers while no client probe does: its stop ends this too."""
+    def server_stop() -> Optional[int]:
+        return served.stop_signal if served is not None else None
+
+    stop_signal: Optional[int] = None
+    lock = collector.lock
+    while stop_signal is None and server_stop() is None:
+        try:
+            session = Session("nfs-exporter", tool, ops, spec, verbose, backend=backend)
+        except NothingToTrace as exc:
+            if not exc.modules:
+                raise
+            print(f"nfs-exporter: {exc}: waiting for {' or '.join(exc.modules)} to load", file=sys.stderr,
+                  flush=True)
+            stop_signal = wait_for_modules(exc.modules)
+            continue
+        session.late_action = "attaching again with it (the counters restart from zero)"
+        with session:
+            with lock:
+                collector.session, collector.attached_at = session, time.time()
+                collector.loaded(session.backend.name, session.backend.version)
+            session.warn(f"probe attached: {', '.join(session.ops)}")
+            while session.wait(1.0) and not session.late_modules and server_stop() is None:
+                pass
+            with lock:  # a scrape still reading the maps ends first; detaching comes after
+                collector.session = None
+        stop_signal = session.stop_signal
+    return stop_signal or server_stop()
 
 
 def main() -> None:

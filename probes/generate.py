@@ -140,6 +140,8 @@ class Point(NamedTuple):
     args: Dict[str, str]  # role -> expression (spec's, or inferred from BTF)
     #: tracked in flight only (select.Chosen.watch): its end forgets the start, records nothing
     watch: bool = False
+    #: names what its op's request works on, times nothing (select.Chosen.context)
+    context: bool = False
 
 
 class Probe(NamedTuple):
@@ -184,7 +186,7 @@ def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
             if choice.watch and cand["match"] != "keys":
                 raise ValueError(f"{choice.op}: only asynchronous (keys) points can be tracked in flight only")
             points.append(Point(len(points), choice.op, point_kind, cand["match"], attach["entry"],
-                                attach["exit"], tuple(cand.get("keys", ())), args, choice.watch))
+                                attach["exit"], tuple(cand.get("keys", ())), args, choice.watch, choice.context))
     return points
 
 
@@ -290,6 +292,37 @@ def _server_handlers(point: Point, layout: Optional[KernelLayout]) -> Tuple[str,
     return text, names
 
 
+#: from the export (the spec's `export` role, a struct svc_export *) to its root's inode
+#: number and superblock dev: what user space matches against the exported paths
+EXPORT_ROOT = ("->ex_path.dentry->d_inode->i_ino", "->ex_path.dentry->d_sb->s_dev")
+
+
+def _server_context_handlers(point: Point, layout: Optional[KernelLayout]) -> Tuple[str, Tuple[str, str]]:
+    """(C text, (entry, exit) program names) of the rpc op's context point (fh_verify): the
+    entry keeps the file handle for the thread's request, the return reads its export."""
+    fentry = point.kind == "fentry"
+    export = point.args.get("export", "")
+    handle = export.split("->", 1)[0]
+    paths = [layout.resolve(point.entry, export + tail) if layout is not None and export else None
+             for tail in EXPORT_ROOT]
+    fh = layout.resolve(point.entry, handle) if layout is not None and handle else None
+    if fh is None or fh.derefs or any(src is None or len(src.derefs) != 4 for src in paths):
+        raise UserError(f"cannot read the export at {point.entry} on this kernel (BTF of nfsd missing, or the "
+                        f"spec's export {export!r} is not a struct svc_export *)")
+    ino, dev = paths
+    assert ino is not None and dev is not None
+    offsets = ", ".join(str(off) for off in ino.derefs + dev.derefs[2:])
+    if fentry:
+        assert layout is not None
+        names = (fentry_program(point, "entry", layout), fentry_program(point, "exit", layout))
+        ctx = "unsigned long long *ctx"
+    else:
+        names, ctx = (f"p{point.id}_entry", f"p{point.id}_exit"), "struct pt_regs *ctx"
+    text = (f"int {names[0]}({ctx})\n{{\n    server_fh({_param_expr(fh, fentry)});\n    return 0;\n}}\n\n"
+            f"int {names[1]}({ctx})\n{{\n    server_export({offsets});\n    return 0;\n}}\n")
+    return text, names
+
+
 def _tp_string(point: Point, at_exit: bool) -> str:
     """C pointer to the tracepoint's `name` string (a __data_loc char[] field) at this end, or 0."""
     expr = point.args.get("name", "")
@@ -344,10 +377,12 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     """
     if tool.cgroup_limit and not tool.per_mount:
         raise ValueError("cgroup keys are mount keys' refinement: Tool.cgroup_limit needs per_mount")
-    ops = [c.op for c in chosen]
+    if any(c.context for c in chosen) and not tool.server:
+        raise ValueError("a context point names a server's requests: Tool.server only")
+    ops = [c.op for c in chosen if not c.context]
     if tool.server and "rpc" not in ops:
         raise UserError("per-client requests need the spec's rpc operation, and it cannot be traced here")
-    letters = [c.letter for c in chosen]
+    letters = [c.letter for c in chosen if not c.context]
     points = points_of(chosen, layout, fentry)
     offsets = layout.name_offsets() if layout is not None else {}
     dev_offsets = layout.dev_offsets() if layout is not None else {}
@@ -387,11 +422,12 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     for point in points:
         op_macro = f"OP_{point.op.upper()}"
         if tool.server and point.op == "rpc":
-            text, names = _server_handlers(point, layout)
+            text, names = (_server_context_handlers if point.context else _server_handlers)(point, layout)
             handlers.append(text)
             if point.kind == "kprobe":
                 kprobes += [(point.entry, "entry", names[0]), (point.exit, "exit", names[1])]
-            programs.update({name: (point.op,) for name in names})
+            # a skipped run of a context program loses a name, not a request
+            programs.update({name: () if point.context else (point.op,) for name in names})
         elif point.kind in ("kprobe", "fentry"):
             text, ptr_kind, names = _function_handlers(point, op_macro, layout, tool.dev_at_entry)
             if ptr_kind == "none" or not dev_offsets:

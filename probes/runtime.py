@@ -24,9 +24,10 @@ from discover.errors import UserError
 from probes.backend import Backend, Rejected, major_minor
 from probes.backend_choice import Choice, choose
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
+from probes.exports import ExportNames
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
-from probes.select import Chosen, KernelFacts, Selection, late_points, select
+from probes.select import Chosen, KernelFacts, Selection, late_points, select, select_context
 from discover.spec import INFLIGHT_ALWAYS, load_spec, spec_title
 
 #: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
@@ -46,8 +47,8 @@ _NOT_LOADED = re.compile(r"module (\S+) not loaded")
 SERVER_CORE_BLOCKER = ("per-client request counts (client address, procedure) are generated for bcc only; "
                        "the CO-RE object has no such maps")
 #: an NFS server request's identity (Tool.server): client address as printed, RPC program,
-#: version, procedure name
-ServerKey = Tuple[str, int, int, str]
+#: version, procedure name, export path ("" when it verified no file handle)
+ServerKey = Tuple[str, int, int, str, str]
 
 
 def client_address(family: int, raw: bytes) -> str:
@@ -61,10 +62,12 @@ def client_address(family: int, raw: bytes) -> str:
     return "?"
 
 
-def server_key(key: Any) -> ServerKey:
-    """A struct server_key read from the probe's maps."""
+def server_key(key: Any, export_name: Callable[[int, int], str]) -> ServerKey:
+    """A struct server_key read from the probe's maps; `export_name` names its export's
+    (dev, inode) (probes.exports.ExportNames.name)."""
     return (client_address(int(key.family), bytes(key.addr)), int(key.prog), int(key.vers),
-            bytes(key.proc).split(b"\0", 1)[0].decode("ascii", "replace"))
+            bytes(key.proc).split(b"\0", 1)[0].decode("ascii", "replace"), export_name(int(key.exp_dev),
+                                                                                       int(key.exp_ino)))
 
 
 def sane_latency_ns(value: int) -> Optional[int]:
@@ -151,7 +154,8 @@ def describe(selection: Selection) -> List[str]:
         points = ", ".join(p["entry"] if p["entry"] == p["exit"] else f"{p['entry']} -> {p['exit']}"
                            for p in c.points)
         lines.append(f"{c.op} ({c.letter}): candidate {c.index + 1} {c.candidate['kind']}/"
-                     f"{c.candidate['match']}: {points}" + (" (in flight only)" if c.watch else ""))
+                     f"{c.candidate['match']}: {points}" + (" (in flight only)" if c.watch else "")
+                     + (" (names the export)" if c.context else ""))
         lines += [f"    skipped {why}" for why in c.skipped]
     return lines
 
@@ -229,6 +233,13 @@ class Session:
             self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
         if tool.inflight and self.selection.chosen:
             self.selection = self._watch_beneath(spec, facts, ops)
+        if tool.server and "rpc" in {c.op for c in self.selection.chosen}:
+            context = select_context(spec, facts, "rpc")
+            if context is None:
+                self.warn(f"warning: no attach point of the spec names a request's export on {facts.release}: "
+                          "every request counts under no export")
+            else:
+                self.selection = self.selection._replace(chosen=self.selection.chosen + [context])
         #: modules whose absence left an operation or attach point out, said again if they load
         self._absent_modules = {m for why in self.selection.uncovered.values() for m in _NOT_LOADED.findall(why)}
         if not self.selection.chosen:
@@ -306,6 +317,8 @@ class Session:
         self._totals_base: Dict[Tuple[int, int, int], Tuple[int, int]] = {}
         self._top_base: Dict[tuple, tuple] = {}
         self._server_base: Dict[tuple, tuple] = {}
+        #: the export paths a server's requests are named by (Tool.server)
+        self.exports = ExportNames()
 
     def _watch_beneath(self, spec: Dict[str, Any], facts: KernelFacts, ops: Sequence[str]) -> Selection:
         """The selection with spec.INFLIGHT_ALWAYS's ops --ops left out tracked in flight only:
@@ -658,30 +671,33 @@ class Session:
             self._dist_base, self._totals_base = slots, totals
         return out
 
-    def requests(self) -> Dict[ServerKey, Dict[str, Any]]:
-        """Tool.server: per (client, program, version, procedure), the requests completed since
-        the previous call: count, lat_ns (their service times' sum), read_bytes, write_bytes,
-        slots (log2 usec). Cumulative maps, an interval is a difference, as in top()."""
+    def requests(self, since_last: bool = True) -> Dict[ServerKey, Dict[str, Any]]:
+        """Tool.server: per (client, program, version, procedure, export), the requests
+        completed since the previous call (`since_last`: nfsdtop's interval, a difference of the
+        cumulative maps, as in top()) or since the start (the exporter's counters): count, lat_ns
+        (their service times' sum), read_bytes, write_bytes, slots (log2 usec)."""
         with self.reading():
             stat_items = self.backend.map("server_stats").items()
             hist_items = self.backend.map("server_hist").items()
+        base = self._server_base if since_last else {}
         now: Dict[tuple, tuple] = {}
         out: Dict[ServerKey, Dict[str, Any]] = {}
         for key, value in stat_items:
-            where = server_key(key)
+            where = server_key(key, self.exports.name)
             totals = (int(value.count), int(value.lat_ns), int(value.rd_bytes), int(value.wr_bytes))
             now[where] = totals
-            count, lat_ns, rd, wr = (a - b for a, b in zip(totals, self._server_base.get(where, (0, 0, 0, 0))))
+            count, lat_ns, rd, wr = (a - b for a, b in zip(totals, base.get(where, (0, 0, 0, 0))))
             if count > 0:
                 out[where] = {"count": count, "lat_ns": lat_ns, "read_bytes": rd, "write_bytes": wr, "slots": {}}
         for key, value in hist_items:
-            where = server_key(key.k)
+            where = server_key(key.k, self.exports.name)
             slot = (where, int(key.slot))
             now[slot] = (int(value.value),)
-            delta = int(value.value) - self._server_base.get(slot, (0,))[0]
+            delta = int(value.value) - base.get(slot, (0,))[0]
             if delta and where in out:
                 out[where]["slots"][int(key.slot)] = delta
-        self._server_base = now
+        if since_last:
+            self._server_base = now
         return out
 
     def requests_in_progress(self) -> List[Tuple[ServerKey, int]]:
@@ -689,7 +705,7 @@ class Session:
         each request an nfsd thread is serving now."""
         with self.reading():
             values = self.backend.map("requests").items()
-        return [(server_key(value.k), int(value.ts)) for _key, value in values]
+        return [(server_key(value.k, self.exports.name), int(value.ts)) for _key, value in values]
 
     def top(self) -> Dict[Tuple[int, int], Dict[str, Dict[str, Any]]]:
         """Per (tgid, dev), per op since the previous call: count, lat_ns, bytes, comm, cgroup

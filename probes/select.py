@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
 from discover.events import parse_format
@@ -128,6 +128,9 @@ class Chosen(NamedTuple):
     #: tracked in flight only (spec.INFLIGHT_ALWAYS beneath what --ops asked): its
     #: completions are neither printed nor counted
     watch: bool = False
+    #: one of the op's `context` candidates: it times nothing, it names what the op's
+    #: request works on (nfsd's fh_verify: the export)
+    context: bool = False
 
 
 class Selection(NamedTuple):
@@ -179,28 +182,42 @@ def select(spec: Dict[str, Any], facts: KernelFacts, ops: Sequence[str]) -> Sele
         if entry is None:
             uncovered[op] = "not in the probe spec"
             continue
-        skipped: List[str] = []
-        for index, cand in enumerate(entry["candidates"]):
-            present: List[Dict[str, Any]] = []
-            blocker = None
-            notes = []
-            for point in cand["attach"]:
-                why = _point_missing(point, cand["kind"], facts) or _fields_missing(point, cand, facts)
-                if why is None:
-                    present.append(point)
-                elif point.get("optional", False):
-                    notes.append(f"optional {why}")
-                else:
-                    blocker = why
-                    break
-            label = f"#{index + 1} {cand['kind']} {'+'.join(p['entry'] for p in cand['attach'])}"
-            if blocker is None and present:
-                chosen.append(Chosen(op, entry["letter"], index, cand, present, skipped + notes))
-                break
-            skipped.append(f"{label}: {blocker or 'no attach point present'}")
+        found, skipped = _first_present(op, entry["letter"], entry["candidates"], facts)
+        if found is not None:
+            chosen.append(found)
         else:
             uncovered[op] = "; ".join(skipped) or "no candidates"
     return Selection(chosen, uncovered)
+
+
+def _first_present(op: str, letter: str, candidates: List[Dict[str, Any]], facts: KernelFacts,
+                   context: bool = False) -> Tuple[Optional[Chosen], List[str]]:
+    """The first candidate with all required points present (None), and why earlier ones were not."""
+    skipped: List[str] = []
+    for index, cand in enumerate(candidates):
+        present: List[Dict[str, Any]] = []
+        blocker = None
+        notes = []
+        for point in cand["attach"]:
+            why = _point_missing(point, cand["kind"], facts) or _fields_missing(point, cand, facts)
+            if why is None:
+                present.append(point)
+            elif point.get("optional", False):
+                notes.append(f"optional {why}")
+            else:
+                blocker = why
+                break
+        label = f"#{index + 1} {cand['kind']} {'+'.join(p['entry'] for p in cand['attach'])}"
+        if blocker is None and present:
+            return Chosen(op, letter, index, cand, present, skipped + notes, context=context), skipped
+        skipped.append(f"{label}: {blocker or 'no attach point present'}")
+    return None, skipped
+
+
+def select_context(spec: Dict[str, Any], facts: KernelFacts, op: str) -> Optional[Chosen]:
+    """The first of `op`'s context candidates present here (None: the spec has none, or none is)."""
+    entry = spec["ops"].get(op) or {}
+    return _first_present(op, entry.get("letter", ""), entry.get("context", []), facts, context=True)[0]
 
 
 def late_points(chosen: Chosen, facts: KernelFacts) -> List[Dict[str, Any]]:

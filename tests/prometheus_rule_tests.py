@@ -10,7 +10,11 @@ to fit. Two runs:
 - the 6.1 exporter run (tests/fixtures/6.1.0-50-amd64/exporter/): its last scrape, with both
   mounts' histograms and counters, placed 5 minutes after zero, where every counter of the
   probe started (its attach); rates are then the scrape's counts over 300 s and the p99 is the
-  run's own.
+  run's own;
+- the 6.12 nfsdtop run (tests/fixtures/6.12.117+deb13-amd64/nfsdtop/): `nfs-exporter --nfsd`'s
+  scrapes right before and right after the workload of its two clients, that window's increase
+  repeated as a server that keeps the load: each client's share of the requests and bytes, and
+  the noisy-client alert (127.0.0.1 against the quiet neighbour) after its `for`.
 
     python3 tests/prometheus_rule_tests.py OUTDIR   # then: promtool test rules OUTDIR/*.yml
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -39,6 +44,9 @@ PER_MOUNT_OP = ("instance", "mountaddr", "export", "mountpoint", "op")
 SCRAPED = ("probekit_nfs_op_latency_seconds_bucket", "probekit_nfs_ops_total", "probekit_nfs_bytes_total",
            "probekit_nfs_missed_total", "probekit_nfs_probe_attached")
 RATE_WINDOW_S = 300
+NFSD_RUN = REPO / "tests/fixtures/6.12.117+deb13-amd64/nfsdtop/guest-run.json.gz"
+#: the server families the server rules read
+NFSD_SCRAPED = ("probekit_nfsd_requests_total", "probekit_nfsd_read_bytes_total", "probekit_nfsd_write_bytes_total")
 
 
 def rules() -> Dict[str, Dict[str, Any]]:
@@ -187,11 +195,69 @@ def exporter_run_test() -> Dict[str, Any]:
     return {"interval": "1m", "input_series": inputs, "alert_rule_test": tests, "promql_expr_test": exprs}
 
 
+def to_nearest(value: float, unit: float) -> float:
+    """PromQL's round(value, unit) (promql/functions.go funcRound): the same float operations."""
+    inverse = 1 / unit
+    return math.floor(value * inverse + 0.5) / inverse
+
+
+def nfsd_run_test() -> Dict[str, Any]:
+    """The server under the run's load for good: `nfs-exporter --nfsd`'s scrapes before and after
+    the workload (two clients: 127.0.0.1 and the quiet neighbour) are two samples a window apart,
+    and every later sample adds what that window added, one window per step (the step: the
+    window's length rounded to a divisor of 5 minutes, so that rate() extrapolates nothing).
+    After 5 minutes the recorded shares are each client's part of the window's increase; the
+    noisy-client alert fires after its `for` when a client's share, the clients and the load are
+    over the rule's bounds (all read from the rule), and not before."""
+    run = json.load(gzip.open(NFSD_RUN))["data"]
+    exporter = run["exporter"]
+    where = instance(exporter["stderr"])
+    scraped = {moment: {(s.name, tuple(sorted(s.labels.items()))): s.value
+                        for family in text_string_to_metric_families(exporter["scrapes"][moment])
+                        for s in family.samples if s.name in NFSD_SCRAPED}
+               for moment in ("before", "after")}
+    step = min((d for d in range(1, RATE_WINDOW_S + 1) if RATE_WINDOW_S % d == 0),
+               key=lambda d: abs(d - exporter["window_s"]))
+    rule = rules()["NFSNoisyClient"]
+    hold_s = int(rule["for"].rstrip("m")) * 60
+    steps = (RATE_WINDOW_S + hold_s) // step + 2
+    inputs, grew = [], {}
+    for (name, labels), value in sorted(scraped["after"].items()):
+        first = scraped["before"].get((name, labels), 0.0)
+        inputs.append({"series": series(name, {"instance": where, **dict(labels)}),
+                       "values": " ".join(repr(first + k * (value - first)) for k in range(steps + 1))})
+        what = "requests" if name == "probekit_nfsd_requests_total" else "bytes"
+        client = dict(labels)["client"]
+        grew.setdefault(what, {}).setdefault(client, 0.0)
+        grew[what][client] += value - first
+    at = RATE_WINDOW_S // step  # the first step whose window holds a whole 5 minutes of samples
+    exprs = []
+    for what, per_client in sorted(grew.items()):
+        name = f"instance_client:probekit_nfsd_{what}:share_rate5m"
+        exprs.append({"expr": f"round({name}, 0.001)", "eval_time": f"{at * step}s", "exp_samples": [
+            {"labels": series("", {"instance": where, "client": client}),
+             "value": to_nearest(value / sum(per_client.values()), 0.001)}
+            for client, value in sorted(per_client.items())]})
+    # the bounds the rule compares with: a client's share, the clients, the server's requests/s
+    share, clients, load = (float(x) for x in re.findall(r"(?<=[)}]) > (\d+(?:\.\d+)?)", rule["expr"]))
+    requests = grew["requests"]
+    rate_total = sum(requests.values()) / step
+    noisy = [client for client, value in requests.items() if client != "other"
+             and value / sum(requests.values()) > share] if len([v for v in requests.values() if v]) > clients \
+        and rate_total > load else []
+    # pending from the first steps on (its window then holds what a step adds): not firing at `for`
+    tests = [{"eval_time": f"{hold_s}s", "alertname": "NFSNoisyClient", "exp_alerts": []},
+             {"eval_time": f"{at * step + hold_s + step}s", "alertname": "NFSNoisyClient",
+              "exp_alerts": [alert("NFSNoisyClient", {"instance": where, "client": client}) for client in noisy]}]
+    return {"interval": f"{step}s", "input_series": inputs, "alert_rule_test": tests, "promql_expr_test": exprs}
+
+
 def write(out: Path) -> List[Path]:
     """One promtool test file per run in `out` (JSON, which YAML reads), naming the shipped rules."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, test in (("fault-run", fault_run_test()), ("exporter-run", exporter_run_test())):
+    for name, test in (("fault-run", fault_run_test()), ("exporter-run", exporter_run_test()),
+                       ("nfsd-run", nfsd_run_test())):
         path = out / f"{name}.yml"
         path.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": test["interval"],
                                     "tests": [test]}, indent=1) + "\n")

@@ -345,6 +345,7 @@ def option_cases() -> Iterator[bi.Case]:
         ["probes", "compat", s, "--kernel", p, "-o", "."], ["discover", "propose", "nfs", "--kernel-profile", "."],
         ["nfstop", "--by", "uid"], ["nfsdtop", "0"], ["nfsdtop", "1", "0"], ["nfsdtop", "1", "2", "3"],
         ["nfsdtop", "--by", "mount"], ["nfsdtop", "-r", "0"], ["nfsdtop", "--backend", "ebpf"],
+        ["nfs-exporter", "--nfsd", "--client-limit", "0"], ["nfs-exporter", "--client-limit", "x"],
     ]
     for i, argv in enumerate(usage):
         yield bi.Case(f"usage/{i:02d}-{'-'.join(a.strip('-') for a in argv[:3])}", argv, code=2)
@@ -554,6 +555,9 @@ def refusal_cases() -> Iterator[bi.Case]:
                   match=f"nfs-exporter: error: --spec {xfs}: a spec for xfs; nfs-exporter serves NFS only (its series "
                         "are labelled by NFS export, server and version): use an NFS spec, or fsdist -t xfs for "
                         "this filesystem")
+    yield bi.Case("refuse/exporter-nfsd-core", ["nfs-exporter", "--nfsd", "--backend", "core"],
+                  match="nfs-exporter: error: --nfsd needs bcc (the server probe is generated for bcc only): "
+                        "--backend auto or bcc")
     # a HOME that cannot hold the cache (here: a file): the line names the cache and the variable
     for argv in (["probes", "fetch-kernel", "6.1"], ["labs", "down", "--name", "x"]):
         yield bi.Case(f"refuse/cache-in-unusable-home/{argv[0]}", argv, files={"home": "not a directory"},

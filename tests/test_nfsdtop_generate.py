@@ -12,17 +12,18 @@ from typing import Dict
 import pytest
 
 from debian_kernels import ABI_612, kernel_dir
+from discover.btf import KIND_STRUCT
 from discover.errors import UserError
 from discover.spec import load_spec
 from probes.generate import Tool, generate
 from probes.kernelpkg import Elf, _decompress_module, decompress_vmlinuz, iter_package_files
 from probes.layout import KernelLayout
-from probes.select import KernelFacts, select
+from probes.select import KernelFacts, select, select_context
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = load_spec(REPO / "probes" / "specs" / "nfsd.toml")
 #: the points nfsdtop's ops choose on 6.12 (as the lab's --verbose shows): nfsd_dispatch, the tracepoints
-FACTS = KernelFacts({"nfsd_dispatch"}, {"nfsd:nfsd_read_start", "nfsd:nfsd_read_done", "nfsd:nfsd_write_start",
+FACTS = KernelFacts({"nfsd_dispatch", "fh_verify"}, {"nfsd:nfsd_read_start", "nfsd:nfsd_read_done", "nfsd:nfsd_write_start",
                                         "nfsd:nfsd_write_done"}, {"nfsd", "sunrpc"})
 
 
@@ -99,3 +100,46 @@ def test_without_btf_or_without_requests_nothing_is_generated(layout: KernelLayo
     assert tracepoint[0].candidate["kind"] == "tracepoint"
     with pytest.raises(UserError, match=r"need a function for rpc at sunrpc:svc_process"):
         generate(tracepoint, Tool(server=True), layout)
+
+
+def export_offsets(layout: KernelLayout) -> list:
+    """fh_verify's svc_fh.fh_export, svc_export.ex_path.dentry, dentry.d_inode, inode.i_ino,
+    dentry.d_sb, super_block.s_dev, each member looked up on its own in the 6.12 BTF."""
+    fhp = layout.params("fh_verify")
+    assert fhp is not None and fhp[1][0] == "fhp"
+    blob = layout.modules["nfsd"]
+    ids = {name: tid for name, tid in blob.named_types(KIND_STRUCT) if name in ("svc_fh", "svc_export")}
+    vmlinux = {name: tid for name, tid in layout.vmlinux.named_types(KIND_STRUCT) if name in ("dentry", "inode", "super_block")}
+    return [layout.member_path(blob, ids["svc_fh"], ["fh_export"])[0],
+            layout.member_path(blob, ids["svc_export"], ["ex_path", "dentry"])[0],
+            layout.member_path(layout.vmlinux, vmlinux["dentry"], ["d_inode"])[0],
+            layout.member_path(layout.vmlinux, vmlinux["inode"], ["i_ino"])[0],
+            layout.member_path(layout.vmlinux, vmlinux["dentry"], ["d_sb"])[0],
+            layout.member_path(layout.vmlinux, vmlinux["super_block"], ["s_dev"])[0]]
+
+
+def test_the_export_is_read_where_fh_verify_returns(layout: KernelLayout) -> None:
+    """The rpc op's context point (fh_verify): its entry keeps the handle for the thread's
+    request, its return reads the handle's export root's inode and dev; it counts no operation."""
+    context = select_context(SPEC, FACTS, "rpc")
+    assert context is not None and context.candidate["kind"] == "fentry" and context.points[0]["entry"] == "fh_verify"
+    chosen = select(SPEC, FACTS, ["rpc", "read", "write"]).chosen + [context]
+    probe = generate(chosen, Tool(server=True), layout, fentry=["nfsd_dispatch", "fh_verify"])
+    assert probe.ops == ["rpc", "read", "write"]
+    offsets = ", ".join(str(off) for off in export_offsets(layout))
+    assert "int kfunc__nfsd__fh_verify(unsigned long long *ctx)\n{\n    server_fh((u64)ctx[1]);" in probe.c_text
+    assert f"int kretfunc__nfsd__fh_verify(unsigned long long *ctx)\n{{\n    server_export({offsets});" in probe.c_text
+    assert probe.programs["kfunc__nfsd__fh_verify"] == () == probe.programs["kretfunc__nfsd__fh_verify"]
+    kprobed = generate(chosen, Tool(server=True), layout)
+    assert "server_fh((u64)PT_REGS_PARM2(ctx));" in kprobed.c_text
+    assert ("fh_verify", "exit", "p3_exit") in kprobed.kprobes
+
+
+def test_an_export_that_is_no_svc_export_is_refused(layout: KernelLayout) -> None:
+    context = select_context(SPEC, FACTS, "rpc")
+    assert context is not None
+    point = dict(context.points[0], args={"export": "fhp->fh_dentry"})
+    with pytest.raises(UserError, match=r"cannot read the export at fh_verify .*'fhp->fh_dentry'"):
+        generate(select(SPEC, FACTS, ["rpc"]).chosen + [context._replace(points=[point])], Tool(server=True), layout)
+    with pytest.raises(ValueError, match="Tool.server only"):
+        generate(select(SPEC, FACTS, ["rpc"]).chosen + [context], Tool(dist=True), layout)

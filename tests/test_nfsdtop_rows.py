@@ -18,8 +18,8 @@ def entry(count: int, lat_ms: float, slots: dict, read: int = 0, written: int = 
             "slots": slots}
 
 
-def key(client: str, prog_vers: tuple, name: str) -> tuple:
-    return (client, prog_vers[0], prog_vers[1], name)
+def key(client: str, prog_vers: tuple, name: str, export: str = "/srv/nfs") -> tuple:
+    return (client, prog_vers[0], prog_vers[1], name, export)
 
 
 def test_addresses_as_users_read_them() -> None:
@@ -83,10 +83,11 @@ def lab_run() -> dict:
 def raw(interval: dict) -> tuple:
     """An interval's (client, program, version, procedure) pairs and requests in progress, as
     Session.requests() and the run loop handed them to the rows."""
-    data = {(p["client"], p["program"], p["version"], p["proc"]):
+    data = {(p["client"], p["program"], p["version"], p["proc"], p["export"]):
             {**{f: p[f] for f in ("count", "lat_ns", "read_bytes", "write_bytes")}, "slots": dict(p["slots"])}
             for p in interval["requests"]}
-    progress = [((p["client"], p["program"], p["version"], p["proc"]), p["age_ms"]) for p in interval["in_progress"]]
+    progress = [((p["client"], p["program"], p["version"], p["proc"], p["export"]), p["age_ms"])
+                for p in interval["in_progress"]]
     return data, progress
 
 

@@ -9,8 +9,14 @@ again, and prints one JSON document: the counters' differences, what the workloa
 addresses of the clients connected to port 2049 (ss), nfsdtop's output and exit, and the
 tracing programs / kprobe_events before and after. NFSv3 carries nothing between the two
 reads of the counters but the workload (NFSv4.1 renews its lease in the background, also
-while nfsdtop compiles: its COMPOUNDs are only bounded). Then two text runs for the example,
-`nfsdtop -C 2` and `nfsdtop -C --by proc 2`, around the workload again, ended by Ctrl-C (SIGINT).
+while nfsdtop compiles: its COMPOUNDs are only bounded). Beside nfsdtop, `nfs-exporter --nfsd`
+runs through the same workload: scraped right before and right after it, each scrape with the
+server's counters read next to it. A second client shares the server meanwhile: an NFSv3 mount
+of the same export through 10.77.0.9, an address added to `lo` for the run (the export admits
+the lab subnet), which writes 4 KiB with fsync while 127.0.0.1 moves its megabytes: the noisy
+neighbour and the quiet one, in nfsdtop's rows and the exporter's series. Then three text runs for the example, `nfsdtop -C 2`,
+`nfsdtop -C --by proc 2` and `nfsdtop -C --by export 2`, around the workload again, ended by
+Ctrl-C (SIGINT).
 
   python3 labs/guest/nfsdtop_guest.py
 """
@@ -22,10 +28,13 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+import urllib.request
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import MOUNTS, drop_caches, kernel_attachments, stop, tool, wait_ready  # noqa: E402
+from probes_guest import (EVIDENCE_WAIT_S, MOUNTS, drop_caches, kernel_attachments, said, stop,  # noqa: E402
+                          tool, wait_ready)
 
 #: /proc/net/rpc/nfsd's procedure counts, in the kernel's order, named as nfsd's pc_name
 PROC_NAMES = {
@@ -38,6 +47,65 @@ PROC_NAMES = {
 BLOCKS = 32
 BLOCK = 64 * 1024
 STATS = 5
+#: the exporter's port in this check (the default's neighbour: nothing else listens there)
+EXPORTER_PORT = 19911
+#: what the exporter says once each probe is attached: the client's, and --nfsd's server one
+ATTACHED = ("nfs-exporter: probe attached: ", "nfs-exporter: NFS server probe attached: ")
+
+
+#: the second client's address (on lo, in the lab subnet the export admits) and its mount
+NEIGHBOUR, NEIGHBOUR_MOUNT = "10.77.0.9", "/mnt/nfs3-neighbour"
+
+
+@contextmanager
+def neighbour() -> Iterator[Dict[str, int]]:
+    """A second NFS client of this server: NEIGHBOUR on lo, the export mounted through it (NFSv3)
+    at NEIGHBOUR_MOUNT; unmounted and the address removed on the way out, their exit codes kept
+    in the dict it gives (the run's data is not lost to a failed clean-up: the host judges it)."""
+    undone: Dict[str, int] = {}
+    subprocess.run(["ip", "addr", "add", f"{NEIGHBOUR}/32", "dev", "lo"], check=True)
+    try:
+        os.makedirs(NEIGHBOUR_MOUNT, exist_ok=True)
+        subprocess.run(["mount", "-t", "nfs", "-o", "vers=3,hard", f"{NEIGHBOUR}:/srv/nfs", NEIGHBOUR_MOUNT],
+                       check=True)
+        try:
+            yield undone
+        finally:
+            undone["umount"] = subprocess.run(["umount", NEIGHBOUR_MOUNT]).returncode
+    finally:
+        undone["ip addr del"] = subprocess.run(["ip", "addr", "del", f"{NEIGHBOUR}/32", "dev", "lo"]).returncode
+
+
+def quiet(mount: str, tag: str) -> Dict[str, int]:
+    """The quiet neighbour's work: 4 KiB written with fsync."""
+    work = os.path.join(mount, "work", f"nfsdtop-quiet-{tag}")
+    os.makedirs(work, exist_ok=True)
+    fd = os.open(os.path.join(work, "small.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    written = os.write(fd, os.urandom(4096))
+    os.fsync(fd)
+    os.close(fd)
+    return {"write_bytes": written, "read_bytes": 0}
+
+
+def exporter_ready(proc: subprocess.Popen, log: str) -> float:
+    """Seconds until `nfs-exporter --nfsd` has both probes attached (its server probe compiles
+    on bcc, as nfsdtop's)."""
+    started = time.monotonic()
+    while time.monotonic() - started < 600:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {said(log)}")
+        if all(text in said(log) for text in ATTACHED):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise RuntimeError(f"nfs-exporter never attached both probes: {said(log)[-1000:]}")
+
+
+def scrape_with_counters() -> Tuple[str, Dict[str, int], float]:
+    """One scrape of the exporter, the server's counters read right after it, and when (monotonic s)."""
+    at = time.monotonic()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{EXPORTER_PORT}/metrics",
+                                  timeout=EVIDENCE_WAIT_S).read().decode()
+    return text, server_counters(), at
 
 
 def server_counters() -> Dict[str, int]:
@@ -88,31 +156,48 @@ def nfs_clients() -> List[str]:
 
 
 def check() -> Dict[str, Any]:
+    with neighbour() as undone:
+        data = run(NEIGHBOUR_MOUNT)
+    return dict(data, neighbour_undone=undone)
+
+
+def run(second: str) -> Dict[str, Any]:
+    run_started = time.monotonic()
     for mount in MOUNTS.values():
         workload(mount, "warm")  # directories made, mounts answering: not what is measured
+    quiet(second, "warm")
     before_attach = kernel_attachments()
     log = "/tmp/nfsdtop-json.log"
     counters_before = server_counters()
     argv = ["nfsdtop", "--json", "-v", "2"]
+    exporter_argv = ["nfs-exporter", "--nfsd", "--port", str(EXPORTER_PORT), "-v"]
     proc = tool(argv, log)
+    exporter = tool(exporter_argv, "/tmp/nfs-exporter.log")
     try:
         ready_s = wait_ready(proc, log)
+        exporter_s = exporter_ready(exporter, "/tmp/nfs-exporter.log")
         time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
+        before = scrape_with_counters()
         moved = {tag: workload(mount, "json") for tag, mount in MOUNTS.items()}
+        moved["neighbour"] = quiet(second, "json")
         clients = nfs_clients()
         time.sleep(3)
+        after = scrape_with_counters()
         during = kernel_attachments()
     finally:
         result = dict(stop(proc, log), argv=argv)
+        exported = dict(stop(exporter, "/tmp/nfs-exporter.log"), argv=exporter_argv)
     counters_after = server_counters()
     after_attach = kernel_attachments()
-    runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"]}
+    runs = {"client": ["nfsdtop", "-C", "2"], "proc": ["nfsdtop", "-C", "--by", "proc", "2"],
+            "export": ["nfsdtop", "-C", "--by", "export", "2"]}
     procs = {by: tool(argv, f"/tmp/nfsdtop-{by}.log") for by, argv in runs.items()}
     for by, started in procs.items():
         wait_ready(started, f"/tmp/nfsdtop-{by}.log")
     time.sleep(2.5)
     for mount in MOUNTS.values():
         workload(mount, "text")
+    quiet(second, "text")
     time.sleep(2.5)
     texts = {by: dict(stop(started, f"/tmp/nfsdtop-{by}.log", signal.SIGINT), argv=runs[by])
              for by, started in procs.items()}
@@ -122,6 +207,12 @@ def check() -> Dict[str, Any]:
     return {"release": os.uname().release, "date": time.strftime("%Y-%m-%d"), "bcc": bcc,
             "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
             "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
+            "exporter": dict(exported, ready_s=round(exporter_s, 1),
+                             scrapes={"before": before[0], "after": after[0]}, window_s=round(after[2] - before[2], 3),
+                             server_delta={k: after[1][k] - before[1].get(k, 0) for k in after[1]
+                                           if after[1][k] - before[1].get(k, 0)}),
+            "exports": open("/proc/fs/nfs/exports").read(), "neighbour": NEIGHBOUR,
+            "seconds": round(time.monotonic() - run_started, 1),
             "attachments": {"before": before_attach, "during": during, "after": after_attach,
                             "after_text_runs": kernel_attachments()}}
 
