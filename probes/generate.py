@@ -282,13 +282,21 @@ def _server_handlers(point: Point, layout: Optional[KernelLayout]) -> Tuple[str,
     request = point.args["client"].rsplit("->", 1)[0]
     numbers = [layout.resolve(point.entry, f"{request}->{field}") for field in REQUEST_NUMBERS]
     prog, vers = (_member_addr(src, fentry) if src is not None and src.derefs else "0" for src in numbers)
-    if fentry:
+    return _entry_exit(point, layout, f"server_start({_member_addr(client, fentry)}, {proc}, {prog}, {vers})",
+                       "server_end()")
+
+
+def _entry_exit(point: Point, layout: Optional[KernelLayout], at_entry: str, at_exit: str
+                ) -> Tuple[str, Tuple[str, str]]:
+    """(C text, (entry, exit) program names) of a point whose two programs each make one call."""
+    if point.kind == "fentry":
+        assert layout is not None
         names = (fentry_program(point, "entry", layout), fentry_program(point, "exit", layout))
         ctx = "unsigned long long *ctx"
     else:
         names, ctx = (f"p{point.id}_entry", f"p{point.id}_exit"), "struct pt_regs *ctx"
-    text = (f"int {names[0]}({ctx})\n{{\n    server_start({_member_addr(client, fentry)}, {proc}, {prog}, {vers});\n"
-            f"    return 0;\n}}\n\nint {names[1]}({ctx})\n{{\n    server_end();\n    return 0;\n}}\n")
+    text = (f"int {names[0]}({ctx})\n{{\n    {at_entry};\n    return 0;\n}}\n\n"
+            f"int {names[1]}({ctx})\n{{\n    {at_exit};\n    return 0;\n}}\n")
     return text, names
 
 
@@ -312,15 +320,7 @@ def _server_context_handlers(point: Point, layout: Optional[KernelLayout]) -> Tu
     ino, dev = paths
     assert ino is not None and dev is not None
     offsets = ", ".join(str(off) for off in ino.derefs + dev.derefs[2:])
-    if fentry:
-        assert layout is not None
-        names = (fentry_program(point, "entry", layout), fentry_program(point, "exit", layout))
-        ctx = "unsigned long long *ctx"
-    else:
-        names, ctx = (f"p{point.id}_entry", f"p{point.id}_exit"), "struct pt_regs *ctx"
-    text = (f"int {names[0]}({ctx})\n{{\n    server_fh({_param_expr(fh, fentry)});\n    return 0;\n}}\n\n"
-            f"int {names[1]}({ctx})\n{{\n    server_export({offsets});\n    return 0;\n}}\n")
-    return text, names
+    return _entry_exit(point, layout, f"server_fh({_param_expr(fh, fentry)})", f"server_export({offsets})")
 
 
 def _tp_string(point: Point, at_exit: bool) -> str:
