@@ -755,6 +755,24 @@ def proc_label(prog: int, vers: int, name: str) -> str:
     return f"{RPC_PROGRAMS.get(prog, str(prog))}v{vers} {name}"
 
 
+#: what Session.requests() counts per (client, procedure, export), beside its log2 slots
+REQUEST_FIELDS = ("count", "lat_ns", "read_bytes", "write_bytes")
+
+
+def request_totals() -> Dict[str, Any]:
+    """Empty sums of requests, to add_request() into."""
+    return {**dict.fromkeys(REQUEST_FIELDS, 0), "slots": {}}
+
+
+def add_request(into: Dict[str, Any], entry: Dict[str, Any]) -> None:
+    """Add one (client, procedure, export)'s counts and histogram to a sum (a row, a series):
+    slot by slot, so the sum's percentiles are as exact as the entry's."""
+    for field in REQUEST_FIELDS:
+        into[field] += entry[field]
+    for slot, count in entry["slots"].items():
+        into["slots"][slot] = into["slots"].get(slot, 0) + count
+
+
 def _server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
                  in_progress: List[Tuple[ServerKey, float]], by: str = "client") -> List[Dict[str, Any]]:
     """One interval's nfsdtop rows, per client, procedure or export (`by`), busiest first.
@@ -770,16 +788,12 @@ def _server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
         """The row a request adds to, and the name it has in that row's split."""
         client, label, export = key[0], proc_label(*key[1:4]), key[4]
         found = groups.setdefault({"client": client, "proc": label, "export": export}[by], {
-            "count": 0, "lat_ns": 0, "read_bytes": 0, "write_bytes": 0, "slots": {}, "split": {},
-            "in_progress": 0, "oldest_ms": None})
+            **request_totals(), "split": {}, "in_progress": 0, "oldest_ms": None})
         return found, label if by == "client" else client
 
     for key, entry in data.items():
         found, other = group(key)
-        for field in ("count", "lat_ns", "read_bytes", "write_bytes"):
-            found[field] += entry[field]
-        for slot, count in entry["slots"].items():
-            found["slots"][slot] = found["slots"].get(slot, 0) + count
+        add_request(found, entry)
         found["split"][other] = found["split"].get(other, 0) + entry["count"]
     for key, age_ms in in_progress:
         found = group(key)[0]
@@ -824,7 +838,7 @@ def nfsdtop_text(rows: List[Dict[str, Any]], by: str, max_rows: int) -> List[str
 def requests_json(data: Dict[ServerKey, Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Session.requests()'s entries as --json lists them (slots as [slot, count] pairs)."""
     return [{"client": client, "program": prog, "version": vers, "proc": name, "export": export,
-             **{field: entry[field] for field in ("count", "lat_ns", "read_bytes", "write_bytes")},
+             **{field: entry[field] for field in REQUEST_FIELDS},
              "slots": sorted([slot, n] for slot, n in entry["slots"].items())}
             for (client, prog, vers, name, export), entry in sorted(data.items())]
 

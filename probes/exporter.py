@@ -28,7 +28,8 @@ import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
-from probes.commands import NFSDTOP_OPS, find_target, nfs_target, proc_label, serves_requests
+from probes.commands import (NFSDTOP_OPS, add_request, find_target, nfs_target, proc_label, request_totals,
+                             serves_requests)
 from probes.generate import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
@@ -354,12 +355,7 @@ class NfsdCollector:
             self.clients.label(key)
         out: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
         for key, entry in requests.items():
-            into = out.setdefault((client(key), key[4], proc_label(*key[1:4])),
-                                  {"count": 0, "lat_ns": 0, "read_bytes": 0, "write_bytes": 0, "slots": {}})
-            for field in ("count", "lat_ns", "read_bytes", "write_bytes"):
-                into[field] += entry[field]
-            for slot, value in entry["slots"].items():
-                into["slots"][slot] = into["slots"].get(slot, 0) + value
+            add_request(out.setdefault((client(key), key[4], proc_label(*key[1:4])), request_totals()), entry)
         busy: Dict[Tuple[str, str], Tuple[int, float]] = {(c, e): (0, 0.0) for c, e, _p in out}
         for key, age in in_progress:
             count, oldest = busy.get((client(key), key[4]), (0, 0.0))
