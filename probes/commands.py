@@ -748,6 +748,11 @@ def serves_requests(spec: Dict[str, Any]) -> bool:
     return any("client" in (point.get("args") or {}) for cand in rpc.get("candidates", []) for point in cand["attach"])
 
 
+def server_ops(spec: Dict[str, Any]) -> List[str]:
+    """The operations of a server spec nfsdtop's probe traces (NFSDTOP_OPS it has)."""
+    return [op for op in NFSDTOP_OPS if op in spec["ops"]]
+
+
 def proc_label(prog: int, vers: int, name: str) -> str:
     """`NFSv3 READ`: the procedure with its program and version (NFSACL has a GETATTR too)."""
     if not prog:
@@ -865,8 +870,7 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
     if not serves_requests(target.spec):
         raise UserError(f"{target.spec_path}: no request with a client address (rpc with a `client` argument): "
                         "nfsdtop needs an NFS server spec (probes/specs/nfsd.toml, or `discover propose nfsd`)")
-    ops = [op for op in NFSDTOP_OPS if op in target.spec["ops"]]
-    session = Session("nfsdtop", Tool(server=True), ops, target.spec, verbose, fentry=not kprobes_only,
+    session = Session("nfsdtop", Tool(server=True), server_ops(target.spec), target.spec, verbose, fentry=not kprobes_only,
                       backend=backend)
     clear = not as_json and not noclear and sys.stdout.isatty()
     with session:

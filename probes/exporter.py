@@ -28,7 +28,7 @@ import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
-from probes.commands import (NFSDTOP_OPS, add_request, find_target, nfs_target, proc_label, request_totals,
+from probes.commands import (add_request, find_target, nfs_target, proc_label, request_totals, server_ops,
                              serves_requests)
 from probes.generate import Tool
 from probes.inflight import Stall, rpc_server, stalls
@@ -572,8 +572,7 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
 def attach_server(held: ExitStack, spec: Dict[str, Any], collector: NfsdCollector, verbose: bool) -> Session:
     """--nfsd: nfsdtop's probe, attached for the exporter's whole run (`held` detaches it; the
     collector lets go of it first)."""
-    ops = [op for op in NFSDTOP_OPS if op in spec["ops"]]
-    session = held.enter_context(Session("nfs-exporter", Tool(server=True), ops, spec, verbose, backend="bcc"))
+    session = held.enter_context(Session("nfs-exporter", Tool(server=True), server_ops(spec), spec, verbose, backend="bcc"))
 
     def release() -> None:
         with collector.lock:
