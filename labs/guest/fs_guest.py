@@ -37,7 +37,6 @@ from probes_guest import (EVIDENCE_WAIT_S, attach_kinds, json_lines, kernel_atta
                           wait_flushed, wait_ready, writes_and_two_fsyncs)
 from discover.spec import serves_fstype  # noqa: E402  (probes_guest put the share on sys.path)
 from probes.mounts import MountTable, kernel_dev, mount_dev  # noqa: E402
-from probes.exporter import DEFAULT_PORT, le_seconds  # noqa: E402
 
 #: which tool proves which filesystem, as issue 13 names them (fsslower at 0 ms: every
 #: operation is a line, so its counts can be exact), and the signal that ends it
@@ -281,6 +280,7 @@ def exporter_series(filesystems: List[str]) -> Dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client.utils import floatToGoString
 
+    from probes.exporter import DEFAULT_PORT, le_seconds
     text = urllib.request.urlopen(f"http://127.0.0.1:{DEFAULT_PORT}/metrics", timeout=EVIDENCE_WAIT_S).read().decode()
     slow_le = floatToGoString(le_seconds(SLOW_SLOT))
     out: Dict[str, Any] = {fs: {"attached": 0.0, "attach_time": None, "ops": {}, "bytes": {}, "count": {}, "below": {}}
