@@ -190,15 +190,15 @@ class FsCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         title = self.title
-        yield GaugeMetricFamily(self.name("probe_attached"), f"1 while the {title} probe is attached; 0 while "
-                                f"the exporter waits for {title} modules or compiles the probe again.",
+        yield GaugeMetricFamily(self.name("probe_attached"), "1 while the probe is attached; 0 while the "
+                                f"exporter waits for {title} modules or compiles the probe again.",
                                 value=int(snap is not None))
         if snap is None:
             return
         session = snap["session"]
-        yield GaugeMetricFamily(self.name("probe_attach_time_seconds"), f"Unix time the {title} probe was "
-                                f"attached: its counters started from zero then (again after {title} modules "
-                                "loaded).", value=self.attached_at)
+        yield GaugeMetricFamily(self.name("probe_attach_time_seconds"), "Unix time the probe was attached: "
+                                f"its counters started from zero then (again after {title} modules loaded).",
+                                value=self.attached_at)
         ops = session.probe.ops  # the RPC layer too, tracked in flight beneath what --ops asked
         labels = ["op"] + list(self.labels.names) + (["cgroup"] if self.cgroups else [])
         latency = HistogramMetricFamily(self.name("op_latency_seconds"), f"Latency of completed {title} "
