@@ -668,8 +668,9 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
         print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
         with stop, ExitStack() as held:
             if server_spec:
-                attach_server(held, server_spec, nfsd_collector, verbose)
+                served = attach_server(held, server_spec, nfsd_collector, verbose)
                 stop.install()  # the server probe's handlers, saved by it, go back when it detaches
+                stop.signal = stop.signal or served.stop_signal  # one that came before install()
 
             def open_session(fs: Filesystem) -> Session:
                 session = Session(fs.prog, tool, fs.ops, fs.target.spec, verbose, backend=backend)
