@@ -551,3 +551,17 @@ def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint()
     assert runs == {(fs, name): 3 for fs in ("nfs", "ext4") for name in ("read_entry", "read_exit")}
     names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
     assert len(names) == len(set(names))
+
+
+def test_types_are_the_fs_tools_names_in_the_order_given() -> None:
+    """-t as fsdist's, comma-separated; nfs without it; --spec stands in for its filesystem's
+    spec and is the default -t."""
+    from probes.exporter import fs_targets
+    from probes.runtime import SPECS_DIR
+
+    assert [t.spec["filesystem"] for t in fs_targets(None, None)] == ["nfs"]
+    assert [t.spec["filesystem"] for t in fs_targets("xfs, nfs,cifs", None)] == ["xfs", "nfs", "cifs"]
+    xfs = str(SPECS_DIR / "xfs.toml")
+    assert [(t.spec["filesystem"], str(t.spec_path)) for t in fs_targets(None, xfs)] == [("xfs", xfs)]
+    given = fs_targets("ext4,xfs", xfs)
+    assert [str(t.spec_path) for t in given] == [str(SPECS_DIR / "ext4.toml"), xfs]
