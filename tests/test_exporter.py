@@ -565,3 +565,54 @@ def test_types_are_the_fs_tools_names_in_the_order_given() -> None:
     assert [(t.spec["filesystem"], str(t.spec_path)) for t in fs_targets(None, xfs)] == [("xfs", xfs)]
     given = fs_targets("ext4,xfs", xfs)
     assert [str(t.spec_path) for t in given] == [str(SPECS_DIR / "ext4.toml"), xfs]
+
+
+def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
+    """The 6.12 fs lab run's mount lines (tests/fixtures/6.12.117+deb13-amd64/fs-lab): XFS
+    series by `device` and `mountpoint`; SMB's two mounts of one share (cache=strict, loose)
+    by `device` (the share), `server` (mountinfo's addr=) and `mountpoint`, one series each."""
+    import gzip
+    import json
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from discover.spec import serves_fstype
+    from probes.commands import find_target
+    from probes.mounts import MountTable, kernel_dev
+    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run.json.gz"
+    with gzip.open(run, "rt") as handle:
+        lines = json.load(handle)["data"]["mountinfo"]
+    (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
+    (tmp_path / "mountstats").write_text("")
+    values = real_latencies_ns()
+
+    class PerDev(_Recorded):
+        def __init__(self, devs: List[int]) -> None:
+            super().__init__({"read": []}, [])
+            self.devs = devs
+
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            per = {dev: {"slots": slots_of(values[:i + 3]), "count": i + 3, "bytes": 0, "lat_ns": sum(values[:i + 3])}
+                   for i, dev in enumerate(self.devs)}
+            return {"read": {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0, "mounts": per}}
+
+    def fs_part(fs: str, devs: List[int]) -> FsCollector:
+        spec = find_target(fs, None).spec
+        mounts = MountTable(tmp_path / "mountinfo", tmp_path / "mountstats",
+                            serves=lambda fstype: serves_fstype(spec, fstype))
+        return FsCollector(PerDev(devs), threading.Lock(), mounts, fs=fs, title=fs)
+
+    registry = CollectorRegistry()
+    registry.register(Collector([fs_part("xfs", [kernel_dev(253, 0)]),
+                                 fs_part("cifs", [kernel_dev(0, 52), kernel_dev(0, 53)])], "6.12.117+deb13-amd64", ""))
+    text = generate_latest(registry).decode()
+    assert 'probekit_xfs_ops_total{device="/dev/mapper/probekit-xfs",mountpoint="/mnt/probekit-xfs",op="read"} 3.0' \
+        in text
+    share = 'device="//127.0.0.1/probekit"'
+    assert f'probekit_cifs_ops_total{{{share},mountpoint="/mnt/probekit-cifs-strict",op="read",server="127.0.0.1"}} 3.0' \
+        in text
+    assert f'probekit_cifs_ops_total{{{share},mountpoint="/mnt/probekit-cifs-loose",op="read",server="127.0.0.1"}} 4.0' \
+        in text
+    assert f'probekit_cifs_mount_ops_in_flight{{{share},mountpoint="/mnt/probekit-cifs-loose",server="127.0.0.1"}} 0.0' \
+        in text
+    assert "probekit_xfs_ops_total{" in text and "probekit_ext4_" not in text and 'mountpoint="/mnt/probekit-ext4"' not in text

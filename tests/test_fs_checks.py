@@ -1,6 +1,8 @@
 """The fs lab checks' verdicts (labs/fs_checks.py) on a real 6.12 guest run (README beside it):
 every verdict passes on it as recorded, and fails when one operation is lost or one
-latency is moved across the injected delay."""
+latency is moved across the injected delay; nfs-exporter's too (the run scraped it around
+every phase), and they fail when a scrape lost an operation, a probe was attached again,
+or a delayed fsync sat below the delay."""
 from __future__ import annotations
 
 import gzip
@@ -70,6 +72,48 @@ def test_a_delayed_fsync_in_a_lower_bucket_fails(data: Dict[str, Any]) -> None:
                 bucket["interval-start"], bucket["interval-end"] = delay_us // 2, delay_us - 1
     with pytest.raises(AssertionError, match="0 of 2 fsyncs at or above"):
         fc.verify_delay_visible(run, "ext4")
+
+
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+def test_the_recorded_exporter_passes(data: Dict[str, Any], fs: str) -> None:
+    for verify in fc.EXPORTER_CHECKS:
+        verify(data, fs)
+    fc.verify_exporter_stopped(data)
+
+
+def test_the_recorded_exporter_waited_for_the_modules_the_mounts_loaded(data: Dict[str, Any]) -> None:
+    """The guest had ext4 (its root) and btrfs loaded at boot, xfs and cifs not: the exporter
+    attached the first two at once and each of the others when its mount loaded it."""
+    start = data["exporter"]["start"]
+    assert {fs: start[fs]["attached"] for fs in FILESYSTEMS} == {"xfs": 0, "ext4": 1, "btrfs": 1, "cifs": 0}
+
+
+def test_a_scrape_that_lost_an_operation_fails(data: Dict[str, Any]) -> None:
+    after = data["runs"]["cifs"]["phases"]["loose plain"]["exporter"]["after"]["cifs"]
+    after["ops"]["getattr /mnt/probekit-cifs-loose"] -= 1
+    with pytest.raises(AssertionError, match="loose plain: getattr exporter 2.0, issued 3"):
+        fc.verify_exporter_counts_exact(data, "cifs")
+
+
+def test_another_mounts_series_moving_in_a_phase_fails(data: Dict[str, Any]) -> None:
+    after = data["runs"]["cifs"]["phases"]["strict plain"]["exporter"]["after"]["cifs"]
+    after["ops"]["read /mnt/probekit-cifs-loose"] += 4
+    with pytest.raises(AssertionError, match="other mounts' series moved"):
+        fc.verify_exporter_counts_exact(data, "cifs")
+
+
+def test_a_probe_attached_again_fails(data: Dict[str, Any]) -> None:
+    """ext4 was attached at the start: a later scrape with another attach time is a restart."""
+    data["runs"]["cifs"]["phases"]["loose delay"]["exporter"]["after"]["ext4"]["attach_time"] += 30
+    with pytest.raises(AssertionError, match="ext4: attached again"):
+        fc.verify_exporter_probes_independent(data, "ext4")
+
+
+def test_a_delayed_fsync_below_the_delay_in_the_exporter_fails(data: Dict[str, Any]) -> None:
+    phase = data["runs"]["xfs"]["phases"]["delay"]["exporter"]["after"]["xfs"]
+    phase["slow"]["fsync /mnt/probekit-xfs"] -= 1
+    with pytest.raises(AssertionError, match="xfs delay"):
+        fc.verify_exporter_delay_visible(data, "xfs")
 
 
 PROFILE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "localfs" / "profile.json.gz"
