@@ -579,7 +579,7 @@ def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
     from discover.spec import serves_fstype
     from probes.commands import find_target
     from probes.mounts import MountTable, kernel_dev
-    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run.json.gz"
+    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run-exporter.json.gz"
     with gzip.open(run, "rt") as handle:
         lines = json.load(handle)["data"]["mountinfo"]
     (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
