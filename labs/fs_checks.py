@@ -142,3 +142,94 @@ def lab_results(data: Dict[str, Any], fs: str) -> Dict[str, Any]:
 
 RUN_CHECKS: Tuple[Callable[[Dict[str, Any], str], None], ...] = (
     verify_tool_ran, verify_counts_exact, verify_delay_visible)
+
+
+def _exporter_delta(phase: Dict[str, Any], fs: str, field: str, key: str) -> float:
+    scraped = phase["exporter"]
+    return scraped["after"][fs][field].get(key, 0) - scraped["before"][fs][field].get(key, 0)
+
+
+def verify_exporter_counts_exact(data: Dict[str, Any], fs: str) -> None:
+    """nfs-exporter -t, scraped right before and right after each phase's workload: the phase
+    mount's probekit_FS_ops_total, its histogram's count and (reads, writes) bytes_total grew by
+    what the workload issued and by what the terminal tool counted in the same phase; the
+    filesystem's other lab mounts (SMB: the other cache mode's) did not move."""
+    run = data["runs"][fs]
+    seen = seen_by_phase(run)
+    for name, phase in run["phases"].items():
+        issued = phase["issued"]
+        for op in _ops_of(run):
+            key = f"{op} {phase['mount']}"
+            ops, count = _exporter_delta(phase, fs, "ops", key), _exporter_delta(phase, fs, "count", key)
+            tool = seen[name].get(op, {"count": 0, "bytes": 0})
+            assert ops == issued[op] == tool["count"], \
+                f"{fs} {name}: {op} exporter {ops}, issued {issued[op]}, {run['tool']} {tool['count']}"
+            assert count == ops, f"{fs} {name}: {op} histogram count {count}, ops_total {ops}"
+            if op in BYTES_OPS:
+                nbytes = _exporter_delta(phase, fs, "bytes", key)
+                assert nbytes == issued[f"{op}_bytes"] == tool["bytes"], \
+                    f"{fs} {name}: {op} exporter bytes {nbytes}, issued {issued[f'{op}_bytes']}, tool {tool['bytes']}"
+        others = {key for key in phase["exporter"]["after"][fs]["ops"] if not key.endswith(" " + phase["mount"])}
+        moved = {key: _exporter_delta(phase, fs, "ops", key) for key in others if _exporter_delta(phase, fs, "ops", key)}
+        assert moved == {}, f"{fs} {name}: other mounts' series moved during the phase: {moved}"
+
+
+def verify_exporter_delay_visible(data: Dict[str, Any], fs: str) -> None:
+    """The exporter's histogram shows the delay as the tools do: with it, every fsync and at
+    least one read above the last bucket below DELAY_MS; without it, no operation."""
+    run = data["runs"][fs]
+    for name, phase in run["phases"].items():
+        slow = {op: _exporter_delta(phase, fs, "slow", f"{op} {phase['mount']}") for op in _ops_of(run)}
+        if name.endswith("plain"):
+            assert {op: n for op, n in slow.items() if n} == {}, f"{fs} {name}: slow without a delay: {slow}"
+            continue
+        assert slow["fsync"] == phase["issued"]["fsync"], f"{fs} {name}: {slow} of {phase['issued']}"
+        assert slow["read"] >= 1, f"{fs} {name}: no read above the delay's bucket: {slow}"
+
+
+def exporter_scrapes(data: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    """Every scrape of the run in the order taken: at the start, once every probe was attached,
+    then before and after each phase."""
+    out = [("start", data["exporter"]["start"]), ("attached", data["exporter"]["attached"])]
+    for fs, run in data["runs"].items():
+        for name, phase in run["phases"].items():
+            out += [(f"{fs} {name} before", phase["exporter"]["before"]), (f"{fs} {name} after", phase["exporter"]["after"])]
+    return out
+
+
+def verify_exporter_probes_independent(data: Dict[str, Any], fs: str) -> None:
+    """A filesystem the exporter waited for at the start (its module not loaded before its
+    first mount) was attached once the mount loaded it; a probe attached at the start kept its
+    attach time through every later scrape (the others' arrival restarted nothing); nothing was
+    attached again, and no lab series ever went down."""
+    said = data["exporter"]["start_said"].splitlines()
+    waited = any(line.startswith(f"nfs-exporter: {fs}: ") and "waiting for" in line for line in said)
+    scrapes = exporter_scrapes(data)
+    start = scrapes[0][1][fs]
+    assert start["attached"] == (0 if waited else 1), f"{fs}: at the start {start}, waited {waited}"
+    times = {label: s[fs]["attach_time"] for label, s in scrapes[1:]}
+    assert all(s[fs]["attached"] == 1 for _, s in scrapes[1:]), f"{fs}: detached in a scrape: {scrapes}"
+    assert len(set(times.values())) == 1, f"{fs}: attached again: {times}"
+    if not waited:
+        assert start["attach_time"] == scrapes[1][1][fs]["attach_time"], f"{fs}: restarted: {start} {times}"
+    assert not any("attaching again" in line for line in data["exporter"]["stderr"].splitlines()), \
+        data["exporter"]["stderr"][-1500:]
+    for (label_a, a), (label_b, b) in zip(scrapes, scrapes[1:]):
+        for field in ("ops", "bytes", "count"):
+            down = {key: (a[fs][field][key], b[fs][field].get(key)) for key in a[fs][field]
+                    if b[fs][field].get(key, -1) < a[fs][field][key]}
+            assert down == {}, f"{fs}: {field} went down from {label_a} to {label_b}: {down}"
+
+
+def verify_exporter_stopped(data: Dict[str, Any]) -> None:
+    """SIGTERM: exit 143 through the error boundary, its last line saying so, no traceback
+    (verify_nothing_left: no program or kprobe left, the exporter's included)."""
+    exporter = data["exporter"]
+    lines = exporter["stderr"].splitlines()
+    assert exporter["rc"] == 143 and lines[-1] == "nfs-exporter: terminated by SIGTERM; stopped and cleaned up", \
+        exporter["stderr"][-1500:]
+    assert "Traceback" not in exporter["stderr"], exporter["stderr"][-1500:]
+
+
+EXPORTER_CHECKS: Tuple[Callable[[Dict[str, Any], str], None], ...] = (
+    verify_exporter_counts_exact, verify_exporter_delay_visible, verify_exporter_probes_independent)

@@ -15,28 +15,30 @@ every value of slot k is <= it and every value of slot k+1 (>= 2^k) is above it.
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 import sys
 import threading
 import time
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import click
 
 from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
-from probes.commands import (add_request, find_target, nfs_target, proc_label, request_totals, server_ops,
-                             serves_requests)
+from probes.commands import (Target, add_request, find_target, known_types, proc_label, request_totals,
+                             server_ops, serves_requests)
 from probes.generate import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
 from probes.backend_choice import BACKENDS, choose, dotted
 from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
-from probes.runtime import BTF_DIR, NothingToTrace, ServerKey, Session, module_live, wait_for_modules
-from discover.spec import parse_ops
+from probes.runtime import BTF_DIR, TICK_S, NothingToTrace, ServerKey, Session, module_live, modules_present
+from discover.spec import parse_ops, serves_fstype
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
 #: allocation list hands out, so it meets no allocated exporter on the same host
@@ -46,6 +48,8 @@ DEFAULT_ADDRESS = "127.0.0.1"
 #: (slots below the first are counted in the first bucket, above the last in +Inf only)
 BUCKET_SLOTS = range(10, 37)
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+#: where a loaded module appears (a filesystem waiting for its module looks here every TICK_S)
+MODULES = Path("/sys/module")
 #: labels of every per-operation series: the op, then the mount as node_exporter's
 #: mountstats collector names it (export, protocol, mountaddr), its mount point and NFS version
 MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
@@ -107,39 +111,63 @@ def package_version() -> str:
         return "unknown"
 
 
-class NfsCollector:
-    """prometheus_client collector: every scrape reads one snapshot of the probe's maps.
+class MountLabels(NamedTuple):
+    """A filesystem's mount labels: their names and values on the per-operation series, and on
+    the per-mount in-flight series."""
+
+    names: Tuple[str, ...]
+    values: Callable[[Mount], Tuple[str, ...]]
+    in_flight: Tuple[str, ...]
+    in_flight_values: Callable[[Mount], Tuple[str, ...]]
+
+
+#: NFS: node_exporter mountstats' names (a join meets them); in flight, the server first (an
+#: RPC counts on every mount of its server)
+NFS_LABELS = MountLabels(tuple(MOUNT_LABELS), lambda m: (m.export, m.protocol, m.mountaddr, m.mountpoint,
+                                                         m.nfs_version),
+                         tuple(IN_FLIGHT_LABELS), lambda m: (m.mountaddr, m.export, m.mountpoint))
+#: a local filesystem: node_exporter filesystem collector's `device` and `mountpoint`
+LOCAL_LABELS = MountLabels(("device", "mountpoint"), lambda m: (m.export, m.mountpoint),
+                           ("device", "mountpoint"), lambda m: (m.export, m.mountpoint))
+#: SMB: `device` (//server/share as mounted, the filesystem collector's), `server` (the address
+#: connected to, mountinfo's addr=: what a stuck-server alert names), `mountpoint`
+SMB_LABELS = MountLabels(("device", "server", "mountpoint"), lambda m: (m.export, m.mountaddr, m.mountpoint),
+                         ("device", "server", "mountpoint"), lambda m: (m.export, m.mountaddr, m.mountpoint))
+
+
+def mount_labels(fs: str) -> MountLabels:
+    return {"nfs": NFS_LABELS, "cifs": SMB_LABELS}.get(fs, LOCAL_LABELS)
+
+
+class FsCollector:
+    """One filesystem's families (probekit_<fs>_*): every scrape reads one snapshot of its probe's maps.
 
     `lock` is held while the maps are read, so that the main thread never detaches the
     probe in the middle of a scrape (it takes the lock and sets `session` to None first).
-    Without a session (waiting for NFS modules, compiling again) a scrape gets the health
-    metrics only."""
+    Without a session (waiting for the filesystem's modules, compiling again) a scrape gets
+    its probe_attached 0 only."""
 
-    def __init__(self, session: Optional[Session], lock: threading.Lock, release: str, bcc_version: str,
-                 mounts: Optional[MountTable] = None, cgroups: Optional[CgroupLabels] = None,
-                 backend: str = "bcc", loader_version: str = "") -> None:
+    def __init__(self, session: Optional[Session], lock: threading.Lock, mounts: Optional[MountTable] = None,
+                 cgroups: Optional[CgroupLabels] = None, fs: str = "nfs", title: str = "NFS") -> None:
         self.session = session
         #: unix time the current probe was attached: its counters started from zero then
         self.attached_at = time.time()
         self.lock = lock
-        self.release = release
-        #: build info: bcc's version where bcc runs (else empty), the loader (bcc or core) and its version
-        self.bcc_version, self.backend, self.loader_version = bcc_version, backend, loader_version
+        #: the families' prefix (probekit_<fs>_) and how messages name the filesystem
+        self.fs, self.title = fs, title
+        self.labels = mount_labels(fs)
         self.mounts = mounts or MountTable()
         #: the `cgroup` label's names and gone cgroups, when the probe keys by cgroup
         self.cgroups = cgroups
 
-    def loaded(self, backend: str, version: str) -> None:
-        """The loader the attached probe runs on (auto may fall back to bcc for a module's BTF)."""
-        self.backend, self.loader_version = backend, version
-        self.bcc_version = version if backend == "bcc" else ""
+    def name(self, family: str) -> str:
+        return f"probekit_{self.fs}_{family}"
 
-    def snapshot(self) -> Optional[Dict[str, Any]]:
+    def snapshot(self, stats_on: bool) -> Optional[Dict[str, Any]]:
         with self.lock:
             session = self.session
             if session is None or not session.attached:
                 return None
-            stats_on = bpf_stats_enabled()
             self.mounts.refresh()
             for dev in self.mounts.take_expired():
                 session.forget_dev(dev)
@@ -155,45 +183,36 @@ class NfsCollector:
                     "stuck": stalls(in_flight, now, 0, describe=False),
                     "anomalies": session.anomalies(), "inflight_lost": session.counter("inflight_lost"),
                     "missed": session.missed(), "admitted": len(admitted),
-                    "bpf_stats": stats_on, "programs": session.program_stats() if stats_on else {}}
+                    "programs": session.program_stats() if stats_on else {}}
 
-    def collect(self) -> Iterator[Any]:
+    def families(self, snap: Optional[Dict[str, Any]]) -> Iterator[Any]:
+        """This filesystem's families from one snapshot (None: no probe attached)."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-        snap = self.snapshot()
-        yield GaugeMetricFamily("probekit_nfs_probe_attached", "1 while the probe is attached; 0 while the "
-                                "exporter waits for NFS modules or compiles the probe again.",
+        title = self.title
+        yield GaugeMetricFamily(self.name("probe_attached"), "1 while the probe is attached; 0 while the "
+                                f"exporter waits for {title} modules or compiles the probe again.",
                                 value=int(snap is not None))
-        build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
-                                  labels=["version", "bcc_version", "kernel"])
-        build.add_metric([package_version(), self.bcc_version, self.release], 1)
-        yield build
-        loader = GaugeMetricFamily("probekit_bpf_loader_info", "The BPF loader the probe runs on (backend bcc, "
-                                   "or core: libbpf with the prebuilt CO-RE object) and its version (value 1).",
-                                   labels=["backend", "version"])
-        loader.add_metric([self.backend, self.loader_version], 1)
-        yield loader
         if snap is None:
             return
         session = snap["session"]
-        yield GaugeMetricFamily("probekit_nfs_probe_attach_time_seconds", "Unix time the probe was attached: "
-                                "its counters started from zero then (again after NFS modules loaded).",
+        yield GaugeMetricFamily(self.name("probe_attach_time_seconds"), "Unix time the probe was attached: "
+                                f"its counters started from zero then (again after {title} modules loaded).",
                                 value=self.attached_at)
         ops = session.probe.ops  # the RPC layer too, tracked in flight beneath what --ops asked
-        labels = ["op"] + MOUNT_LABELS + (["cgroup"] if self.cgroups else [])
-        latency = HistogramMetricFamily("probekit_nfs_op_latency_seconds",
-                                        "Latency of completed NFS operations (log2 buckets: le = 2^k - 1 ns).",
-                                        labels=labels)
-        count = CounterMetricFamily("probekit_nfs_ops", "Completed NFS operations.", labels=labels)
-        nbytes = CounterMetricFamily("probekit_nfs_bytes", "Bytes read or written by completed NFS operations.",
+        labels = ["op"] + list(self.labels.names) + (["cgroup"] if self.cgroups else [])
+        latency = HistogramMetricFamily(self.name("op_latency_seconds"), f"Latency of completed {title} "
+                                        "operations (log2 buckets: le = 2^k - 1 ns).", labels=labels)
+        count = CounterMetricFamily(self.name("ops"), f"Completed {title} operations.", labels=labels)
+        nbytes = CounterMetricFamily(self.name("bytes"), f"Bytes read or written by completed {title} operations.",
                                      labels=labels)
         for key, entry in sorted(self.per_mount(snap["dist"]).items()):
             latency.add_metric(list(key), cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)
             count.add_metric(list(key), entry["count"])
             nbytes.add_metric(list(key), entry["bytes"])
         yield from (latency, count, nbytes)
-        flying = GaugeMetricFamily("probekit_nfs_ops_in_flight",
-                                   "NFS operations started and not ended (each thread's outermost, and RPCs).",
+        flying = GaugeMetricFamily(self.name("ops_in_flight"), f"{title} operations started and not ended "
+                                   "(each thread's outermost" + (", and RPCs)." if self.fs == "nfs" else ")."),
                                    labels=["op"])
         per_op = {op: 0 for op in ops}
         for op in (f.op for f in snap["in_flight"]):
@@ -201,87 +220,72 @@ class NfsCollector:
         for op, value in per_op.items():
             flying.add_metric([op], value)
         yield flying
-        mount_flying = GaugeMetricFamily("probekit_nfs_mount_ops_in_flight", "NFS operations in flight on "
-                                         "the mount (each thread's outermost on one of its files), and RPCs to "
-                                         "its server no traced operation waits for (counted on each mount of "
-                                         "that server).", labels=IN_FLIGHT_LABELS)
-        oldest = GaugeMetricFamily("probekit_nfs_mount_oldest_in_flight_seconds", "How long the oldest of "
-                                   "probekit_nfs_mount_ops_in_flight has been in flight (0: none).",
-                                   labels=IN_FLIGHT_LABELS)
+        mount_flying = GaugeMetricFamily(self.name("mount_ops_in_flight"), f"{title} operations in flight on "
+                                         "the mount (each thread's outermost on one of its files)" +
+                                         (", and RPCs to its server no traced operation waits for (counted on "
+                                          "each mount of that server)." if self.fs == "nfs" else "."),
+                                         labels=list(self.labels.in_flight))
+        oldest = GaugeMetricFamily(self.name("mount_oldest_in_flight_seconds"), "How long the oldest of "
+                                   f"{self.name('mount_ops_in_flight')} has been in flight (0: none).",
+                                   labels=list(self.labels.in_flight))
         for key, (value, age) in sorted(self.in_flight_per_mount(snap["stuck"]).items()):
             mount_flying.add_metric(list(key), value)
             oldest.add_metric(list(key), age)
         yield from (mount_flying, oldest)
-        info = GaugeMetricFamily("probekit_probe_info", "The attach point each traced operation uses (value 1).",
-                                 labels=["op", "kind", "point"])
-        for point in session.probe.points:
-            info.add_metric([point.op, point.kind, point_label(point.entry, point.exit)], 1)
-        yield info
         if self.cgroups is not None:
-            yield GaugeMetricFamily("probekit_nfs_cgroups_labelled", "cgroups with series of their own; at "
+            yield GaugeMetricFamily(self.name("cgroups_labelled"), "cgroups with series of their own; at "
                                     "the limit, operations of any other cgroup are labelled "
                                     f'cgroup="{CgroupLabels.OVERFLOW}".', value=snap["admitted"])
-            yield GaugeMetricFamily("probekit_nfs_cgroups_labelled_limit", "--cgroup-limit: cgroups that can "
+            yield GaugeMetricFamily(self.name("cgroups_labelled_limit"), "--cgroup-limit: cgroups that can "
                                     "have series of their own.", value=session.tool.cgroup_limit)
-        yield CounterMetricFamily("probekit_nfs_anomalies", "Latencies dropped as impossible (end before start, "
+        yield CounterMetricFamily(self.name("anomalies"), "Latencies dropped as impossible (end before start, "
                                   "or above an hour).", value=snap["anomalies"])
-        yield CounterMetricFamily("probekit_nfs_inflight_lost", "Operations not tracked in flight: another "
+        yield CounterMetricFamily(self.name("inflight_lost"), "Operations not tracked in flight: another "
                                   "thread held their slot.", value=snap["inflight_lost"])
-        missed = CounterMetricFamily("probekit_nfs_missed", "Operations not counted, at most: the kernel skipped "
+        missed = CounterMetricFamily(self.name("missed"), "Operations not counted, at most: the kernel skipped "
                                      "a run of their probe (its BPF guard was held on that CPU) or their start "
                                      "could not be stored.", labels=["op"])
         for op, value in snap["missed"].items():
             missed.add_metric([op], value)
         yield missed
-        yield GaugeMetricFamily("probekit_bpf_stats_enabled", "1 when kernel.bpf_stats_enabled is on (BPF "
-                                "program run time and count are then exported).", value=int(snap["bpf_stats"]))
-        if snap["programs"]:
-            run_time = CounterMetricFamily("probekit_bpf_program_run_seconds", "Time spent in each BPF program.",
-                                           labels=["program"])
-            runs = CounterMetricFamily("probekit_bpf_program_runs", "Runs of each BPF program.", labels=["program"])
-            for name, (ns, cnt) in sorted(snap["programs"].items()):
-                run_time.add_metric([name], ns / 1e9)
-                runs.add_metric([name], cnt)
-            yield from (run_time, runs)
-
 
     def in_flight_per_mount(self, stuck: List[Stall], server_of: Callable[[int], Optional[str]] = rpc_server
-                            ) -> Dict[Tuple[str, str, str], Tuple[int, float]]:
-        """(server, export, mountpoint) -> (in flight, oldest age in s), every NFS mount known
-        (0 when idle). An operation counts on its file's mount; an RPC (a kworker's, or a
-        process's in an operation not traced) on each mount of the server it went to, which
-        sunrpc's debugfs names; an RPC whose server has no mount here, or is not known (no
-        debugfs), on the server alone (export and mountpoint empty). A thread's RPC inside a
-        traced operation is that operation (inflight.stalls folds it)."""
-        out: Dict[Tuple[str, str, str], Tuple[int, float]] = {
-            (m.mountaddr, m.export, m.mountpoint): (0, 0.0) for m in self.mounts.known.values() if m is not None}
+                            ) -> Dict[Tuple[str, ...], Tuple[int, float]]:
+        """in-flight labels -> (in flight, oldest age in s), every mount known (0 when idle).
+        An operation counts on its file's mount; an RPC (NFS only: a kworker's, or a process's
+        in an operation not traced) on each mount of the server it went to, which sunrpc's
+        debugfs names; an RPC whose server has no mount here, or is not known (no debugfs),
+        on the server alone (export and mountpoint empty). A thread's RPC inside a traced
+        operation is that operation (inflight.stalls folds it)."""
+        empty = ("",) * len(self.labels.in_flight)
+        out: Dict[Tuple[str, ...], Tuple[int, float]] = {
+            self.labels.in_flight_values(m): (0, 0.0) for m in self.mounts.known.values() if m is not None}
         servers: Dict[int, Optional[str]] = {}
         for stall in stuck:
             if stall.op != "rpc":
                 mount = self.mounts.known.get(stall.dev)
-                keys = [(mount.mountaddr, mount.export, mount.mountpoint) if mount else ("", "", "")]
-            else:
+                keys = [self.labels.in_flight_values(mount) if mount else empty]
+            else:  # NFS_LABELS.in_flight: the server first
                 if stall.client_id is not None and stall.client_id not in servers:
                     servers[stall.client_id] = server_of(stall.client_id)
                 server = servers.get(stall.client_id) if stall.client_id is not None else None
-                keys = [key for key in out if server and key[0] == server] or [(server or "", "", "")]
+                keys = [key for key in out if server and key[0] == server] or [(server or "",) + empty[1:]]
             for key in keys:
                 count, age = out.get(key, (0, 0.0))
                 out[key] = (count + 1, max(age, stall.age_ns / 1e9))
         return out
 
     def per_mount(self, dist: Dict[str, Dict[str, Any]]) -> Dict[Tuple[str, ...], Dict[str, Any]]:
-        """(op, mount labels...[, cgroup]) -> slots, count, bytes, lat_ns. Devs that are no NFS
-        mount (an RPC has none; a mount gone since) share the series with empty mount labels.
-        Without the cgroup label, every asked op of every known mount has its series from the
-        first scrape, at zero: a counter that first appears with its first burst already in it
-        loses that burst to rate() and increase()."""
+        """(op, mount labels...[, cgroup]) -> slots, count, bytes, lat_ns. Devs that are no
+        mount of the filesystem (an RPC has none; a mount gone since) share the series with
+        empty mount labels. Without the cgroup label, every asked op of every known mount has
+        its series from the first scrape, at zero: a counter that first appears with its first
+        burst already in it loses that burst to rate() and increase()."""
         def zero() -> Dict[str, Any]:
             return {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0}
 
         def labels(mount: Optional[Mount]) -> Tuple[str, ...]:
-            return ((mount.export, mount.protocol, mount.mountaddr, mount.mountpoint, mount.nfs_version)
-                    if mount else ("",) * len(MOUNT_LABELS))
+            return self.labels.values(mount) if mount else ("",) * len(self.labels.names)
 
         out: Dict[Tuple[str, ...], Dict[str, Any]] = {}
         for op, entry in dist.items():
@@ -302,6 +306,69 @@ class NfsCollector:
                     if mount is not None:
                         out.setdefault((op,) + labels(mount), zero())
         return out
+
+
+class Collector:
+    """prometheus_client collector of the whole scrape: every filesystem's families (one
+    FsCollector each), then what is the same for all of them once: build and loader info,
+    probekit_probe_info (with an `fs` label), BPF program statistics."""
+
+    def __init__(self, parts: Sequence[FsCollector], release: str, bcc_version: str, backend: str = "bcc",
+                 loader_version: str = "") -> None:
+        self.parts = list(parts)
+        self.release = release
+        #: build info: bcc's version where bcc runs (else empty), the loader (bcc or core) and its version
+        self.bcc_version = bcc_version
+        #: the loader chosen at the start, until a probe is attached
+        self.early = (backend, loader_version)
+        #: per filesystem, the loader its probe runs on
+        self.loaders: Dict[str, Tuple[str, str]] = {}
+
+    def loaded(self, fs: str, backend: str, version: str) -> None:
+        """The loader a filesystem's attached probe runs on (auto may fall back to bcc for a
+        module's BTF, so two filesystems may differ: one loader_info row each)."""
+        self.loaders[fs] = (backend, version)
+        if backend == "bcc":
+            self.bcc_version = version
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats_on = bpf_stats_enabled()
+        snaps = [(part, part.snapshot(stats_on)) for part in self.parts]
+        for part, snap in snaps:
+            yield from part.families(snap)
+        build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
+                                  labels=["version", "bcc_version", "kernel"])
+        build.add_metric([package_version(), self.bcc_version, self.release], 1)
+        yield build
+        loader = GaugeMetricFamily("probekit_bpf_loader_info", "The BPF loader the probe runs on (backend bcc, "
+                                   "or core: libbpf with the prebuilt CO-RE object) and its version (value 1).",
+                                   labels=["backend", "version"])
+        for row in sorted(set(self.loaders.values())) or [self.early]:
+            loader.add_metric(list(row), 1)
+        yield loader
+        attached = [(part, snap) for part, snap in snaps if snap is not None]
+        if not attached:
+            return
+        info = GaugeMetricFamily("probekit_probe_info", "The attach point each traced operation uses (value 1).",
+                                 labels=["fs", "op", "kind", "point"])
+        for part, snap in attached:
+            for point in snap["session"].probe.points:
+                info.add_metric([part.fs, point.op, point.kind, point_label(point.entry, point.exit)], 1)
+        yield info
+        yield GaugeMetricFamily("probekit_bpf_stats_enabled", "1 when kernel.bpf_stats_enabled is on (BPF "
+                                "program run time and count are then exported).", value=int(stats_on))
+        programs = [(part.fs, name, stats) for part, snap in attached for name, stats in snap["programs"].items()]
+        if programs:
+            run_time = CounterMetricFamily("probekit_bpf_program_run_seconds", "Time spent in each BPF program.",
+                                           labels=["fs", "program"])
+            runs = CounterMetricFamily("probekit_bpf_program_runs", "Runs of each BPF program.",
+                                       labels=["fs", "program"])
+            for fs, name, (ns, cnt) in sorted(programs):
+                run_time.add_metric([fs, name], ns / 1e9)
+                runs.add_metric([fs, name], cnt)
+            yield from (run_time, runs)
 
 
 class FirstSeen:
@@ -455,6 +522,8 @@ Examples:
   nfs-exporter --ops all -v             # every operation and RPC; say the attach points
   nfs-exporter --cgroup-label           # series per cgroup too (systemd units, containers)
   nfs-exporter --nfsd                   # on an NFS server: its requests per client, export, procedure
+  nfs-exporter -t nfs,xfs,ext4          # NFS, XFS and ext4: probekit_nfs_*, probekit_xfs_*, probekit_ext4_*
+  nfs-exporter -t ext4,cifs             # cifs is attached when its module loads (the first SMB mount)
   curl -s 127.0.0.1:{DEFAULT_PORT}/metrics | grep probekit_nfs_ops_total
 \b
 Prometheus scrape job:
@@ -463,24 +532,54 @@ Prometheus scrape job:
 \b
 Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
 probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_nfs_mount_ops_in_flight and
-probekit_nfs_mount_oldest_in_flight_seconds{{server,export,mountpoint}}, probekit_probe_info{{op,kind,point}},
+probekit_nfs_mount_oldest_in_flight_seconds{{server,export,mountpoint}}, probekit_probe_info{{fs,op,kind,point}},
 probekit_nfs_anomalies_total, probekit_nfs_inflight_lost_total, probekit_nfs_missed_total{{op}},
 probekit_build_info, probekit_bpf_loader_info{{backend,version}}, probekit_nfs_probe_attached,
 probekit_nfs_probe_attach_time_seconds; with
 --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
 --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
-kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total.
+kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total{{fs,program}}.
 With --nfsd (knfsd running; the server probe is nfsdtop's, on bcc): probekit_nfsd_requests_total,
 probekit_nfsd_read_bytes_total, probekit_nfsd_write_bytes_total and the histogram
 probekit_nfsd_request_duration_seconds{{client,export,proc}}, probekit_nfsd_requests_in_progress and
 probekit_nfsd_oldest_in_progress_seconds{{client,export}}, probekit_nfsd_probe_attached,
 probekit_nfsd_probe_attach_time_seconds, probekit_nfsd_probe_info, probekit_nfsd_missed_total{{op}},
 probekit_nfsd_clients_labelled(_limit); clients past --client-limit share client="{CgroupLabels.OVERFLOW}".
-Started before NFS is mounted, it serves and waits for the NFS modules; a module that loads
-later (nfsv4 on a v3-only client) is traced beside the running probe on core (the counters go
-on); on bcc it makes it attach a new probe (counters restart from zero).
+Each other filesystem (-t) has the same families as probekit_FS_* (ops, bytes, latency,
+in flight per mount, probe_attached, missed...), labelled by its own mounts: device and
+mountpoint (a local filesystem), device, server and mountpoint (cifs); probekit_probe_info has
+an `fs` label. Started before a filesystem is mounted, it serves and waits for that
+filesystem's modules, attaching its probe when they load (the other probes go on); a module
+that loads later (nfsv4 on a v3-only client) is traced beside the running probe on core (the
+counters go on); on bcc it makes it attach a new probe (counters restart from zero).
 SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 """
+
+
+def exported_types() -> List[str]:
+    """The filesystems -t takes: every spec's but the NFS server's (--nfsd)."""
+    return [name for name in known_types() if name != "nfsd"]
+
+
+def fs_targets(types_text: Optional[str], spec_path: Optional[str]) -> List[Target]:
+    """-t FS[,FS...] (default nfs, or --spec's filesystem) -> one Target each, in the order
+    given: one-line UserError for an unknown or repeated name, nfsd (--nfsd's), or a --spec
+    for a filesystem -t does not name. All read before the port is taken."""
+    given = find_target(None, spec_path) if spec_path else None
+    default = given.spec["filesystem"] if given else "nfs"
+    names = [name.strip() for name in types_text.split(",")] if types_text is not None else [default]
+    for i, name in enumerate(names):
+        if not name:
+            raise UserError(f"-t {types_text!r}: an empty filesystem name (FS[,FS...]: {', '.join(exported_types())})")
+        if name in names[:i]:
+            raise UserError(f"-t {types_text}: {name} is given twice")
+        if name == "nfsd":
+            raise UserError("-t nfsd: an NFS server's requests are --nfsd's families (per client, export and "
+                            "procedure); -t names the filesystems whose operations this host runs")
+    if given and given.spec["filesystem"] not in names:
+        raise UserError(f"--spec {spec_path}: a spec for {given.spec['filesystem']}, which -t {types_text} does not "
+                        "name")
+    return [given if given and given.spec["filesystem"] == name else find_target(name, None) for name in names]
 
 
 @click.command("nfs-exporter", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -488,16 +587,21 @@ SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
               help="Address to listen on; 0.0.0.0 or :: for every interface.")
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
               help="TCP port to listen on.")
-@click.option("--ops", "ops_text", help="Operations to trace, as nfsdist's --ops (names, letters or all).")
+@click.option("-t", "--type", "types_text", metavar="FS[,FS...]",
+              help="Filesystems to export, as fsdist's -t (" + ", ".join(exported_types())
+                   + "), a family set per filesystem (probekit_FS_*). Default: nfs.")
+@click.option("--ops", "ops_text", help="Operations to trace, as nfsdist's --ops (names, letters or all); "
+              "default: nfsdist's, those each filesystem's spec has.")
 @click.option("-v", "--verbose", is_flag=True, help="Say which attach point each operation uses.")
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), help="Probe spec (default: the NFS spec).")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
+              help="Probe spec for its filesystem instead of probes/specs/FS.toml (-t defaults to its filesystem).")
 @click.option("--gone-mount-grace", "grace", type=click.FloatRange(min=0), default=GONE_GRACE_S, show_default=True,
               help="Seconds an unmounted mount (or a removed cgroup) keeps its series before its counts are dropped.")
 @click.option("--cgroup-label", is_flag=True, help="Label every series with the cgroup v2 path of the task that "
               "started the operation.")
 @click.option("--cgroup-limit", type=click.IntRange(1, 4096), default=CGROUP_LIMIT, show_default=True,
-              help="With --cgroup-label: cgroups that get series of their own; operations of any other "
-              f'share cgroup="{CgroupLabels.OVERFLOW}".')
+              help="With --cgroup-label: cgroups that get series of their own (per filesystem); operations of any "
+              f'other share cgroup="{CgroupLabels.OVERFLOW}".')
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="BPF loader, as the tools' --backend: auto takes core (libbpf, the prebuilt CO-RE object, "
                    "no compiler) where libbpf 1.0+, the kernel's BTF and the object allow, else bcc.")
@@ -506,24 +610,22 @@ SIGTERM detaches everything and exits 143 (systemd: SuccessExitStatus=143).
 @click.option("--client-limit", type=click.IntRange(1, 4096), default=CLIENT_LIMIT, show_default=True,
               help="With --nfsd: clients that get series of their own; requests of any other share "
               f'client="{CgroupLabels.OVERFLOW}".')
-def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
-                 grace: float, cgroup_label: bool, cgroup_limit: int, backend: str, nfsd: bool,
-                 client_limit: int) -> None:
-    """Export NFS operation latency histograms, counts, bytes and operations in flight
-    for Prometheus, from in-kernel histograms (nfsdist's), until SIGTERM or Ctrl-C."""
+def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: Optional[str], verbose: bool,
+                 spec_path: Optional[str], grace: float, cgroup_label: bool, cgroup_limit: int, backend: str,
+                 nfsd: bool, client_limit: int) -> None:
+    """Export filesystem operation latency histograms, counts, bytes and operations in flight
+    for Prometheus (NFS by default; -t for others), from in-kernel histograms (nfsdist's and
+    fsdist's), until SIGTERM or Ctrl-C."""
     from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
-    try:
-        ops: Sequence[str] = parse_ops(ops_text)
-    except UserError as exc:
-        raise click.BadParameter(str(exc).replace("--ops: ", "", 1), param_hint="--ops") from None
+    if ops_text is not None:
+        try:
+            parse_ops(ops_text)
+        except UserError as exc:
+            raise click.BadParameter(str(exc).replace("--ops: ", "", 1), param_hint="--ops") from None
     if cgroup_label and cgroup2_root() is None:
         raise UserError("--cgroup-label needs the cgroup v2 hierarchy, and none is mounted")
-    spec = nfs_target(spec_path).spec  # read once, before the port is taken
-    if spec["filesystem"] != "nfs":
-        raise UserError(f"--spec {spec_path}: a spec for {spec['filesystem']}; nfs-exporter serves NFS only "
-                        "(its series are labelled by NFS export, server and version): use an NFS spec, or "
-                        f"fsdist -t {spec['filesystem']} for this filesystem")
+    targets = fs_targets(types_text, spec_path)  # read once, before the port is taken
     server_spec = None
     if nfsd:
         if backend == "core":
@@ -537,36 +639,94 @@ def nfs_exporter(address: str, port: int, ops_text: Optional[str], verbose: bool
     PlatformCollector(registry=registry)
     server = listen(address, port, registry)
     release = Path("/proc/sys/kernel/osrelease").read_text().strip()
-    # no loader is one line now, not after a wait for NFS modules (whose BTF the session checks)
-    early = choose(backend, spec, release, (), BTF_DIR)
-    if early.name == "bcc" or nfsd:
+    # no loader is one line now, not after a wait for modules (whose BTF the session checks)
+    early = [choose(backend, target.spec, release, (), BTF_DIR) for target in targets]
+    if nfsd or any(choice.name == "bcc" for choice in early):
         import_bpf()
+    first = early[0]
+    version = loaded_bcc_version() if first.name == "bcc" else dotted(first.lib.version) if first.lib else ""
     tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True,
                 cgroup_limit=cgroup_limit if cgroup_label else 0)
     lock = threading.Lock()
-    version = loaded_bcc_version() if early.name == "bcc" else dotted(early.lib.version) if early.lib else ""
-    collector = NfsCollector(None, lock, release, version if early.name == "bcc" else "", MountTable(grace=grace),
-                             CgroupLabels(grace) if cgroup_label else None, early.name, version)
+    parts = [Filesystem(target, target.ops(ops_text),
+                        FsCollector(None, lock, MountTable(grace=grace, serves=partial(serves_fstype, target.spec)),
+                                    CgroupLabels(grace) if cgroup_label else None, target.spec["filesystem"],
+                                    target.title))
+             for target in targets]
+    collector = Collector([fs.collector for fs in parts], release, version if first.name == "bcc" else "",
+                          first.name, version)
     registry.register(collector)
     nfsd_collector = NfsdCollector(lock, client_limit)
     if nfsd:
         registry.register(nfsd_collector)
-    stop_signal: Optional[int] = None
+    stop = StopSignals()
     serving = False
     try:
         threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         serving = True
         where = f"[{address}]" if ":" in address else address
         print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
-        with ExitStack() as held:
-            served = attach_server(held, server_spec, nfsd_collector, verbose) if server_spec else None
-            stop_signal = serve_client(collector, tool, ops, spec, verbose, backend, served)
+        with stop, ExitStack() as held:
+            if server_spec:
+                served = attach_server(held, server_spec, nfsd_collector, verbose)
+                stop.install()  # the server probe's handlers, saved by it, go back when it detaches
+                stop.signal = stop.signal or served.stop_signal  # one that came before install()
+
+            def open_session(fs: Filesystem) -> Session:
+                session = Session(fs.prog, tool, fs.ops, fs.target.spec, verbose, backend=backend)
+                session.late_action = "attaching again with it (the counters restart from zero)"
+                return session
+
+            serve_filesystems(parts, collector, open_session, stop)
     finally:
         if serving:
             server.shutdown()
         server.server_close()
-    if stop_signal is not None:
-        raise Terminated(stop_signal)
+    if stop.signal is not None:
+        raise Terminated(stop.signal)
+
+
+class Filesystem(NamedTuple):
+    """One filesystem the exporter serves: what it traces, and its families."""
+
+    target: Target
+    ops: List[str]
+    collector: FsCollector
+
+    @property
+    def prog(self) -> str:
+        """How its lines on stderr start (NFS's as before other filesystems were served)."""
+        fs = self.collector.fs
+        return "nfs-exporter" if fs == "nfs" else f"nfs-exporter: {fs}"
+
+
+class StopSignals:
+    """SIGTERM, SIGHUP and SIGINT set `signal` for the whole run, whichever probes are attached.
+
+    Each Session installs handlers of its own when it attaches and puts back the ones it found
+    when it detaches; with several probes coming and going in any order, that chain would put
+    back a detached probe's handler, or the default one while others are attached. So after
+    each attach install() puts this one back: every Session then saves, and restores, this."""
+
+    def __init__(self) -> None:
+        self.signal: Optional[int] = None
+        self._old: Dict[int, Any] = {}
+
+    def _stop(self, signum: int, _frame: Any) -> None:
+        self.signal = signum
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            previous = signal.signal(sig, self._stop)
+            self._old.setdefault(sig, previous)
+
+    def __enter__(self) -> "StopSignals":
+        self.install()
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
 
 
 def attach_server(held: ExitStack, spec: Dict[str, Any], collector: NfsdCollector, verbose: bool) -> Session:
@@ -585,38 +745,68 @@ def attach_server(held: ExitStack, spec: Dict[str, Any], collector: NfsdCollecto
     return session
 
 
-def serve_client(collector: NfsCollector, tool: Tool, ops: Sequence[str], spec: Dict[str, Any], verbose: bool,
-                 backend: str, served: Optional[Session]) -> Optional[int]:
-    """The client probe's life: attached when NFS modules are there, again when one loads
-    later, until a stop signal, whose number it returns. `served`, the server probe (--nfsd),
-    holds the signal handlers while no client probe does: its stop ends this too."""
-    def server_stop() -> Optional[int]:
-        return served.stop_signal if served is not None else None
+def serve_filesystems(parts: Sequence[Filesystem], collector: Collector, open_session: Callable[[Filesystem], Session],
+                      stop: StopSignals, modules: Path = MODULES) -> None:
+    """Each filesystem's probe life, side by side until a stop signal: attached when its
+    modules are there (a filesystem whose module is not loaded yet, cifs before its first
+    mount, is attached when it loads, the others' counters untouched), attached again when a
+    module loads later that its loader cannot add beside the running programs (bcc)."""
+    live: Dict[str, Session] = {}
+    waiting: Dict[str, List[str]] = {}
+    try:
+        while stop.signal is None:
+            for fs in parts:
+                name = fs.collector.fs
+                session = live.get(name)
+                if session is None:
+                    if name in waiting and not modules_present(waiting[name], modules):
+                        continue
+                    started = _attach(fs, collector, open_session, waiting)
+                    if started is not None:
+                        live[name] = started
+                        stop.install()
+                elif not session.wait(0):  # its own handler took a signal before install() came back
+                    stop.signal = session.stop_signal
+                elif session.late_modules:
+                    _detach(fs, live.pop(name))
+                if stop.signal is not None:
+                    break
+            deadline = time.monotonic() + TICK_S
+            while stop.signal is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+    finally:
+        for fs in reversed(parts):
+            if fs.collector.fs in live:
+                _detach(fs, live.pop(fs.collector.fs))
 
-    stop_signal: Optional[int] = None
-    lock = collector.lock
-    while stop_signal is None and server_stop() is None:
-        try:
-            session = Session("nfs-exporter", tool, ops, spec, verbose, backend=backend)
-        except NothingToTrace as exc:
-            if not exc.modules:
-                raise
-            print(f"nfs-exporter: {exc}: waiting for {' or '.join(exc.modules)} to load", file=sys.stderr,
-                  flush=True)
-            stop_signal = wait_for_modules(exc.modules)
-            continue
-        session.late_action = "attaching again with it (the counters restart from zero)"
-        with session:
-            with lock:
-                collector.session, collector.attached_at = session, time.time()
-                collector.loaded(session.backend.name, session.backend.version)
-            session.warn(f"probe attached: {', '.join(session.ops)}")
-            while session.wait(1.0) and not session.late_modules and server_stop() is None:
-                pass
-            with lock:  # a scrape still reading the maps ends first; detaching comes after
-                collector.session = None
-        stop_signal = session.stop_signal
-    return stop_signal or server_stop()
+
+def _attach(fs: Filesystem, collector: Collector, open_session: Callable[[Filesystem], Session],
+            waiting: Dict[str, List[str]]) -> Optional[Session]:
+    """The filesystem's probe attached and handed to its collector; None while none of its
+    operations can be traced for want of a module (said once per set of modules)."""
+    name = fs.collector.fs
+    try:
+        session = open_session(fs)
+    except NothingToTrace as exc:
+        if not exc.modules:
+            raise
+        if waiting.get(name) != exc.modules:
+            print(f"{fs.prog}: {exc}: waiting for {' or '.join(exc.modules)} to load", file=sys.stderr, flush=True)
+        waiting[name] = exc.modules
+        return None
+    waiting.pop(name, None)
+    session.__enter__()
+    with fs.collector.lock:
+        fs.collector.session, fs.collector.attached_at = session, time.time()
+        collector.loaded(name, session.backend.name, session.backend.version)
+    session.warn(f"probe attached: {', '.join(session.ops)}")
+    return session
+
+
+def _detach(fs: Filesystem, session: Session) -> None:
+    with fs.collector.lock:  # a scrape still reading the maps ends first; detaching comes after
+        fs.collector.session = None
+    session.__exit__(None, None, None)
 
 
 def main() -> None:

@@ -551,10 +551,17 @@ def refusal_cases() -> Iterator[bi.Case]:
                   match="discover: error: g.json: call graph format version 2 is newer than this probekit reads "
                         "(version 1); upgrade probekit, or write the graph with this one")
     xfs = bi.REPO / "probes" / "specs" / "xfs.toml"
-    yield bi.Case("refuse/exporter-spec-not-nfs", ["nfs-exporter", "--spec", str(xfs)],
-                  match=f"nfs-exporter: error: --spec {xfs}: a spec for xfs; nfs-exporter serves NFS only (its series "
-                        "are labelled by NFS export, server and version): use an NFS spec, or fsdist -t xfs for "
-                        "this filesystem")
+    yield bi.Case("refuse/exporter-spec-not-asked", ["nfs-exporter", "-t", "nfs,ext4", "--spec", str(xfs)],
+                  match=f"nfs-exporter: error: --spec {xfs}: a spec for xfs, which -t nfs,ext4 does not name")
+    known = "btrfs, cifs, ext4, nfs, nfsd, xfs"
+    for label, types, line in (
+            ("unknown", "nfs,zfs", f"-t zfs: no spec for it in probekit (known: {known}); write one with "
+                                   "`discover propose zfs` and pass it with --spec FILE"),
+            ("twice", "xfs,nfs,xfs", "-t xfs,nfs,xfs: xfs is given twice"),
+            ("empty", "nfs,,xfs", "-t 'nfs,,xfs': an empty filesystem name (FS[,FS...]: btrfs, cifs, ext4, nfs, xfs)"),
+            ("nfsd", "nfs,nfsd", "-t nfsd: an NFS server's requests are --nfsd's families (per client, export and "
+                                 "procedure); -t names the filesystems whose operations this host runs")):
+        yield bi.Case(f"refuse/exporter-types-{label}", ["nfs-exporter", "-t", types], match=f"nfs-exporter: error: {line}")
     yield bi.Case("refuse/exporter-nfsd-core", ["nfs-exporter", "--nfsd", "--backend", "core"],
                   match="nfs-exporter: error: --nfsd needs bcc (the server probe is generated for bcc only): "
                         "--backend auto or bcc")

@@ -18,10 +18,15 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from probes import exporter
-from probes.exporter import BUCKET_SLOTS, NfsCollector, cumulative_buckets, le_seconds, listen
+from probes.exporter import BUCKET_SLOTS, Collector, FsCollector, cumulative_buckets, le_seconds, listen
 
 REPO = Path(__file__).resolve().parents[1]
 BCC_NFSSLOWER = REPO / "tests/fixtures/6.1.0-50-amd64/bcc-tools/nfsslower-bpfcc.txt"
+
+
+def scrape_of(session: Any, mounts: Any = None, cgroups: Any = None) -> Collector:
+    """The exporter's collector over one NFS probe (the 6.1 guest's kernel and bcc)."""
+    return Collector([FsCollector(session, threading.Lock(), mounts, cgroups)], "6.1.0-50-amd64", "0.26.0")
 
 
 def bcc_log2l(value: int) -> int:
@@ -115,7 +120,7 @@ def _scrape_text() -> Tuple[str, Dict[str, List[int]]]:
     points = [Point(0, "read", "kprobe", "task", "nfs_file_read", "nfs_file_read", (), {}),
               Point(1, "getattr", "tracepoint", "task", "nfs:nfs_getattr_enter", "nfs:nfs_getattr_exit", (), {})]
     registry = CollectorRegistry()
-    registry.register(NfsCollector(_Recorded(rows, points), threading.Lock(), "6.1.0-50-amd64", "0.26.0"))
+    registry.register(scrape_of(_Recorded(rows, points)))
     server = listen("127.0.0.1", 0, registry)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -202,8 +207,7 @@ def test_series_per_mount_carry_node_exporters_labels() -> None:
             return {"read": dict(entry(v3 + v42), mounts=mounts)}
 
     registry = CollectorRegistry()
-    registry.register(NfsCollector(PerMount({"read": []}, []), threading.Lock(), "6.1.0-50-amd64", "0.26.0",
-                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
+    registry.register(scrape_of(PerMount({"read": []}, []), MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
     text = generate_latest(registry).decode()
     assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",'
             'nfs_version="3",op="read",protocol="tcp"} 40.0') in text
@@ -234,8 +238,7 @@ def test_every_asked_op_of_every_mount_is_at_zero_before_its_first_operation() -
 
     session = FirstBurst({"read": [], "write": []}, [])
     registry = CollectorRegistry()
-    registry.register(NfsCollector(session, threading.Lock(), "6.1.0-50-amd64", "0.26.0",
-                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
+    registry.register(scrape_of(session, MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
 
     def series(text: str) -> Dict[Tuple[str, str], float]:
         return {(line.split('mountpoint="')[1].split('"')[0], line.split('op="')[1].split('"')[0]):
@@ -279,7 +282,7 @@ def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path:
     mounts = MountTable(fixtures / "mountinfo", fixtures / "mountstats", grace=300, clock=clock)
     session = PerMount()
     registry = CollectorRegistry()
-    registry.register(NfsCollector(session, threading.Lock(), "6.1.0-50-amd64", "0.26.0", mounts))
+    registry.register(scrape_of(session, mounts))
     v42 = ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",'
            'nfs_version="4.2",op="read",protocol="tcp"} 60.0')
     unlabelled = 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""}'
@@ -360,8 +363,7 @@ def test_cgroup_label_names_real_cgroups_overflow_and_drops_a_removed_one(cgroup
     clock = Clock()
     session = PerCgroup()
     registry = CollectorRegistry()
-    registry.register(NfsCollector(session, threading.Lock(), "6.1.0-50-amd64", "0.26.0",
-                                   MountTable(fixtures / "mountinfo", fixtures / "mountstats"),
+    registry.register(scrape_of(session, MountTable(fixtures / "mountinfo", fixtures / "mountstats"),
                                    CgroupLabels(grace=300, clock=clock)))
     v3 = 'export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",nfs_version="3"'
     v42 = 'export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",nfs_version="4.2"'
@@ -385,7 +387,7 @@ def test_without_a_probe_a_scrape_has_the_health_metrics_only() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
-    registry.register(NfsCollector(None, threading.Lock(), "6.1.0-50-amd64", "0.26.0"))
+    registry.register(scrape_of(None))
     text = generate_latest(registry).decode()
     assert "probekit_nfs_probe_attached 0.0" in text and 'probekit_build_info{bcc_version="0.26.0"' in text and 'probekit_bpf_loader_info{backend="bcc",version=""}' in text
     assert "probekit_nfs_ops_total" not in text and "probekit_nfs_probe_attach_time_seconds" not in text
@@ -393,21 +395,78 @@ def test_without_a_probe_a_scrape_has_the_health_metrics_only() -> None:
     assert "probekit_nfs_probe_attached 1.0" in attached and "probekit_nfs_probe_attach_time_seconds " in attached
 
 
-def test_waiting_for_modules_ends_when_one_loads_or_on_a_signal(tmp_path: Path) -> None:
-    """The exporter started before NFS was mounted waits for the module (a directory under
-    /sys/module appears when it loads); SIGTERM meanwhile ends the wait with the signal, and
-    the handlers it set are the previous ones again."""
+class _Attachable(_Recorded):
+    """A probe as serve_filesystems drives it: entered once, ticked, left once (the collector
+    reading it is real, as are the loop, its signal handling and the module directory)."""
+
+    def __init__(self, log: List[str], fs: str) -> None:
+        super().__init__({"read": [1000]}, [])
+        self.log, self.fs = log, fs
+        self.backend = SimpleNamespace(name="core", version="1.5.0")
+        self.ops, self.late_modules, self.stop_signal = ["read"], [], None
+
+    def __enter__(self) -> "_Attachable":
+        self.log.append(f"attach {self.fs}")
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.log.append(f"detach {self.fs}")
+
+    def wait(self, _seconds: float) -> bool:
+        return True
+
+    def warn(self, _message: str) -> None:
+        pass
+
+
+def test_a_filesystem_whose_module_loads_later_is_attached_beside_the_others(tmp_path: Path) -> None:
+    """nfs-exporter -t ext4,cifs started before the first SMB mount: ext4 is attached at once,
+    cifs waits for its module (said in one line) and is attached when /sys/module/cifs appears,
+    ext4's probe untouched (attached once, its attach time kept); SIGTERM then detaches both,
+    and the signal handlers are the ones before the run."""
     import os
     import signal
+    from contextlib import redirect_stderr
+    from io import StringIO
 
-    from probes.runtime import wait_for_modules
-    timer = threading.Timer(0.3, lambda: (tmp_path / "nfsv4").mkdir())
-    timer.start()
-    assert wait_for_modules(["nfs", "nfsv4"], root=tmp_path, poll_s=0.05) is None
+    from probes.commands import find_target
+    from probes.exporter import Filesystem, StopSignals, serve_filesystems
+    from probes.runtime import NothingToTrace
+
+    log: List[str] = []
+    parts = [Filesystem(find_target(fs, None), ["read"], FsCollector(None, threading.Lock(), fs=fs)) for fs in ("ext4", "cifs")]
+    collector = Collector([fs.collector for fs in parts], "6.12.57+deb13-amd64", "")
+    ext4_attached: List[float] = []
+
+    def open_session(fs: Filesystem) -> Any:
+        name = fs.collector.fs
+        if name == "cifs" and not (tmp_path / "cifs").exists():
+            log.append("cifs not loaded")
+            raise NothingToTrace("none of read can be traced (SMB/CIFS modules loaded? see --verbose)", ["cifs"])
+        if name == "cifs":
+            ext4_attached.append(parts[0].collector.attached_at)
+            threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        return _Attachable(log, name)
+
     before = signal.getsignal(signal.SIGTERM)
-    threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
-    assert wait_for_modules(["nfs"], root=tmp_path, poll_s=0.05) == signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) is before
+    threading.Timer(1.5, lambda: (tmp_path / "cifs").mkdir()).start()
+    stderr = StringIO()
+    with redirect_stderr(stderr), StopSignals() as stop:
+        serve_filesystems(parts, collector, open_session, stop, modules=tmp_path)
+    assert stop.signal == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is before
+    assert log[0] == "attach ext4" and log.count("cifs not loaded") == 1, log
+    assert log[1:] == ["cifs not loaded", "attach cifs", "detach cifs", "detach ext4"]
+    assert stderr.getvalue() == ("nfs-exporter: cifs: none of read can be traced (SMB/CIFS modules loaded? see "
+                                 "--verbose): waiting for cifs to load\n")
+    assert ext4_attached == [parts[0].collector.attached_at]
+    assert parts[0].collector.session is None and parts[1].collector.session is None
+
+
+def test_modules_present_sees_a_module_directory(tmp_path: Path) -> None:
+    from probes.runtime import modules_present
+    assert not modules_present(["nfs", "nfsv4"], tmp_path)
+    (tmp_path / "nfsv4").mkdir()
+    assert modules_present(["nfs", "nfsv4"], tmp_path)
 
 
 def test_in_flight_per_mount_names_the_server_and_its_mounts() -> None:
@@ -421,7 +480,7 @@ def test_in_flight_per_mount_names_the_server_and_its_mounts() -> None:
     fixtures = Path(__file__).resolve().parent / "fixtures/6.1.0-50-amd64/exporter"
     mounts = MountTable(fixtures / "mountinfo", fixtures / "mountstats")
     mounts.refresh()
-    collector = NfsCollector(None, threading.Lock(), "6.1.0-50-amd64", "0.26.0", mounts)
+    collector = FsCollector(None, threading.Lock(), mounts)
     export = "127.0.0.1:/srv/nfs"
     idle = collector.in_flight_per_mount([])
     assert idle == {("127.0.0.1", export, "/mnt/nfs3"): (0, 0.0), ("127.0.0.1", export, "/mnt/nfs42"): (0, 0.0)}
@@ -434,3 +493,126 @@ def test_in_flight_per_mount_names_the_server_and_its_mounts() -> None:
     assert collector.in_flight_per_mount(stuck, servers.get) == {
         ("127.0.0.1", export, "/mnt/nfs3"): (2, 30.0), ("127.0.0.1", export, "/mnt/nfs42"): (1, 12.0),
         ("10.0.0.9", "", ""): (1, 3.0), ("", "", ""): (1, 1.0)}
+
+
+def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint() -> None:
+    """-t nfs,ext4 on this host's real mount table (its ext4 mounts) beside the 6.1 guest's NFS
+    mounts: probekit_ext4_* per ext4 mount with node_exporter filesystem collector's `device`
+    and `mountpoint`, at zero before their first operation; what one filesystem shares with
+    the others is one family with an `fs` label (probe_info, BPF program statistics whose
+    program names repeat across the two probes), never two families of one name."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from probes.generate import Point
+    from probes.mounts import MountTable
+    from discover.spec import serves_fstype
+    from probes.commands import find_target
+
+    ext4 = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "ext4":
+            ext4[left.split()[4]] = right.split()[1]
+    if not ext4:
+        pytest.skip("no ext4 mount on this host")
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    values = real_latencies_ns()[:10]
+
+    class WithPrograms(_Recorded):
+        def program_stats(self) -> Dict[str, Tuple[int, int]]:
+            return {"read_entry": (1500, 3), "read_exit": (2500, 3)}
+
+    nfs = WithPrograms({"read": values}, [Point(0, "read", "kprobe", "task", "nfs_file_read", "nfs_file_read", (), {})])
+    local = WithPrograms({"read": [], "write": []},
+                         [Point(0, "read", "fentry", "task", "ext4_file_read_iter", "ext4_file_read_iter", (), {})])
+    spec = find_target("ext4", None).spec
+    lock = threading.Lock()
+    parts = [FsCollector(nfs, lock, MountTable(fixtures / "mountinfo", fixtures / "mountstats")),
+             FsCollector(local, lock, MountTable(serves=lambda fstype: serves_fstype(spec, fstype)), fs="ext4",
+                         title="ext4")]
+    registry = CollectorRegistry()
+    registry.register(Collector(parts, "6.12.57+deb13-amd64", ""))
+    from unittest import mock
+    with mock.patch("probes.exporter.bpf_stats_enabled", return_value=True):
+        text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    ops = {(s.labels["op"], s.labels["device"], s.labels["mountpoint"]): s.value
+           for s in families["probekit_ext4_ops"].samples}
+    assert {(op, device, point) for op in ("read", "write") for point, device in ext4.items()} <= set(ops)
+    assert all(set(s.labels) == {"op", "device", "mountpoint"} for s in families["probekit_ext4_ops"].samples)
+    assert {(s.labels["device"], s.labels["mountpoint"]) for s in families["probekit_ext4_mount_ops_in_flight"].samples} \
+        == {(device, point) for point, device in ext4.items()}
+    assert "probekit_ext4_probe_attached 1.0" in text and "probekit_nfs_probe_attached 1.0" in text
+    assert sum(s.value for s in families["probekit_nfs_ops"].samples) == len(values)
+    info = {(s.labels["fs"], s.labels["op"], s.labels["kind"]) for s in families["probekit_probe_info"].samples}
+    assert info == {("nfs", "read", "kprobe"), ("ext4", "read", "fentry")}
+    runs = {(s.labels["fs"], s.labels["program"]): s.value for s in families["probekit_bpf_program_runs"].samples}
+    assert runs == {(fs, name): 3 for fs in ("nfs", "ext4") for name in ("read_entry", "read_exit")}
+    names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(names) == len(set(names))
+
+
+def test_types_are_the_fs_tools_names_in_the_order_given() -> None:
+    """-t as fsdist's, comma-separated; nfs without it; --spec stands in for its filesystem's
+    spec and is the default -t."""
+    from probes.exporter import fs_targets
+    from probes.runtime import SPECS_DIR
+
+    assert [t.spec["filesystem"] for t in fs_targets(None, None)] == ["nfs"]
+    assert [t.spec["filesystem"] for t in fs_targets("xfs, nfs,cifs", None)] == ["xfs", "nfs", "cifs"]
+    xfs = str(SPECS_DIR / "xfs.toml")
+    assert [(t.spec["filesystem"], str(t.spec_path)) for t in fs_targets(None, xfs)] == [("xfs", xfs)]
+    given = fs_targets("ext4,xfs", xfs)
+    assert [str(t.spec_path) for t in given] == [str(SPECS_DIR / "ext4.toml"), xfs]
+
+
+def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
+    """The 6.12 fs lab run's mount lines (tests/fixtures/6.12.117+deb13-amd64/fs-lab): XFS
+    series by `device` and `mountpoint`; SMB's two mounts of one share (cache=strict, loose)
+    by `device` (the share), `server` (mountinfo's addr=) and `mountpoint`, one series each."""
+    import gzip
+    import json
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from discover.spec import serves_fstype
+    from probes.commands import find_target
+    from probes.mounts import MountTable, kernel_dev
+    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run-exporter.json.gz"
+    with gzip.open(run, "rt") as handle:
+        lines = json.load(handle)["data"]["mountinfo"]
+    (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
+    (tmp_path / "mountstats").write_text("")
+    values = real_latencies_ns()
+
+    class PerDev(_Recorded):
+        def __init__(self, devs: List[int]) -> None:
+            super().__init__({"read": []}, [])
+            self.devs = devs
+
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            per = {dev: {"slots": slots_of(values[:i + 3]), "count": i + 3, "bytes": 0, "lat_ns": sum(values[:i + 3])}
+                   for i, dev in enumerate(self.devs)}
+            return {"read": {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0, "mounts": per}}
+
+    def fs_part(fs: str, devs: List[int]) -> FsCollector:
+        spec = find_target(fs, None).spec
+        mounts = MountTable(tmp_path / "mountinfo", tmp_path / "mountstats",
+                            serves=lambda fstype: serves_fstype(spec, fstype))
+        return FsCollector(PerDev(devs), threading.Lock(), mounts, fs=fs, title=fs)
+
+    registry = CollectorRegistry()
+    registry.register(Collector([fs_part("xfs", [kernel_dev(253, 0)]),
+                                 fs_part("cifs", [kernel_dev(0, 52), kernel_dev(0, 53)])], "6.12.117+deb13-amd64", ""))
+    text = generate_latest(registry).decode()
+    assert 'probekit_xfs_ops_total{device="/dev/mapper/probekit-xfs",mountpoint="/mnt/probekit-xfs",op="read"} 3.0' \
+        in text
+    share = 'device="//127.0.0.1/probekit"'
+    assert f'probekit_cifs_ops_total{{{share},mountpoint="/mnt/probekit-cifs-strict",op="read",server="127.0.0.1"}} 3.0' \
+        in text
+    assert f'probekit_cifs_ops_total{{{share},mountpoint="/mnt/probekit-cifs-loose",op="read",server="127.0.0.1"}} 4.0' \
+        in text
+    assert f'probekit_cifs_mount_ops_in_flight{{{share},mountpoint="/mnt/probekit-cifs-loose",server="127.0.0.1"}} 0.0' \
+        in text
+    assert "probekit_xfs_ops_total{" in text and "probekit_ext4_" not in text and 'mountpoint="/mnt/probekit-ext4"' not in text

@@ -1,6 +1,8 @@
 """The fs lab checks' verdicts (labs/fs_checks.py) on a real 6.12 guest run (README beside it):
 every verdict passes on it as recorded, and fails when one operation is lost or one
-latency is moved across the injected delay."""
+latency is moved across the injected delay; nfs-exporter's too (the run scraped it around
+every phase), and they fail when a scrape lost an operation, a probe was attached again,
+or a delayed fsync sat below the delay."""
 from __future__ import annotations
 
 import gzip
@@ -13,15 +15,26 @@ import pytest
 from labs import fs_checks as fc
 
 RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "fs-lab" / "guest-run.json.gz"
+#: a later run of the same check with nfs-exporter -t scraped around every phase
+EXPORTER_RUN = RUN.with_name("guest-run-exporter.json.gz")
 FILESYSTEMS = ("xfs", "ext4", "btrfs", "cifs")
 
 
-@pytest.fixture
-def data() -> Dict[str, Any]:
-    with gzip.open(RUN, "rt") as handle:
+def _run(path: Path) -> Dict[str, Any]:
+    with gzip.open(path, "rt") as handle:
         out: Dict[str, Any] = json.load(handle)
     assert out["ok"]
     return out["data"]
+
+
+@pytest.fixture(params=[RUN, EXPORTER_RUN], ids=["tools", "with-exporter"])
+def data(request: Any) -> Dict[str, Any]:
+    return _run(request.param)
+
+
+@pytest.fixture
+def exporter_run() -> Dict[str, Any]:
+    return _run(EXPORTER_RUN)
 
 
 @pytest.mark.parametrize("fs", FILESYSTEMS)
@@ -70,6 +83,48 @@ def test_a_delayed_fsync_in_a_lower_bucket_fails(data: Dict[str, Any]) -> None:
                 bucket["interval-start"], bucket["interval-end"] = delay_us // 2, delay_us - 1
     with pytest.raises(AssertionError, match="0 of 2 fsyncs at or above"):
         fc.verify_delay_visible(run, "ext4")
+
+
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+def test_the_recorded_exporter_passes(exporter_run: Dict[str, Any], fs: str) -> None:
+    for verify in fc.EXPORTER_CHECKS:
+        verify(exporter_run, fs)
+    fc.verify_exporter_stopped(exporter_run)
+
+
+def test_the_recorded_exporter_waited_for_the_modules_the_mounts_loaded(exporter_run: Dict[str, Any]) -> None:
+    """The guest had ext4 (its root) and btrfs loaded at boot, xfs and cifs not: the exporter
+    attached the first two at once and each of the others when its mount loaded it."""
+    start = exporter_run["exporter"]["start"]
+    assert {fs: start[fs]["attached"] for fs in FILESYSTEMS} == {"xfs": 0, "ext4": 1, "btrfs": 1, "cifs": 0}
+
+
+def test_a_scrape_that_lost_an_operation_fails(exporter_run: Dict[str, Any]) -> None:
+    after = exporter_run["runs"]["cifs"]["phases"]["loose plain"]["exporter"]["after"]["cifs"]
+    after["ops"]["getattr /mnt/probekit-cifs-loose"] -= 1
+    with pytest.raises(AssertionError, match="loose plain: getattr exporter 2.0, issued 3"):
+        fc.verify_exporter_counts_exact(exporter_run, "cifs")
+
+
+def test_another_mounts_series_moving_in_a_phase_fails(exporter_run: Dict[str, Any]) -> None:
+    after = exporter_run["runs"]["cifs"]["phases"]["strict plain"]["exporter"]["after"]["cifs"]
+    after["ops"]["read /mnt/probekit-cifs-loose"] += 4
+    with pytest.raises(AssertionError, match="other mounts' series moved"):
+        fc.verify_exporter_counts_exact(exporter_run, "cifs")
+
+
+def test_a_probe_attached_again_fails(exporter_run: Dict[str, Any]) -> None:
+    """ext4 was attached at the start: a later scrape with another attach time is a restart."""
+    exporter_run["runs"]["cifs"]["phases"]["loose delay"]["exporter"]["after"]["ext4"]["attach_time"] += 30
+    with pytest.raises(AssertionError, match="ext4: attached again"):
+        fc.verify_exporter_probes_independent(exporter_run, "ext4")
+
+
+def test_a_delayed_fsync_below_the_delay_in_the_exporter_fails(exporter_run: Dict[str, Any]) -> None:
+    phase = exporter_run["runs"]["xfs"]["phases"]["delay"]["exporter"]["after"]["xfs"]
+    phase["slow"]["fsync /mnt/probekit-xfs"] -= 1
+    with pytest.raises(AssertionError, match="xfs delay"):
+        fc.verify_exporter_delay_visible(exporter_run, "xfs")
 
 
 PROFILE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "localfs" / "profile.json.gz"

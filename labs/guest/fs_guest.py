@@ -13,9 +13,13 @@ its pid alone: the root filesystem is ext4 too); phases are told apart by time: 
 events by their own timestamps, the interval tools' records by stamp, each phase ending
 once the tool has printed the interval read after its workload (probes_guest.wait_flushed)
 and the next starting GAP_S later; the lab file systems are touched by nothing else.
+With --exporter, `nfs-exporter -t` over the same filesystems is started first, before any
+of them is mounted (so a filesystem whose module loads with its first mount, cifs, xfs,
+btrfs on a fresh guest, is attached when it loads), and scraped right before and right
+after each phase's workload, beside the tools.
 Prints one JSON document; tests/lab/test_fs_lab.py judges it.
 
-  python3 labs/guest/fs_guest.py [FS:TOOL ...]     (default: RUNS)
+  python3 labs/guest/fs_guest.py [--exporter] [FS:TOOL ...]     (default: RUNS)
 """
 from __future__ import annotations
 
@@ -26,10 +30,11 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Tuple
+import urllib.request
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from probes_guest import (attach_kinds, json_lines, kernel_attachments, picks, stop, tool, wait_flushed,
-                          wait_ready, writes_and_two_fsyncs)
+from probes_guest import (EVIDENCE_WAIT_S, attach_kinds, json_lines, kernel_attachments, picks, said, stop, tool,
+                          wait_flushed, wait_ready, writes_and_two_fsyncs)
 from discover.spec import serves_fstype  # noqa: E402  (probes_guest put the share on sys.path)
 from probes.mounts import MountTable, kernel_dev, mount_dev  # noqa: E402
 
@@ -52,6 +57,9 @@ K_STATS = 3
 GAP_S = 3.0       # quiet seconds between a phase's end (its intervals printed) and the next one
 #: the tools that print a record per interval (their phases wait for the one after the workload)
 INTERVAL_TOOLS = ("fsdist", "fstop")
+#: the exporter's last bucket below DELAY_MS: an operation that waited the delay is above it
+SLOW_SLOT = int(DELAY_MS * 1e6).bit_length() - 1
+EXPORTER_LOG = "/tmp/nfs-exporter-fs.out"
 
 
 def sh(*argv: str) -> str:
@@ -231,14 +239,19 @@ def drop_pages() -> None:
         handle.write("1\n")
 
 
-def phase(worker: Worker, mount: str, tag: str, src: str, tool_name: str, log: str) -> Dict[str, Any]:
+def phase(worker: Worker, mount: str, tag: str, src: str, tool_name: str, log: str,
+          scrape: Optional[Callable[[], Dict[str, Any]]] = None) -> Dict[str, Any]:
     """One workload run by the worker, pages dropped first, with its wall and monotonic span; an
-    interval tool's phase also waits until the tool printed the interval read after it (`flushed`)."""
+    interval tool's phase also waits until the tool printed the interval read after it (`flushed`);
+    with the exporter, its lab series right before and right after the workload (`exporter`)."""
     drop_pages()
+    before = scrape() if scrape else None
     started, mono = time.time(), time.monotonic()
     issued = worker.run(mount, tag.replace(" ", "-"), src)
     out: Dict[str, Any] = {"pid": worker.pid, "issued": issued, "start": started, "end": time.time(),
-                           "mono_start": mono, "mono_end": time.monotonic()}
+                           "mono_start": mono, "mono_end": time.monotonic(), "mount": mount}
+    if scrape:
+        out["exporter"] = {"before": before, "after": scrape()}
     if tool_name in INTERVAL_TOOLS:
         out["flushed"] = wait_flushed([log], out["end"], f"the {tag} phase")
     return out
@@ -260,54 +273,149 @@ def tool_args(fs: str, name: str, worker: int) -> List[str]:
     return base + ["-i", "1"]
 
 
-def run(plan: List[Tuple[str, str]]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"release": os.uname().release, "runs": {}}
-    with filesystems([fs for fs, _ in plan]) as mounted:
-        sources = {(fs, label): prepare(mount) for fs, m in mounted.items() for label, mount in m.mounts.items()}
-        out["devs"] = {fs: [devs(fs, mount) for mount in m.mounts.values()] for fs, m in mounted.items()}
-        out["attached_before"] = kernel_attachments()
-        procs = {}
-        worker = Worker()
+def exporter_series(filesystems: List[str]) -> Dict[str, Any]:
+    """One scrape of the exporter, what the checks read of it: per filesystem whether its probe
+    is attached and since when, and per `op mountpoint` of the lab mounts its ops, bytes,
+    histogram count and the count above SLOW_SLOT's bucket (`slow`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.utils import floatToGoString
+
+    from probes.exporter import DEFAULT_PORT, le_seconds
+    text = urllib.request.urlopen(f"http://127.0.0.1:{DEFAULT_PORT}/metrics", timeout=EVIDENCE_WAIT_S).read().decode()
+    slow_le = floatToGoString(le_seconds(SLOW_SLOT))
+    out: Dict[str, Any] = {fs: {"attached": 0.0, "attach_time": None, "ops": {}, "bytes": {}, "count": {}, "below": {}}
+                           for fs in filesystems}
+    fields = {"ops_total": "ops", "bytes_total": "bytes", "op_latency_seconds_count": "count"}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            fs = next((fs for fs in filesystems if sample.name.startswith(f"probekit_{fs}_")), None)
+            if fs is None:
+                continue
+            what = sample.name[len(f"probekit_{fs}_"):]
+            if what == "probe_attached":
+                out[fs]["attached"] = sample.value
+            elif what == "probe_attach_time_seconds":
+                out[fs]["attach_time"] = sample.value
+            elif sample.labels.get("mountpoint", "").startswith("/mnt/probekit-") and "op" in sample.labels:
+                key = f"{sample.labels['op']} {sample.labels['mountpoint']}"
+                if what in fields:
+                    out[fs][fields[what]][key] = sample.value
+                elif what == "op_latency_seconds_bucket" and sample.labels["le"] == slow_le:
+                    out[fs]["below"][key] = sample.value
+    for fs in filesystems:
+        below = out[fs].pop("below")
+        out[fs]["slow"] = {key: count - below.get(key, 0) for key, count in out[fs]["count"].items()}
+    return out
+
+
+def exporter_said_each(filesystems: List[str]) -> str:
+    """Wait until the exporter said, for each filesystem, that its probe is attached or that it
+    waits for a module; its stderr so far."""
+    deadline = time.monotonic() + EVIDENCE_WAIT_S
+    while True:
+        text = said(EXPORTER_LOG)
+        if all(f"nfs-exporter: {fs}: probe attached: " in text or
+               any(line.startswith(f"nfs-exporter: {fs}: ") and "waiting for" in line for line in text.splitlines())
+               for fs in filesystems):
+            return text
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nfs-exporter said nothing of some of {filesystems}: {text[-1500:]}")
+        time.sleep(0.5)
+
+
+def exporter_attached(proc: subprocess.Popen, filesystems: List[str]) -> Dict[str, Any]:
+    """Scrapes until every filesystem's probe is attached (those waiting for a module at the
+    start attach once their mount loaded it); the scrape that showed it."""
+    deadline = time.monotonic() + EVIDENCE_WAIT_S
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nfs-exporter exited {proc.returncode}: {said(EXPORTER_LOG)[-1500:]}")
         try:
-            for fs, name in plan:
-                log = f"/tmp/{name}-{fs}.out"
-                args = tool_args(fs, name, worker.pid)
-                procs[fs] = (name, log, tool(args, log))
-                out["runs"][fs] = {"tool": name, "args": args, "delay_ms": DELAY_MS,
-                                   "ready_s": wait_ready(procs[fs][2], log, timeout=600.0)}
-            out["attached_during"] = kernel_attachments()
-            for fs, _ in plan:  # phases `plain` and `delay`; per cache mode on SMB (`strict plain`, ...)
-                phases = {}
-                name, log, _ = procs[fs]
-                for label, mount in mounted[fs].mounts.items():
-                    phases[f"{label}plain"] = phase(worker, mount, f"{label}plain", sources[(fs, label)], name, log)
-                    time.sleep(GAP_S)
-                    with mounted[fs].delayed() as how:
-                        out["runs"][fs]["injected"] = how
-                        phases[f"{label}delay"] = phase(worker, mount, f"{label}delay", sources[(fs, label)], name,
-                                                        log)
-                    time.sleep(GAP_S)
-                out["runs"][fs]["phases"] = phases
-        finally:  # every tool stopped first, whatever failed: nothing may stay attached
-            stopped = {}
-            for fs, (name, log, proc) in procs.items():
-                try:
-                    stopped[fs] = stop(proc, log, STOP_SIGNAL[name])
-                except BaseException:
-                    proc.kill()
-                    raise
-            worker.close()
-        for fs, result in stopped.items():
-            name = procs[fs][0]
-            result["records"] = json_lines(result["lines"], {"fsslower": "lat_us", "fsdist": "ops",
-                                                             "fstop": "processes"}[name])
-            result["picks"] = picks(result["stderr"])
-            result["attach_kinds"] = attach_kinds(result["stderr"])
-            out["runs"][fs].update(result)
-        out["attached_after"] = kernel_attachments()
+            series = exporter_series(filesystems)
+            if all(series[fs]["attached"] == 1 for fs in filesystems):
+                return series
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nfs-exporter did not attach every probe: {said(EXPORTER_LOG)[-1500:]}")
+        time.sleep(1.0)
+
+
+def run(plan: List[Tuple[str, str]], with_exporter: bool = False) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"release": os.uname().release, "runs": {}}
+    names = [fs for fs, _ in plan]
+    out["attached_before"] = kernel_attachments()
+    exporter = None
+    try:
+        if with_exporter:  # before any lab mount: a filesystem whose module its mount loads is attached then
+            args = ["nfs-exporter", "-t", ",".join(names), "-v"]
+            exporter = tool(args, EXPORTER_LOG)
+            out["exporter"] = {"args": args, "start_said": exporter_said_each(names)}
+            out["exporter"]["start"] = exporter_series(names)
+        with filesystems(names) as mounted:
+            _run_tools(plan, mounted, out, exporter)
+            out["attached_after"] = kernel_attachments()
+    finally:
+        if exporter is not None and exporter.poll() is None:
+            exporter.kill()
     out["mounts_after"] = sh("sh", "-c", "grep -c probekit- /proc/mounts || true")
     out["dm_after"] = sh("sh", "-c", "dmsetup ls | grep -c probekit- || true")
     return out
+
+
+def _run_tools(plan: List[Tuple[str, str]], mounted: Dict[str, Any], out: Dict[str, Any],
+               exporter: Optional[subprocess.Popen]) -> None:
+    """The tools started on the mounted filesystems, every phase run, every tool (and the
+    exporter) stopped by its signal: what each reported goes into `out`."""
+    names = [fs for fs, _ in plan]
+    sources = {(fs, label): prepare(mount) for fs, m in mounted.items() for label, mount in m.mounts.items()}
+    out["devs"] = {fs: [devs(fs, mount) for mount in m.mounts.values()] for fs, m in mounted.items()}
+    with open("/proc/self/mountinfo") as lines:
+        out["mountinfo"] = [line.rstrip("\n") for line in lines if "/mnt/probekit-" in line]
+    procs = {}
+    worker = Worker()
+    scrape = (lambda: exporter_series(names)) if exporter is not None else None
+    try:
+        for fs, name in plan:
+            log = f"/tmp/{name}-{fs}.out"
+            args = tool_args(fs, name, worker.pid)
+            procs[fs] = (name, log, tool(args, log))
+            out["runs"][fs] = {"tool": name, "args": args, "delay_ms": DELAY_MS,
+                               "ready_s": wait_ready(procs[fs][2], log, timeout=600.0)}
+        if exporter is not None:
+            out["exporter"]["attached"] = exporter_attached(exporter, names)
+        out["attached_during"] = kernel_attachments()
+        for fs, _ in plan:  # phases `plain` and `delay`; per cache mode on SMB (`strict plain`, ...)
+            phases = {}
+            name, log, _ = procs[fs]
+            for label, mount in mounted[fs].mounts.items():
+                phases[f"{label}plain"] = phase(worker, mount, f"{label}plain", sources[(fs, label)], name, log,
+                                                scrape)
+                time.sleep(GAP_S)
+                with mounted[fs].delayed() as how:
+                    out["runs"][fs]["injected"] = how
+                    phases[f"{label}delay"] = phase(worker, mount, f"{label}delay", sources[(fs, label)], name,
+                                                    log, scrape)
+                time.sleep(GAP_S)
+            out["runs"][fs]["phases"] = phases
+    finally:  # every tool stopped first, whatever failed: nothing may stay attached
+        stopped = {}
+        for fs, (name, log, proc) in procs.items():
+            try:
+                stopped[fs] = stop(proc, log, STOP_SIGNAL[name])
+            except BaseException:
+                proc.kill()
+                raise
+        if exporter is not None:
+            out["exporter"].update(stop(exporter, EXPORTER_LOG, signal.SIGTERM))
+        worker.close()
+    for fs, result in stopped.items():
+        name = procs[fs][0]
+        result["records"] = json_lines(result["lines"], {"fsslower": "lat_us", "fsdist": "ops",
+                                                         "fstop": "processes"}[name])
+        result["picks"] = picks(result["stderr"])
+        result["attach_kinds"] = attach_kinds(result["stderr"])
+        out["runs"][fs].update(result)
 
 
 def sbin_on_path() -> None:
@@ -317,9 +425,10 @@ def sbin_on_path() -> None:
 
 def main(argv: List[str]) -> int:
     sbin_on_path()
-    plan = [tuple(arg.split(":", 1)) for arg in argv[1:]] or list(RUNS)
+    with_exporter = "--exporter" in argv[1:]
+    plan = [tuple(arg.split(":", 1)) for arg in argv[1:] if arg != "--exporter"] or list(RUNS)
     try:
-        result = {"ok": True, "data": run(plan)}  # type: ignore[arg-type]
+        result = {"ok": True, "data": run(plan, with_exporter)}  # type: ignore[arg-type]
     except Exception as exc:  # reported as data: the host test shows it
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(result))

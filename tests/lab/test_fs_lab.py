@@ -12,6 +12,13 @@ counts and bytes exact per phase, the delay shown when injected and not without,
 left attached, mounted or mapped. The tools' picks and counts are each spec's
 --lab-results for this kernel, and `probes compat` of the kernel's Debian package must
 agree with them, every operation lab-verified.
+
+On 6.12 the same run also starts `nfs-exporter -t xfs,ext4,btrfs,cifs` before anything is
+mounted, so that each filesystem whose module its first mount loads is attached then, and
+scrapes it right before and right after every phase: its per-mount counts and bytes grow
+by what the workload issued and the tool counted, its histograms show the delay as the
+tools do, no probe attached at the start restarts when the others arrive, and SIGTERM
+leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
-from conftest import guest_run, guest_script, on_kernels, once_run
+from conftest import KERNELS, guest_run, guest_script, matrix, on_kernels, once_run
 
 from labs import fs_checks as fc
 
@@ -29,11 +36,17 @@ pytestmark = pytest.mark.lab
 GUEST_SCRIPT = "labs/guest/fs_guest.py"
 FILESYSTEMS = ["xfs", "ext4", "btrfs", "cifs"]
 fs_kernels = on_kernels("fs")
+#: where the run checks nfs-exporter over the same filesystems (fentry and core on trixie)
+EXPORTER_KERNELS = ("6.12",)
+fs_exporter_kernels = pytest.mark.parametrize(
+    "kernel_lab", [k for k in KERNELS if k in matrix().get("fs", ()) and k in EXPORTER_KERNELS], indirect=True,
+    ids=lambda k: f"k{k}")
 
 
 @guest_run("fs", fixture="fs_data")
 def run_fs_checks(kernel_lab: Any) -> Dict[str, Any]:
-    return guest_script(kernel_lab, "fs", GUEST_SCRIPT, timeout=1800)
+    script = GUEST_SCRIPT + (" --exporter" if kernel_lab.kernel in EXPORTER_KERNELS else "")
+    return guest_script(kernel_lab, "fs", script, timeout=1800)
 
 
 @pytest.fixture
@@ -59,6 +72,18 @@ def test_mount_point_finds_the_superblock(fs_data: Dict[str, Any], fs: str) -> N
 @fs_kernels
 def test_fs_tools_leave_nothing_behind(fs_data: Dict[str, Any]) -> None:
     fc.verify_nothing_left(fs_data, ",".join(FILESYSTEMS))
+
+
+@fs_exporter_kernels
+@pytest.mark.parametrize("fs", FILESYSTEMS)
+@pytest.mark.parametrize("verify", fc.EXPORTER_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_fs_exporter(fs_data: Dict[str, Any], fs: str, verify: Any) -> None:
+    verify(fs_data, fs)
+
+
+@fs_exporter_kernels
+def test_fs_exporter_stops_clean(fs_data: Dict[str, Any]) -> None:
+    fc.verify_exporter_stopped(fs_data)
 
 
 @guest_run("fs static", fixture="fs_static")
