@@ -189,7 +189,8 @@ def test_scrape_has_todays_series_and_labels() -> None:
     label names are what the exporter serves today."""
     from prometheus_client.parser import text_string_to_metric_families
     from test_exporter import _scrape_text
-    text, _ = _scrape_text()
+    lab = Path(__file__).resolve().parent / "fixtures/6.1.0-50-amd64/exporter"  # real NFS mounts: the per-mount families
+    text, _ = _scrape_text(MountTable(lab / "mountinfo", lab / "mountstats"))
     scrape = (examples.CAPTURES / "nfs-exporter.out").read_text()
     today = {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("probekit_")}
     then = {f.name: f for f in text_string_to_metric_families(scrape) if f.name.startswith("probekit_")}

@@ -13,12 +13,13 @@ import threading
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
 from probes import exporter
 from probes.exporter import BUCKET_SLOTS, Collector, FsCollector, cumulative_buckets, le_seconds, listen
+from probes.mounts import MountTable
 
 REPO = Path(__file__).resolve().parents[1]
 BCC_NFSSLOWER = REPO / "tests/fixtures/6.1.0-50-amd64/bcc-tools/nfsslower-bpfcc.txt"
@@ -108,7 +109,9 @@ class _Recorded:
         return {}
 
 
-def _scrape_text() -> Tuple[str, Dict[str, List[int]]]:
+def _scrape_text(mounts: Optional[MountTable] = None) -> Tuple[str, Dict[str, List[int]]]:
+    """bcc's nfsslower example's latencies served by today's collector (`mounts`: the NFS
+    mounts it labels, else the host's)."""
     from prometheus_client import CollectorRegistry
 
     from probes.generate import Point
@@ -120,7 +123,7 @@ def _scrape_text() -> Tuple[str, Dict[str, List[int]]]:
     points = [Point(0, "read", "kprobe", "task", "nfs_file_read", "nfs_file_read", (), {}),
               Point(1, "getattr", "tracepoint", "task", "nfs:nfs_getattr_enter", "nfs:nfs_getattr_exit", (), {})]
     registry = CollectorRegistry()
-    registry.register(scrape_of(_Recorded(rows, points)))
+    registry.register(scrape_of(_Recorded(rows, points), mounts))
     server = listen("127.0.0.1", 0, registry)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -505,7 +508,6 @@ def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint()
     from prometheus_client.parser import text_string_to_metric_families
 
     from probes.generate import Point
-    from probes.mounts import MountTable
     from discover.spec import serves_fstype
     from probes.commands import find_target
 
