@@ -161,9 +161,10 @@ def _parse(text: str, path: Path) -> Dict[str, Any]:
 
 def compile_spec(path: Path) -> str:
     """The spec at `path` parsed and validated, as JSON with the text it was parsed from
-    (load_spec's `compiled`: built with the package, beside the CO-RE objects)."""
+    (load_spec's `compiled`: built with the package, beside the CO-RE objects). Its keys keep
+    the file's order: the CO-RE object numbers the spec's points in that order."""
     spec = load_spec(path)
-    return json.dumps({"source": Path(path).read_text(encoding="utf-8"), "spec": spec}, sort_keys=True)
+    return json.dumps({"source": Path(path).read_text(encoding="utf-8"), "spec": spec})
 
 
 def _compiled(compiled: Path, text: str) -> Optional[Dict[str, Any]]:
