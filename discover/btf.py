@@ -12,6 +12,8 @@ Format reference: the kernel's Documentation/bpf/btf.rst (header, type records, 
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 MAGIC = 0xEB9F
@@ -30,6 +32,12 @@ _EXTRA: Dict[int, Tuple[int, int]] = {
     KIND_FUNC_PROTO: (0, 8), KIND_VAR: (4, 0), KIND_DATASEC: (0, 12), KIND_FLOAT: (0, 0),
     KIND_DECL_TAG: (4, 0), KIND_TYPE_TAG: (0, 0), KIND_ENUM64: (0, 12),
 }
+
+#: the same, in 4-byte words with the record's own three: (fixed, per vlen item), by kind
+#: (None: a kind this reader does not know); every record is a whole number of words
+_WORDS: List[Optional[Tuple[int, int]]] = [None] * 32
+for _kind, (_fixed, _per) in _EXTRA.items():
+    _WORDS[_kind] = (3 + _fixed // 4, _per // 4)
 
 LINKAGE = {0: "static", 1: "global", 2: "extern"}
 
@@ -104,7 +112,12 @@ class Btf:
         self._first_id = base.type_count if base is not None else 1
         self._str_base = base._strings_end() if base is not None else 0
         self._offsets: List[int] = []
-        self._func_ids: Dict[str, int] = {}
+        #: FUNC records' name offsets -> the last such record's id; names are decoded only
+        #: when looked up (func_id) or listed (_func_ids): a live start looks up a handful
+        #: of the 50,000+ functions of vmlinux
+        self._func_name_offs: Dict[int, int] = {}
+        self._func_names: Optional[Dict[str, int]] = None
+        self._looked_up: Dict[str, Optional[int]] = {}
         self._index(types_start, types_start + type_len)
         self._name_cache: Dict[int, str] = {}
 
@@ -118,23 +131,67 @@ class Btf:
         return base_end + len(self._strs)
 
     def _index(self, pos: int, end: int) -> None:
-        data, unpack = self._data, struct.Struct(self._end + "III").unpack_from
-        fixed_extra = _EXTRA
-        next_id = self._first_id
-        while pos < end:
-            name_off, info, _ = unpack(data, pos)
-            kind = (info >> 24) & 0x1F
-            vlen = info & 0xFFFF
-            extra = fixed_extra.get(kind)
-            if extra is None:
-                raise BtfError(f"unknown BTF kind {kind} at type id {next_id}")
-            self._offsets.append(pos)
-            if kind == KIND_FUNC:
-                self._func_ids[self._str(name_off)] = next_id
-            pos += 12 + extra[0] + extra[1] * vlen
-            next_id += 1
-        if pos != end:
+        """Each record's offset, and the FUNC records' names, in one pass over the type section
+        read as 4-byte words (a vmlinux has 100,000+ records: the pass is most of its parse)."""
+        if (end - pos) % 4:
             raise BtfError("BTF type section ends inside a type record")
+        words = array("I", self._data[pos:end])  # C's unsigned int: 4 bytes on Linux
+        if (self._end == "<") != (sys.byteorder == "little"):
+            words.byteswap()
+        offsets, funcs, sizes = self._offsets, self._func_name_offs, _WORDS
+        append = offsets.append
+        next_id, i, count = self._first_id, 0, len(words)
+        try:
+            while i < count:
+                info = words[i + 1]
+                kind = (info >> 24) & 0x1F
+                size = sizes[kind]
+                if size is None:
+                    raise BtfError(f"unknown BTF kind {kind} at type id {next_id}")
+                append(pos + 4 * i)
+                if kind == KIND_FUNC:
+                    funcs[words[i]] = next_id
+                i += size[0] + size[1] * (info & 0xFFFF)
+                next_id += 1
+        except IndexError:
+            raise BtfError("BTF type section ends inside a type record") from None
+        if i != count:
+            raise BtfError("BTF type section ends inside a type record")
+
+    def _name_offsets(self, name: bytes) -> Iterator[int]:
+        """Every string offset (this blob's numbering, the base's strings first) where `name` is
+        a whole string."""
+        if self.base is not None:
+            yield from self.base._name_offsets(name)
+        strs, wanted = self._strs, b"\0" + name + b"\0"
+        if strs.startswith(name + b"\0"):
+            yield self._str_base
+        at = strs.find(wanted)
+        while at >= 0:
+            yield self._str_base + at + 1
+            at = strs.find(wanted, at + 1)
+
+    def func_id(self, name: str) -> Optional[int]:
+        """The type id of this blob's (not its base's) FUNC record called `name` (of several,
+        the last), or None: found through the string section, not by decoding every name."""
+        if self._func_names is not None:
+            return self._func_names.get(name)
+        if name not in self._looked_up:
+            ids = [self._func_name_offs[off] for off in self._name_offsets(name.encode())
+                   if off in self._func_name_offs]
+            self._looked_up[name] = max(ids) if ids else None
+        return self._looked_up[name]
+
+    @property
+    def _func_ids(self) -> Dict[str, int]:
+        """Every FUNC record's name -> its id (of several, the last), in type-id order of first use."""
+        if self._func_names is None:
+            names: Dict[str, int] = {}
+            for off, type_id in self._func_name_offs.items():
+                name = self._str(off)
+                names[name] = max(names.get(name, 0), type_id)
+            self._func_names = names
+        return self._func_names
 
     def _str(self, off: int) -> str:
         if off < self._str_base:
@@ -233,7 +290,7 @@ class Btf:
 
     def function(self, name: str) -> Optional[BtfFunction]:
         """The FUNC record called `name` in this blob (not its base), or None."""
-        type_id = self._func_ids.get(name)
+        type_id = self.func_id(name)
         if type_id is None:
             return None
         _, _, _, _, vlen, proto_id = self._record(type_id)

@@ -133,23 +133,50 @@ def _load_toml_text(text: str, origin: str) -> Dict[str, Any]:
         raise UserError(f"{origin}: not valid TOML: {str(exc).splitlines()[0]}") from None
 
 
-def load_spec(path: Path) -> Dict[str, Any]:
-    """Read and validate a probe spec; any problem is one UserError line naming the key."""
+def load_spec(path: Path, compiled: Optional[Path] = None) -> Dict[str, Any]:
+    """Read and validate a probe spec; any problem is one UserError line naming the key.
+    `compiled`: compile_spec's JSON of it, taken instead of parsing when it was made from this
+    very text (parsing the TOML was 0.1-0.2 s of a tool's start in a TCG guest)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such probe spec") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read probe spec: {exc}") from None
-    if Path(path).suffix == ".json":  # the same keys as JSON: readable on Python 3.9 without a TOML module
-        try:
-            spec = json.loads(text)
-        except ValueError as exc:
-            raise UserError(f"{path}: not valid JSON: {exc}") from None
-    else:
-        spec = _load_toml_text(text, str(path))
+    spec = _compiled(compiled, text) if compiled is not None else None
+    if spec is None:
+        spec = _parse(text, Path(path))
     validate_spec(spec, str(path))
     return spec
+
+
+def _parse(text: str, path: Path) -> Dict[str, Any]:
+    if path.suffix == ".json":  # the same keys as JSON: readable on Python 3.9 without a TOML module
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise UserError(f"{path}: not valid JSON: {exc}") from None
+    return _load_toml_text(text, str(path))
+
+
+def compile_spec(path: Path) -> str:
+    """The spec at `path` parsed and validated, as JSON with the text it was parsed from
+    (load_spec's `compiled`: built with the package, beside the CO-RE objects). Its keys keep
+    the file's order: the CO-RE object numbers the spec's points in that order."""
+    spec = load_spec(path)
+    return json.dumps({"source": Path(path).read_text(encoding="utf-8"), "spec": spec})
+
+
+def _compiled(compiled: Path, text: str) -> Optional[Dict[str, Any]]:
+    """compile_spec's spec from `compiled` if it was made from `text`; None otherwise (no such
+    file, another version of the spec, not compile_spec's JSON)."""
+    try:
+        data = json.loads(compiled.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("source") != text or not isinstance(data.get("spec"), dict):
+        return None
+    return data["spec"]
 
 
 def _fail(origin: str, key: str, problem: str) -> UserError:

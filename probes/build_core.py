@@ -5,7 +5,8 @@ the package is built. Building the wheel (and so the Debian package, which pybui
 from the same wheel) runs this through setup.py's build hook into the wheel's
 probes/objects/; in a checkout `python -m probes.build_core [--out DIR] [SPEC...]` writes
 probes/objects/ (default: every spec in probes/specs). Debug info is stripped; the BTF
-CO-RE needs stays.
+CO-RE needs stays. Beside each object goes its spec, parsed (FILE.spec.json): the tools
+read it instead of parsing the TOML while the two match.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from discover.errors import UserError
-from discover.spec import load_spec
-from probes.core_backend import object_path
+from discover.spec import compile_spec, load_spec
+from probes.core_backend import compiled_spec_path, object_path
 from probes.generate_core import generate_core
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -60,7 +61,10 @@ def main(argv: Sequence[str]) -> None:
     specs: List[Path] = [Path(a) for a in args] or sorted(SPECS_DIR.glob("*.toml"))
     for spec in specs:
         target = object_path(load_spec(spec), out) if out is not None else None
-        print(f"{spec} -> {build(spec, target)}")
+        built = build(spec, target)
+        compiled = compiled_spec_path(spec, built.parent)
+        compiled.write_text(compile_spec(spec), encoding="utf-8")
+        print(f"{spec} -> {built}, {compiled}")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ from probes.generate import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls, still_in_flight
 from probes.mounts import MountTable, mount_dev
-from probes.runtime import DEFAULT_SPEC, SPECS_DIR, ServerKey, Session
-from discover.spec import DEFAULT_OPS, OPS, load_spec, parse_ops, serves_fstype, spec_title
+from probes.runtime import DEFAULT_SPEC, SPECS_DIR, ServerKey, Session, load_tool_spec
+from discover.spec import DEFAULT_OPS, OPS, parse_ops, serves_fstype, spec_title
 
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
             + ", ".join(f"{name} ({letter})" for name, letter in OPS.items())
@@ -66,7 +66,7 @@ def find_target(fs_type: Optional[str], spec_path: Optional[str]) -> Target:
     if spec_path is None and (not re.fullmatch(r"[a-z0-9_]+", str(fs_type)) or not path.is_file()):
         raise UserError(f"-t {fs_type}: no spec for it in probekit (known: {', '.join(known_types())}); "
                         f"write one with `discover propose {fs_type}` and pass it with --spec FILE")
-    spec = load_spec(path)
+    spec = load_tool_spec(path)
     if fs_type is not None and spec["filesystem"] != fs_type:
         raise UserError(f"-t {fs_type}: {path} is a spec for {spec['filesystem']}")
     return Target(path, spec, spec_title(spec))

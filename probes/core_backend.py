@@ -39,6 +39,12 @@ def object_path(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Path:
     return objects_dir / f"{spec['filesystem']}.bpf.o"
 
 
+def compiled_spec_path(spec_path: Path, objects_dir: Path = OBJECTS_DIR) -> Path:
+    """Where the build puts the spec file `spec_path` parsed (discover.spec.compile_spec), beside
+    the objects: load_spec takes it while it matches the file."""
+    return objects_dir / f"{Path(spec_path).stem}.spec.json"
+
+
 def live_format(event: str, tracefs: Path) -> Optional[List[Dict[str, Any]]]:
     """SYSTEM:EVENT's fields (offset, size, signed) from the running kernel's format file."""
     system, _, name = event.partition(":")

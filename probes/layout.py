@@ -65,7 +65,7 @@ class KernelLayout:
         """The BTF blob that declares `function` ("vmlinux" or a module): where a fentry
         program's target is looked up (bcc's MODULE_KFUNC_PROBE names it)."""
         for name, blob in list(self.modules.items()) + [("vmlinux", self.vmlinux)]:
-            if function in blob._func_ids:  # noqa: SLF001
+            if blob.func_id(function) is not None:
                 return name
         return None
 
@@ -93,7 +93,8 @@ class KernelLayout:
         blob = self._blob_for(function)
         if blob is None:
             return None
-        func_id = blob._func_ids[function]  # noqa: SLF001
+        func_id = blob.func_id(function)
+        assert func_id is not None  # btf_module_of found it there
         proto = self._raw(blob, func_id)[5]
         owner, off, _, kind, vlen, _ = self._raw(blob, proto)
         if kind != KIND_FUNC_PROTO:

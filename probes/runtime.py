@@ -13,7 +13,6 @@ import ipaddress
 import os
 import re
 import signal
-import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from discover.errors import UserError
 from probes.backend import Backend, Rejected, major_minor
 from probes.backend_choice import Choice, choose
+from probes.core_backend import compiled_spec_path
 from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
 from probes.exports import ExportNames
 from probes.inflight import InFlight
@@ -53,7 +53,10 @@ ServerKey = Tuple[str, int, int, str, str]
 
 def client_address(family: int, raw: bytes) -> str:
     """The client as users read it: dotted IPv4, compressed IPv6, an IPv4-mapped IPv6 address
-    as its IPv4 (a dual-stack socket's IPv4 client), `?` when the probe could not read it."""
+    as its IPv4 (a dual-stack socket's IPv4 client), `?` when the probe could not read it.
+    socket is imported here: only a server's tools name clients, and every tool paid for its
+    import at start (1.5 ms natively, some 20 times that under emulation)."""
+    import socket
     if family == socket.AF_INET:
         return str(ipaddress.IPv4Address(bytes(raw[:4])))
     if family == socket.AF_INET6:
@@ -185,6 +188,11 @@ def module_live(module: str, root: Path = Path("/sys/module")) -> bool:
         return False
 
 
+def load_tool_spec(path: Path) -> Dict[str, Any]:
+    """A tool's spec: the package's parsed copy (probes.build_core) while it matches the file."""
+    return load_spec(path, compiled_spec_path(path))
+
+
 def open_backend(choice: Choice, spec: Dict[str, Any], facts: KernelFacts) -> Backend:
     """The loader probes.backend_choice chose: core (libbpf with the spec's prebuilt object) or
     bcc. Imported here, once a tool starts, so that neither is needed to import the tools."""
@@ -211,7 +219,7 @@ class Session:
         self.verbose = verbose
         self.tool = tool
         if not isinstance(spec, dict):  # a path (None: nfs.toml); a tool that checked its -t passes the spec read
-            spec = load_spec(Path(spec) if spec else DEFAULT_SPEC)
+            spec = load_tool_spec(Path(spec) if spec else DEFAULT_SPEC)
         #: how banners and messages name the filesystem (`NFS`, `ext4`)
         self.title = spec_title(spec)
         #: chosen from again when a module loads later (_check_late_modules)

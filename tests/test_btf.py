@@ -27,6 +27,19 @@ def test_vmlinux_prototypes() -> None:
     assert len(btf.function_names()) > 10000
 
 
+@needs_btf
+def test_function_lookup_by_name_agrees_with_the_full_listing() -> None:
+    """func_id finds a name through the string section (a live start looks up a few); the
+    listing decodes every FUNC record's name: the two agree on every function, the last
+    record of a repeated name included."""
+    btf = Btf(VMLINUX.read_bytes())
+    lookups = {name: btf.func_id(name) for name in ("vfs_read", "_printk", "no_such_function_anywhere", "")}
+    listing = btf._func_ids  # noqa: SLF001
+    assert lookups == {"vfs_read": listing["vfs_read"], "_printk": listing["_printk"],
+                       "no_such_function_anywhere": None, "": None}
+    assert all(btf.func_id(name) == type_id for name, type_id in listing.items())
+
+
 def test_garbage_is_rejected() -> None:
     with pytest.raises(BtfError):
         Btf(b"\x00" * 64)

@@ -23,7 +23,7 @@ from probes import bcc_backend, commands, runtime
 from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Point, Tool, _function_handlers, decode_event,
                              event_c_struct, event_format, generate)
 from probes.layout import KernelLayout
-from probes.select import KernelFacts, select
+from probes.select import KernelFacts, filter_function_names, select
 from discover.spec import OPS, load_spec, parse_ops
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,6 +64,16 @@ def test_choice_on_the_lab_kernel(spec: Dict[str, Any], profile_data: Dict[str, 
     assert {p["entry"] for p in chosen["open"].points} == {"nfs_file_open", "nfs4_file_open", "nfs_atomic_open"}
     assert chosen["getattr"].points[0]["entry"] == "nfs:nfs_getattr_enter"
     assert chosen["commit"].candidate["match"] == "keys"
+
+
+def test_filter_function_names_are_the_lines_first_fields() -> None:
+    """The tools' quick read of available_filter_functions keeps every line's name, with and
+    without its `[module]`, and nothing else (a real capture: nfs, nfsv4, sunrpc functions)."""
+    text = (SHARED / "available_filter_functions.nfs.txt").read_text()
+    names = filter_function_names(text)
+    assert names == {name for name, _module in parse_filter_functions(text.splitlines())}
+    assert {"nfs_file_read", "kernfs_put.part.0"} <= names
+    assert not {name for name in names if name.startswith("[")}
 
 
 def test_shared_capture_chooses_like_the_lab_kernel(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:

@@ -44,8 +44,15 @@ def test_wheel_carries_templates_specs_and_lab_scripts(tmp_path: Path) -> None:
     assert wanted <= names, f"missing from the wheel: {sorted(wanted - names)}"
     # one CO-RE object per spec, compiled by the build (setup.py), a BPF ELF (e_machine 247)
     specs = sorted(p.stem for p in (REPO / "probes" / "specs").glob("*.toml"))
-    objects = sorted(n[len("probes/objects/"):-len(".bpf.o")] for n in names if n.startswith("probes/objects/"))
+    objects = sorted(n[len("probes/objects/"):-len(".bpf.o")] for n in names
+                     if n.startswith("probes/objects/") and n.endswith(".bpf.o"))
     assert specs and objects == specs
+    # and each spec parsed, which the tools read while it matches the TOML beside it
+    compiled = sorted(n[len("probes/objects/"):-len(".spec.json")] for n in names
+                      if n.startswith("probes/objects/") and n.endswith(".spec.json"))
+    assert compiled == specs
+    assert set(n for n in names if n.startswith("probes/objects/")) == \
+        {f"probes/objects/{spec}{suffix}" for spec in specs for suffix in (".bpf.o", ".spec.json")}
     for spec in specs:
         head = zipfile.ZipFile(wheel).read(f"probes/objects/{spec}.bpf.o")[:20]
         assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == EM_BPF

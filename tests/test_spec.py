@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
 from discover.errors import UserError
-from discover.spec import dumps_spec, load_spec, validate_spec
+from discover.spec import compile_spec, dumps_spec, load_spec, validate_spec
 
 GOOD: Dict[str, Any] = {
     "schema": "probekit-probe-spec", "version": 1, "filesystem": "nfs", "kernel": "6.1.0-57-amd64",
@@ -85,3 +86,28 @@ def test_json_spec_reads_like_toml(tmp_path: Path) -> None:
     path.write_text("{nope")
     with pytest.raises(UserError, match="not valid JSON"):
         load_spec(path)
+
+
+@pytest.mark.parametrize("spec_file", sorted((Path(__file__).resolve().parent.parent / "probes" / "specs").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_a_compiled_spec_is_taken_only_while_it_matches_its_file(spec_file: Path, tmp_path: Path) -> None:
+    """Each shipped spec read through its compiled JSON is the spec the TOML gives; a JSON that
+    is absent or not compile_spec's is passed over; once the file changes (an edit) the TOML
+    is parsed again, and a bad edit is still one line."""
+    path = tmp_path / spec_file.name
+    path.write_text(spec_file.read_text(encoding="utf-8"), encoding="utf-8")
+    compiled = tmp_path / "compiled.json"
+    compiled.write_text(compile_spec(path), encoding="utf-8")
+    parsed = load_spec(path)
+    # the same spec in the same order (the CO-RE object numbers its points in the file's order)
+    assert json.dumps(load_spec(path, compiled)) == json.dumps(parsed)
+    assert load_spec(path, tmp_path / "absent.json") == parsed
+    for junk in ("[]", "{", '{"source": 1}'):
+        (tmp_path / "junk.json").write_text(junk, encoding="utf-8")
+        assert load_spec(path, tmp_path / "junk.json") == parsed
+    path.write_text(path.read_text(encoding="utf-8").replace(f'filesystem = "{parsed["filesystem"]}"',
+                                                             'filesystem = "edited"', 1), encoding="utf-8")
+    assert load_spec(path, compiled)["filesystem"] == "edited"
+    path.write_text(path.read_text(encoding="utf-8") + "\n[ops\n", encoding="utf-8")
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_spec(path, compiled)
