@@ -92,7 +92,7 @@ backend_option = click.option("--backend", type=click.Choice(BACKENDS), default=
 topology_option = click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="single",
                                show_default=True,
                                help="single: NFS server+client in one guest; pair: server and client guests; "
-                                    "fleet (QEMU): a server and two clients, client-a and client-b.")
+                                    "fleet: a server and two clients, client-a and client-b.")
 name_option = click.option("--name", default="default", show_default=True, help="Lab name (several can exist).")
 
 
@@ -106,6 +106,7 @@ def labs() -> None:
     "labs up --kernel 6.12 --topology pair",
     "labs up --kernel 7.3 --topology fleet      # server, client-a, client-b",
     "labs up --backend vagrant",
+    "labs up --backend vagrant --topology fleet",
 ))
 @backend_option
 @click.option("--kernel", default="6.1", show_default=True,
@@ -246,6 +247,10 @@ def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
     Exit code 0 only when every check on every kernel passed.
     """
     from labs.integration import run_integration
+    if backend == "vagrant" and topology == "fleet":  # before any guest boots
+        raise UserError("labs test --topology fleet needs --backend qemu: the fleet check paces its guests "
+                        "through the QEMU backend's results share (`labs up --backend vagrant --topology "
+                        "fleet` boots the three nodes)")
     merged: Dict[str, Any] = {}  # kernel release -> results: an earlier run's other kernels are kept
     if lab_results is not None:  # before any guest boots
         check_output(lab_results, option="--lab-results")

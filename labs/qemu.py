@@ -251,11 +251,8 @@ class QemuLab(Lab):
         peers = [peer for peer in self.nodes if peer.link_port]
         if len(peers) == 1:
             return ["-netdev", f"socket,id=link,listen=127.0.0.1:{peers[0].link_port}"]
-        argv = ["-netdev", "hubport,id=link,hubid=0"]
-        for peer in peers:
-            argv += ["-netdev", f"socket,id=to-{peer.name},listen=127.0.0.1:{peer.link_port}",
-                     "-netdev", f"hubport,id=hub-{peer.name},hubid=0,netdev=to-{peer.name}"]
-        return argv
+        return ["-netdev", "hubport,id=link,hubid=0",
+                *hub_netdevs([(peer.name, f"listen=127.0.0.1:{peer.link_port}") for peer in peers])]
 
     def qemu_argv(self, node: Node, accel: str) -> List[str]:
         """The full argv that starts one guest (checked by the network-rule tests)."""
@@ -540,6 +537,18 @@ class QemuLab(Lab):
         return ["ssh", "-i", str(self.image.ssh_private_key), "-p", str(guest.ssh_port),
                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+
+
+def hub_netdevs(ends: Sequence[Tuple[str, str]]) -> List[str]:
+    """-netdev options that plug socket links into one QEMU hub (hubid 0): per (name, end) a
+    socket netdev `to-NAME` with that end (listen=/connect=127.0.0.1:PORT) and its hub port
+    `hub-NAME`. Frames from one link reach every other, as on a switch (the Vagrant backend's
+    fleet builds its server's hub from the same options)."""
+    argv: List[str] = []
+    for name, end in ends:
+        argv += ["-netdev", f"socket,id=to-{name},{end}",
+                 "-netdev", f"hubport,id=hub-{name},hubid=0,netdev=to-{name}"]
+    return argv
 
 
 def tcp_listening(port: int, table: str = "/proc/net/tcp") -> bool:

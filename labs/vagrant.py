@@ -3,8 +3,10 @@
 Here (and in CI) the Vagrantfile runs in its local mode (PROBEKIT_VAGRANT_LOCAL=1):
 the box comes from labs/images.py via labs/vagrant_box.py, QEMU runs under TCG
 with direct kernel boot, and the guests have no host network at all: the nodes
-share a QEMU socket link on 127.0.0.1 and SSH arrives through a restricted
-user-mode NIC forwarded on 127.0.0.1. Commands, put and get use plain ssh/scp
+share QEMU socket links on 127.0.0.1 and SSH arrives through a restricted
+user-mode NIC forwarded on 127.0.0.1. What each machine gets (link NIC, ports, kernel
+command line, extra QEMU arguments) is planned here (`plan_machines`) and handed to
+the Vagrantfile as JSON in PROBEKIT_MACHINES. Commands, put and get use plain ssh/scp
 with the ssh-config vagrant reports. The lab's state (ports, box, ssh-config)
 lives in the cache so `labs run` in a later process finds the lab `labs up` made.
 """
@@ -15,25 +17,23 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Union
+from typing import Callable, Dict, List, NamedTuple, Sequence, Set, Tuple, Union
 
 from discover.errors import UserError
 from labs.agent import GUEST_ENV
 from labs.base import CLIENT, SERVER, CommandResult, Lab
+from labs.qemu import LAB_SUBNET_PREFIX, TOPOLOGIES, free_port, hub_netdevs
 
 REPO = Path(__file__).resolve().parent.parent
 #: libvirt domain and volume names start with this, then the lab name.
 DOMAIN_PREFIX = "probekit_"
-#: Vagrant machine names of the lab roles (the Vagrantfile defines them).
-MACHINES = {SERVER: "nfs-server", CLIENT: "nfs-client"}
-#: Address of the server on the socket link (the Vagrantfile's NODES).
-SERVER_LINK_IP = "10.77.0.1"
+#: Vagrant machine names (and hostnames) are the lab node's, after this.
+MACHINE_PREFIX = "nfs-"
 #: Where the project tree is unpacked in the guests (the QEMU backend's 9p mount point).
 GUEST_PROJECT = "/opt/probekit"
 GUEST_PROVISION = "/usr/local/lib/probekit/provision"
@@ -57,11 +57,67 @@ def domain_prefix(name: str) -> str:
     return f"{DOMAIN_PREFIX}{name}_"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def node_names(topology: str) -> Tuple[str, ...]:
+    """The lab nodes of a topology, server first (the QEMU backend's, but one machine serves
+    itself in `single`)."""
+    return (SERVER,) if topology == "single" else TOPOLOGIES[topology].nodes
+
+
+class Machine(NamedTuple):
+    """One Vagrant machine as the Vagrantfile's local mode defines it (PROBEKIT_MACHINES)."""
+
+    name: str            # vagrant machine name and hostname: MACHINE_PREFIX + node
+    node: str            # lab node: server, client, client-a, client-b
+    link_ip: str         # 10.77.0.N on the lab link
+    link_mac: str        # of the link NIC, which probekit.link= on the kernel command line names
+    cmdline: str         # the kernel command line
+    tunnel: str          # libvirt__tunnel_type of the link NIC: "server" listens, "client" connects
+    link_port: int       # 127.0.0.1 port of that NIC's socket
+    ssh_port: int        # 127.0.0.1 forward to the guest's port 22
+    qemuargs: List[str]  # extra QEMU arguments: the SSH NIC, and a fleet server's hub
+
+
+def plan_machines(topology: str, port: Callable[[], int] = free_port) -> List[Machine]:
+    """The machines of a topology, on distinct 127.0.0.1 ports.
+
+    The server's link NIC is always a libvirt `server` socket of its own: vagrant-libvirt
+    learns a domain's address from its first libvirt NIC (through the guest agent) and
+    waits for SSH only once it has one. A pair's client connects straight to that socket.
+    In a fleet a hub in the server's QEMU (`qemuargs`) connects to it and listens on one
+    port per client, as the QEMU backend's hub does, so the three share one subnet; libvirt's
+    own -netdev options come first on QEMU's command line, so the NIC's socket listens
+    before the hub connects.
+    """
+    taken: Set[int] = set()
+
+    def fresh() -> int:
+        picked = port()
+        while picked in taken:
+            picked = port()
+        taken.add(picked)
+        return picked
+
+    nodes = node_names(topology)
+    nic_port = fresh()
+    hub = len(nodes) > 2
+    client_ports = {node: fresh() if hub else nic_port for node in nodes[1:]}
+    machines = []
+    for index, node in enumerate(nodes, start=1):
+        name, ssh_port = MACHINE_PREFIX + node, fresh()
+        link_ip, link_mac = f"{LAB_SUBNET_PREFIX}{index}", f"52:54:00:77:00:{index:02x}"
+        # The hostname comes from the command line: vagrant's own hostname step restarts
+        # systemd-networkd over SSH, which costs a minute under TCG.
+        cmdline = f"{BASE_CMDLINE} systemd.hostname={name} probekit.link={link_mac},{link_ip}/24"
+        qemuargs = ["-netdev", f"user,id=probekit-ssh,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+                    "-device", f"virtio-net-pci,netdev=probekit-ssh,addr=0x1e,mac=52:54:00:77:01:{index:02x}"]
+        if node == SERVER and hub:
+            qemuargs += hub_netdevs([("nic", f"connect=127.0.0.1:{nic_port}")]
+                                    + [(peer, f"listen=127.0.0.1:{p}") for peer, p in client_ports.items()])
+        machines.append(Machine(name=name, node=node, link_ip=link_ip, link_mac=link_mac, cmdline=cmdline,
+                                tunnel="server" if node == SERVER else "client",
+                                link_port=nic_port if node == SERVER else client_ports[node],
+                                ssh_port=ssh_port, qemuargs=qemuargs))
+    return machines
 
 
 def project_tarball() -> bytes:
@@ -78,14 +134,14 @@ def project_tarball() -> bytes:
 
 
 class VagrantLab(Lab):
-    """Server + client (or one node serving both) under vagrant-libvirt, no host network."""
+    """Server and clients (or one node serving both) under vagrant-libvirt, no host network."""
 
     backend = "vagrant"
 
     def __init__(self, kernel: str = "6.1", topology: str = "pair", name: str = "default",
                  progress: Callable[[str], None] = print) -> None:
-        if topology not in ("pair", "single"):
-            raise UserError(f"unknown topology {topology!r} (choose pair or single)")
+        if topology not in TOPOLOGIES:
+            raise UserError(f"unknown topology {topology!r} ({', '.join(TOPOLOGIES)})")
         self.kernel = kernel
         self.topology = topology
         self.name = name
@@ -110,14 +166,31 @@ class VagrantLab(Lab):
 
     # -- vagrant plumbing -------------------------------------------------------------
 
+    def nodes(self) -> Tuple[str, ...]:
+        """The lab nodes this topology boots, server first (single: the server serves itself)."""
+        return node_names(self.topology)
+
     def machines(self) -> List[str]:
-        """Vagrant machines this topology boots (single: the server serves itself)."""
-        return [MACHINES[SERVER]] if self.topology == "single" else [MACHINES[SERVER], MACHINES[CLIENT]]
+        """Their Vagrant machine names."""
+        return [MACHINE_PREFIX + node for node in self.nodes()]
+
+    def node_name(self, role: str) -> str:
+        """The node that plays a role (SERVER: the first, CLIENT: its topology's one-client
+        node) or has that name."""
+        if role == SERVER or self.topology == "single" and role == CLIENT:
+            return SERVER
+        if role == CLIENT:
+            return TOPOLOGIES[self.topology].client
+        if role not in self.nodes():
+            raise UserError(f"no node {role!r} in this lab (nodes: {', '.join(self.nodes())})")
+        return role
 
     def machine(self, node: str) -> str:
-        if node not in MACHINES:
-            raise UserError(f"unknown node {node!r} (choose {SERVER} or {CLIENT})")
-        return MACHINES[SERVER] if self.topology == "single" else MACHINES[node]
+        return MACHINE_PREFIX + self.node_name(node)
+
+    def client_names(self) -> List[str]:
+        """The nodes that mount the server's exports (single: the server itself)."""
+        return list(self.nodes()[1:]) or [SERVER]
 
     def vagrant_env(self) -> Dict[str, str]:
         """Environment that puts the Vagrantfile in local mode with this lab's values."""
@@ -128,11 +201,8 @@ class VagrantLab(Lab):
             "PROBEKIT_BOX": str(st["box"]),
             "PROBEKIT_KERNEL": str(st["vmlinuz"]),
             "PROBEKIT_INITRD": str(st["initrd"]),
-            "PROBEKIT_CMDLINE": BASE_CMDLINE,
             "PROBEKIT_SSH_KEY": str(st["ssh_key"]),
-            "PROBEKIT_SSH_PORT_SERVER": str(st["ssh_port_server"]),
-            "PROBEKIT_SSH_PORT_CLIENT": str(st["ssh_port_client"]),
-            "PROBEKIT_LINK_PORT": str(st["link_port"]),
+            "PROBEKIT_MACHINES": json.dumps(st["machines"]),
             "PROBEKIT_CONSOLE_DIR": str(st["console_dir"]),
             "PROBEKIT_DOMAIN_PREFIX": domain_prefix(self.name),
             "VAGRANT_DOTFILE_PATH": str(self.dir / "dotfile"),
@@ -190,9 +260,8 @@ class VagrantLab(Lab):
             "kernel": self.kernel, "topology": self.topology, "box": box.name,
             "vmlinuz": str(box.vmlinuz), "initrd": str(box.initrd),
             "ssh_key": str(image.ssh_private_key), "kernel_release": image.kernel_release,
-            "ssh_port_server": free_port(), "ssh_port_client": free_port(),
-            "link_port": free_port(), "console_dir": str(console_dir),
-            "machines": self.machines(), "ssh": {},
+            "machines": [m._asdict() for m in plan_machines(self.topology)],
+            "console_dir": str(console_dir), "ssh": {},
         }
         self._save_state()
         try:
@@ -208,9 +277,9 @@ class VagrantLab(Lab):
             raise
 
     def _vagrant_up_all(self) -> None:
-        """Server first; the client's `vagrant up` starts once the server's QEMU runs.
+        """Server first; the clients' `vagrant up`s start, side by side, once the server's QEMU runs.
 
-        The server's end of the socket link listens from QEMU's start, so the client can
+        The server's ends of the socket links listen from QEMU's start, so the clients can
         boot while the server still boots: on two cores the pair is up in about the
         time of one node instead of two.
         """
@@ -228,13 +297,15 @@ class VagrantLab(Lab):
 
         server, *others = self.machines()
         server_started = threading.Event()
-        thread = threading.Thread(target=up, args=(server, server_started), daemon=True)
-        thread.start()
+        threads = [threading.Thread(target=up, args=(server, server_started), daemon=True)]
+        threads[0].start()
         server_started.wait()
-        for name in others:
-            if not errors:
-                up(name, threading.Event())
-        thread.join()
+        if not errors:
+            for name in others:
+                threads.append(threading.Thread(target=up, args=(name, threading.Event()), daemon=True))
+                threads[-1].start()
+        for thread in threads:
+            thread.join()
         if errors:
             raise errors[0]
 
@@ -294,27 +365,28 @@ class VagrantLab(Lab):
         self._save_state()
 
     def _provision_nfs(self) -> None:
-        """Export on the server, mount NFSv3 and v4.2 on the client (the image's scripts)."""
-        for name in self.machines():
+        """Export on the server, mount NFSv3 and v4.2 on each client (the image's scripts)."""
+        for node in self.nodes():
             # The hostname comes from the kernel command line and the image has no DNS:
             # without this line sudo warns on every command that it cannot resolve it.
-            node = SERVER if name == MACHINES[SERVER] else CLIENT
+            name = self.machine(node)
             self.run(f"grep -qw {name} /etc/hosts || echo '127.0.1.1 {name}' >> /etc/hosts",
                      node=node, timeout=120)
         res = self.run(f"sh {GUEST_PROVISION}/server.sh", node=SERVER, timeout=300)
         if res.exit_code != 0:
             raise UserError(f"server.sh failed on the server: {res.stderr.strip()[-300:]}")
-        server = "127.0.0.1" if self.topology == "single" else SERVER_LINK_IP
-        res = self.run(f"sh {GUEST_PROVISION}/client.sh {server}", node=CLIENT, timeout=300)
-        if res.exit_code != 0:
-            raise UserError(f"client.sh failed on the client: {res.stderr.strip()[-300:]}")
+        server = "127.0.0.1" if self.topology == "single" else f"{LAB_SUBNET_PREFIX}1"
+        for node in self.client_names():
+            res = self.run(f"sh {GUEST_PROVISION}/client.sh {server}", node=node, timeout=300)
+            if res.exit_code != 0:
+                raise UserError(f"client.sh failed on {node}: {res.stderr.strip()[-300:]}")
 
     def _copy_project(self) -> None:
         """Unpack the project tree in every guest (synced folders would need host networking)."""
         tarball = self.dir / "project.tar.gz"
         tarball.write_bytes(project_tarball())
-        for name in self.machines():
-            node = SERVER if name == MACHINES[SERVER] else CLIENT
+        for node in self.nodes():
+            name = self.machine(node)
             self.put(tarball, "/tmp/probekit-project.tar.gz", node=node)
             res = self.run(f"rm -rf {GUEST_PROJECT} && mkdir -p {GUEST_PROJECT} && "
                            f"tar -xzf /tmp/probekit-project.tar.gz -C {GUEST_PROJECT} && "
@@ -347,7 +419,7 @@ class VagrantLab(Lab):
 
     def _close_ssh_masters(self) -> None:
         """End the shared SSH connections (the background ssh processes ControlPersist keeps)."""
-        for node in (SERVER, CLIENT):
+        for node in self.nodes():
             try:
                 argv = self.ssh_argv(node)
             except UserError:
@@ -435,13 +507,15 @@ class VagrantLab(Lab):
     def status(self) -> Dict[str, str]:
         words = {"running": "running", "shutoff": "stopped", "paused": "stopped",
                  "not_created": "absent"}
+        # both roles in one machine: `single` answers for the client too, as before
+        nodes = (SERVER, CLIENT) if self.topology == "single" else self.nodes()
         if not self.state.get("box"):
-            return {SERVER: "absent", CLIENT: "absent"}
+            return {node: "absent" for node in nodes}
         from labs.libvirt_daemons import LIBVIRTD, socket_answers
         if not socket_answers(LIBVIRTD.sock):
-            return {SERVER: "absent", CLIENT: "absent"}
+            return {node: "absent" for node in nodes}
         states = {s.name: words.get(s.state, s.state) for s in self.vagrant().status()}
-        return {node: states.get(self.machine(node), "absent") for node in (SERVER, CLIENT)}
+        return {node: states.get(self.machine(node), "absent") for node in nodes}
 
     def console_logs(self) -> Dict[str, Path]:
         """Per machine, the serial console log libvirt writes (for failure reports)."""

@@ -24,6 +24,16 @@ def test_run_without_a_lab_is_one_line(tmp_path: Path) -> None:
     assert res.stderr == "labs: error: no lab 'default' is up (run `labs up` first)\n"
 
 
+def test_fleet_check_on_vagrant_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """The fleet check paces its guests through the QEMU backend's results share."""
+    res = labs(["test", "--backend", "vagrant", "--topology", "fleet", "--artifacts", str(tmp_path / "a")],
+               tmp_path / "cache")
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith("labs: error: labs test --topology fleet needs --backend qemu")
+    assert res.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # no artefacts, nothing cached or built
+
+
 def test_status_and_down_of_an_absent_lab(tmp_path: Path) -> None:
     assert labs(["status"], tmp_path).stdout == "lab: absent\n"
     assert labs(["status", "--json"], tmp_path).stdout == '{"lab": "absent"}\n'

@@ -202,6 +202,43 @@ def test_vagrant_pair_shares_one_socket_link() -> None:
     assert ends["server"] == ends["client"] and ends["server"][0] == "127.0.0.1"
 
 
+FLEET = ("nfs-server", "nfs-client-a", "nfs-client-b")
+
+
+def fleet_xml(name: str) -> str:
+    return (FIXTURES / "fleet" / f"{name}.domain.xml").read_text()
+
+
+@pytest.mark.parametrize("name", FLEET)
+def test_vagrant_fleet_domains_obey_the_rule(name: str) -> None:
+    assert check_domain_xml(fleet_xml(name)) == []
+
+
+def test_vagrant_fleet_links_meet_in_the_servers_hub() -> None:
+    """The server's libvirt NIC listens on a port that the hub in its qemu:commandline connects to;
+    the hub listens on each client's port, where that client's libvirt NIC connects; each NIC has
+    the MAC its kernel command line gives an address."""
+    import xml.etree.ElementTree as ET
+    from labs.netrule import QEMU_NS
+    nics, links = {}, {}
+    for name in FLEET:
+        root = ET.fromstring(fleet_xml(name))
+        [iface] = root.findall("devices/interface")
+        source, mac = iface.find("source"), iface.find("mac")
+        assert source is not None and mac is not None and source.get("address") == "127.0.0.1"
+        nics[name] = (iface.get("type"), f"127.0.0.1:{source.get('port')}", mac.get("address"))
+        links[name] = [a.split("=", 1)[1] for a in root.findtext("os/cmdline", "").split()
+                       if a.startswith("probekit.link=")]
+    hub = netdevs([arg.get("value", "") for arg in ET.fromstring(fleet_xml("nfs-server")).iter(f"{QEMU_NS}arg")])
+    assert hub["to-nic"][1]["connect"] == [nics["nfs-server"][1]] and nics["nfs-server"][0] == "server"
+    for client in ("client-a", "client-b"):
+        assert nics[f"nfs-{client}"][0] == "client"
+        assert hub[f"to-{client}"][1]["listen"] == [nics[f"nfs-{client}"][1]]
+    assert {end: hub[f"hub-{end}"][1]["netdev"] for end in ("nic", "client-a", "client-b")} == \
+        {"nic": ["to-nic"], "client-a": ["to-client-a"], "client-b": ["to-client-b"]}
+    assert {name: [f"{nics[name][2]},10.77.0.{i}/24"] for i, name in enumerate(FLEET, start=1)} == links
+
+
 def test_domain_socket_link_off_loopback_is_caught() -> None:
     xml = domain_xml("nfs-server").replace("address='127.0.0.1'", "address='0.0.0.0'", 1)
     bad = check_domain_xml(xml)
@@ -229,10 +266,10 @@ def test_domain_qemu_commandline_is_checked() -> None:
 
 def test_net_list_before_and_after_vagrant_up() -> None:
     before = (FIXTURES / "net-list.before.txt").read_text()
-    after = (FIXTURES / "net-list.after-up.txt").read_text()
     names_before = [row["name"] for row in parse_net_list(before)]
     assert check_net_list(before, names_before) == []
-    assert check_net_list(after, names_before) == []
+    for after in ("net-list.after-up.txt", "fleet/net-list.after-up.txt"):
+        assert check_net_list((FIXTURES / after).read_text(), names_before) == [], after
 
 
 def test_active_or_new_network_is_caught() -> None:
