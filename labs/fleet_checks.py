@@ -1,14 +1,19 @@
 """The fleet check: on a QEMU fleet (one server, client-a, client-b), client-a's load slows client-b.
 
 The host drives labs/guest/fleet_guest.py in the three guests at once (run_fleet): nfsdtop by
-client on the server throughout; client-b reads lightly and steadily, timing each read, under
-nfsdist; client-a runs parallel writers and readers in the `heavy` phase only, between `before`
-and `after` (a `drain` phase, excluded, waits for its workers to stop). The verdicts compare the
-phases with each other, never with a fixed latency: client-b's high-quantile read latency is
-higher in `heavy` than in `before` and in `after`, by its own timings and by nfsdist; nfsdtop
-ranks client-a first while it runs and shows it nowhere else; and each client's NFSv3 requests
-per procedure in nfsdtop are what its workload issued (its /proc/net/rpc/nfs differences), short
-by no more than the requests nfsdtop reported it missed.
+client and nfs-exporter --nfsd on the server throughout; client-b reads lightly and steadily,
+timing each read, under nfsdist and nfs-exporter, beside a Prometheus scraping the three
+exporters with the shipped rules; client-a, under nfs-exporter and nfstop by cgroup, runs
+parallel writers and readers in a scope unit in the `heavy` phase only, between `before` and
+`after` (a `drain` phase, excluded, waits for its workers to stop), and reads as client-b does
+in the `pause`, while the host keeps the server's QEMU stopped. The verdicts compare the phases
+with each other, never with a fixed latency: client-b's high-quantile read latency is higher
+in `heavy` than in `before` and in `after`, by its own timings and by nfsdist; nfsdtop and the
+recorded share rank client-a first while it runs; NFSNoisyClient fires for client-a alone,
+NFSOperationsStuck for both clients' mounts in the pause and not before; nfstop names the load's
+unit; and every count (nfsdtop's and the server exporter's per client and procedure, each
+client exporter's reads and writes) is what the workloads issued, short by no more than what
+the tool reported it missed.
 """
 from __future__ import annotations
 

@@ -125,3 +125,82 @@ def test_a_quiet_window_taken_for_heavy_fails_the_ranking(data: Dict[str, Any]) 
     swap_phases(data["server"]["data"]["seen"], "heavy", "after")
     with pytest.raises(AssertionError, match=r"heavy: first rows \['10.77.0.3'"):
         fc.verify_heavy_client_ranked_first(data)
+
+
+# -- the exporters, Prometheus and the pause -----------------------------------------------------
+
+def alert_rows(data: Dict[str, Any]) -> Any:
+    return data["light"]["data"]["prom"]["data"]["kept"]["alerts"]
+
+
+def test_the_noisy_alert_for_client_b_fails(data: Dict[str, Any]) -> None:
+    """client-a's NFSNoisyClient samples relabelled as client-b's: the alert then named the wrong client."""
+    light = fc.role(data, "light")["address"]
+    for row in alert_rows(data):
+        if row["metric"]["alertname"] == "NFSNoisyClient":
+            row["metric"]["client"] = light
+    with pytest.raises(AssertionError, match="NFSNoisyClient never fired for client-a"):
+        fc.verify_rules_load_and_noisy_alert_fires_for_client_a_only(data)
+
+
+def test_a_pending_noisy_alert_for_client_b_fails(data: Dict[str, Any]) -> None:
+    """One pending sample of NFSNoisyClient for client-b beside client-a's: the alert is not client-a's alone."""
+    row = next(r for r in alert_rows(data) if r["metric"]["alertname"] == "NFSNoisyClient")
+    alert_rows(data).append({"metric": dict(row["metric"], client=fc.role(data, "light")["address"],
+                                            alertstate="pending"), "values": row["values"][:1]})
+    with pytest.raises(AssertionError, match="NFSNoisyClient for others than client-a"):
+        fc.verify_rules_load_and_noisy_alert_fires_for_client_a_only(data)
+
+
+def test_the_stuck_alert_missing_a_client_fails(data: Dict[str, Any]) -> None:
+    """The pause's NFSOperationsStuck samples of client-b's exporter gone: one client's mount is not named."""
+    light = fc.target(fc.prom(data), fc.role(data, "light")["address"])
+    rows = alert_rows(data)
+    rows[:] = [r for r in rows if not (r["metric"]["alertname"] == "NFSOperationsStuck"
+                                       and r["metric"]["instance"] == light)]
+    with pytest.raises(AssertionError, match=r"NFSOperationsStuck fired for .*, not for \[\('10.77.0.3:19910'"):
+        fc.verify_stuck_alert_names_the_server_and_both_mounts(data)
+
+
+def test_a_stuck_alert_before_the_pause_fails(data: Dict[str, Any]) -> None:
+    """Prometheus' view of `pause` moved before `after`: its stuck alerts then fired before the pause."""
+    found = data["light"]["data"]["prom"]["data"]
+    stop = next(t for name, t in found["seen"] if name == "stop")
+    for entry in found["seen"]:
+        if entry[0] == "pause":
+            entry[1] = stop  # the pause seen only when it was over
+    with pytest.raises(AssertionError, match="NFSOperationsStuck before the pause"):
+        fc.verify_stuck_alert_names_the_server_and_both_mounts(data)
+
+
+def test_swapped_roles_fail_the_recorded_share(data: Dict[str, Any]) -> None:
+    swap_roles(data)
+    with pytest.raises(AssertionError, match="end of heavy: shares"):
+        fc.verify_recorded_share_names_client_a_top(data)
+    with pytest.raises(AssertionError, match="nfs-exporter --nfsd counted more than issued"):
+        fc.verify_server_exporter_counts_each_request_once(data)
+
+
+def test_a_load_outside_its_unit_fails_nfstop(data: Dict[str, Any]) -> None:
+    """The load said to have run in another unit: nfstop's first rows are then not its cgroup."""
+    load = data["heavy"]["data"]["load"]
+    load["cgroup"] = load["cgroup"].replace("probekit-fleet-heavy", "other-unit")
+    data["heavy"]["data"]["unit"] = "other-unit"
+    with pytest.raises(AssertionError, match="nfstop's first rows while the load ran"):
+        fc.verify_nfstop_names_the_load_unit(data)
+
+
+def test_a_write_counted_twice_fails_the_client_exporter(data: Dict[str, Any]) -> None:
+    """One write fewer made by the load than client-a's exporter counted: counted twice."""
+    writer = next(w for w in data["heavy"]["data"]["workers"] if w["writer"])
+    writer["requests"] -= 1
+    with pytest.raises(AssertionError, match="heavy's nfs-exporter, write on /mnt/nfs3: counted"):
+        fc.verify_client_exporters_count_each_operation_once(data)
+
+
+def test_a_pause_read_the_exporter_lost_fails(data: Dict[str, Any]) -> None:
+    """One read more made in the pause than client-a's exporter counted, none reported missed: lost."""
+    heavy = data["heavy"]["data"]
+    heavy["pause_reads"].append(list(heavy["pause_reads"][-1]))
+    with pytest.raises(AssertionError, match="heavy's nfs-exporter, read on /mnt/nfs3: counted"):
+        fc.verify_client_exporters_count_each_operation_once(data)

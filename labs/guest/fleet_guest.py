@@ -266,14 +266,14 @@ def light() -> Dict[str, Any]:
     argv = ["nfsdist", "--json", "-v", "1"]
     proc = tool(argv, log)
     served: Optional[subprocess.Popen] = None
-    prom: Optional[subprocess.Popen] = None
+    watcher: Optional[subprocess.Popen] = None
     out: Dict[str, Any] = {}
     try:
         served = exporter(address, exp_log, ["--cgroup-label"])
         ready_s = wait_ready(proc, log)
         mark("light.tool")
         wait_marker("server.ready")
-        prom = subprocess.Popen([sys.executable, os.path.abspath(__file__), "prom", address], stdout=subprocess.PIPE,
+        watcher = subprocess.Popen([sys.executable, os.path.abspath(__file__), "prom", address], stdout=subprocess.PIPE,
                                 universal_newlines=True)
         counts_before = rpc_counts()  # before the first request: open's included
         scraped_before = scrape(address)
@@ -282,12 +282,12 @@ def light() -> Dict[str, Any]:
         counts_after = rpc_counts()
         out["scrapes"] = {"before": scraped_before, "after": scrape(address)}
         flushed = wait_flushed([log], time.time(), "the last read")
-        said, _ = prom.communicate(timeout=EVIDENCE_WAIT_S)
+        said, _ = watcher.communicate(timeout=EVIDENCE_WAIT_S)
         out["prom"] = json.loads(said.strip().splitlines()[-1])
     finally:
-        if prom is not None and prom.poll() is None:
-            prom.terminate()
-            prom.wait()
+        if watcher is not None and watcher.poll() is None:
+            watcher.terminate()  # it ends its Prometheus first
+            watcher.wait()
         if served is not None:
             out["exporter"] = exporter_end(served, exp_log)
         result = dict(stop(proc, log), argv=argv)
@@ -318,6 +318,7 @@ def prom(light_address: str) -> Dict[str, Any]:
     """Prometheus on this client scraping the three exporters; noisy.fired once NFSNoisyClient
     fires for client-a, stuck.fired once NFSOperationsStuck fires for both clients' mounts of the
     server; at stop, every kept series' samples of the run and the rules' health."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # Prometheus ended below, whatever ends this
     seen: List[List[Any]] = []
     server = nfs_server()
     heavy_address = wait_marker("heavy.address")
