@@ -73,7 +73,9 @@ OVER = ("stop", "end")
 HEAVY_UNIT = "probekit-fleet-heavy"
 #: every exporter's port, on its guest's lab address
 PORT = 19910
-SCRAPE_S = 2
+#: Prometheus scrapes and evaluates this often (its scrape timeout too: a loaded 1-vCPU server can take
+#: seconds to answer)
+SCRAPE_S = 5
 PROM_DIR = "/tmp/probekit-fleet-prometheus"
 #: NFSNoisyClient's `for:` in the lab's copy of the shipped rules (10m there: longer than a phase)
 NOISY_FOR = "10s"
@@ -355,7 +357,7 @@ def prom(light_address: str) -> Dict[str, Any]:
             if "stuck" not in fired and stuck_mounts <= named:
                 fired["stuck"] = time.time()
                 mark("stuck.fired")
-            time.sleep(SCRAPE_S / 2)
+            time.sleep(1)  # every phase seen, `drain` too (seconds long)
         at = time.time() + SCRAPE_S  # the rules evaluated once more after the workloads stopped
         time.sleep(2 * SCRAPE_S)
         kept = {name: promql(f"{query}[1h]", at=at) for name, query in KEPT.items()}
@@ -419,7 +421,7 @@ def heavy() -> Dict[str, Any]:
     server = nfs_server()
     address = own_address(server)
     log, exp_log = "/tmp/fleet-nfstop.log", "/tmp/fleet-heavy-exporter.err"
-    argv = ["nfstop", "--by", "cgroup", "--json", "1"]
+    argv = ["nfstop", "--by", "cgroup", "--json", "-i", "1"]
     proc = tool(argv, log)
     served: Optional[subprocess.Popen] = None
     out: Dict[str, Any] = {"load": {"workers": []}, "pause_reads": []}
