@@ -506,12 +506,13 @@ def verify_stuck_alert_names_the_server_and_both_mounts(data: Dict[str, Any]) ->
     found, pause = prom(data), data["waits"]["pause"]
     server = role(data, "server")["address"]
     firing = alert_samples(found, "NFSOperationsStuck", "firing")
-    named = {(labels["instance"], labels["server"], labels["mountpoint"]) for labels, _ in firing}
-    wanted = {(target(found, role(data, name)["address"]), server, "/mnt/nfs3") for name in ("heavy", "light")}
-    assert wanted <= named, f"NFSOperationsStuck fired for {sorted(named)}, not for {sorted(wanted - named)}"
     start = span_of(found["seen"], "pause")[0]
     early = [(labels["instance"], t) for labels, t in firing if t < start]
-    assert not early, f"NFSOperationsStuck before the pause: {early[:3]}"
+    named = {(labels["instance"], labels["server"], labels["mountpoint"]) for labels, t in firing if t >= start}
+    wanted = {(target(found, role(data, name)["address"]), server, "/mnt/nfs3") for name in ("heavy", "light")}
+    assert wanted <= named and not early, \
+        (f"NFSOperationsStuck from the pause on fired for {sorted(named)}, not for {sorted(wanted - named)}; "
+         f"before the pause: {early[:3]}")
     return (f"server stopped {pause['paused_s']:.0f} s; NFSOperationsStuck for "
             + ", ".join(f"{instance} {mount} (server {where})" for instance, where, mount in sorted(named)))
 

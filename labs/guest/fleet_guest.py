@@ -29,7 +29,8 @@ stuck.fired, light.resumed, heavy.resumed). Each role prints one JSON document:
                         `heavy-load` role in the scope unit HEAVY_UNIT while the phase is heavy;
                         in the pause, timed reads as client-b's; /proc/net/rpc/nfs and the
                         exporter's scrape before and after
-  heavy-load            parallel O_DIRECT writers and readers until the phase is no longer heavy
+  heavy-load            parallel O_DIRECT writers and readers until the phase is no longer heavy;
+                        then, its document printed, it stays in its unit until its stdin closes
 
 The clients' NFSv3 requests are only their workloads' (nothing else touches /mnt/nfs3), and
 the client's RPC counters are read before its first and after its last: so the differences are
@@ -424,6 +425,7 @@ def heavy() -> Dict[str, Any]:
     argv = ["nfstop", "--by", "cgroup", "--json", "-i", "1"]
     proc = tool(argv, log)
     served: Optional[subprocess.Popen] = None
+    load: Optional[subprocess.Popen] = None
     out: Dict[str, Any] = {"load": {"workers": []}, "pause_reads": []}
     try:
         served = exporter(address, exp_log, ["--cgroup-label"])
@@ -435,12 +437,15 @@ def heavy() -> Dict[str, Any]:
         scraped_before = scrape(address)
         mark("heavy.ready")
         if wait_phase(seen, lambda now: now == "heavy" or now in OVER) == "heavy":
-            load = subprocess.run(["systemd-run", "--scope", "--quiet", f"--unit={HEAVY_UNIT}", sys.executable,
-                                   os.path.abspath(__file__), "heavy-load"], stdout=subprocess.PIPE,
-                                  universal_newlines=True)
-            doc = json.loads(load.stdout.strip().splitlines()[-1]) if load.stdout.strip() else {}
-            if load.returncode or not doc.get("ok"):
-                raise RuntimeError(f"heavy-load in {HEAVY_UNIT}: exit {load.returncode}: {doc.get('error')}")
+            # it stays in its unit once done until its stdin closes: the unit's cgroup, and the
+            # exporter's series of it, last until the scrape after the pause
+            load = subprocess.Popen(["systemd-run", "--scope", "--quiet", f"--unit={HEAVY_UNIT}", sys.executable,
+                                     os.path.abspath(__file__), "heavy-load"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, universal_newlines=True)
+            line = load.stdout.readline() if load.stdout else ""
+            doc = json.loads(line) if line.strip() else {}
+            if not doc.get("ok"):
+                raise RuntimeError(f"heavy-load in {HEAVY_UNIT}: {doc.get('error') or f'exit {load.wait()}'}")
             out["load"] = doc["data"]
         mark("heavy.done")
         if wait_phase(seen, lambda now: now == "pause" or now in OVER) == "pause":
@@ -450,6 +455,8 @@ def heavy() -> Dict[str, Any]:
         out["scrapes"] = {"before": scraped_before, "after": scrape(address)}
         out["flushed"] = wait_flushed([log], time.time(), "the last read")
     finally:
+        if load is not None:
+            load.communicate()  # its stdin closed: it leaves its unit, which ends
         if served is not None:
             out["exporter"] = exporter_end(served, exp_log)
         out["nfstop"] = dict(stop(proc, log), argv=argv)
@@ -485,7 +492,9 @@ def main() -> int:
             handle.write(json.dumps(result) + "\n")
         os.replace(to + ".tmp", to)
     else:
-        print(json.dumps(result))
+        print(json.dumps(result), flush=True)
+    if role == "heavy-load":  # in its unit until the caller is done with it (heavy)
+        sys.stdin.read()
     return 0
 
 
