@@ -1,14 +1,19 @@
 """The fleet check: on a QEMU fleet (one server, client-a, client-b), client-a's load slows client-b.
 
 The host drives labs/guest/fleet_guest.py in the three guests at once (run_fleet): nfsdtop by
-client on the server throughout; client-b reads lightly and steadily, timing each read, under
-nfsdist; client-a runs parallel writers and readers in the `heavy` phase only, between `before`
-and `after` (a `drain` phase, excluded, waits for its workers to stop). The verdicts compare the
-phases with each other, never with a fixed latency: client-b's high-quantile read latency is
-higher in `heavy` than in `before` and in `after`, by its own timings and by nfsdist; nfsdtop
-ranks client-a first while it runs and shows it nowhere else; and each client's NFSv3 requests
-per procedure in nfsdtop are what its workload issued (its /proc/net/rpc/nfs differences), short
-by no more than the requests nfsdtop reported it missed.
+client and nfs-exporter --nfsd on the server throughout; client-b reads lightly and steadily,
+timing each read, under nfsdist and nfs-exporter, beside a Prometheus scraping the three
+exporters with the shipped rules; client-a, under nfs-exporter and nfstop by cgroup, runs
+parallel writers and readers in a scope unit in the `heavy` phase only, between `before` and
+`after` (a `drain` phase, excluded, waits for its workers to stop), and reads as client-b does
+in the `pause`, while the host keeps the server's QEMU stopped. The verdicts compare the phases
+with each other, never with a fixed latency: client-b's high-quantile read latency is higher
+in `heavy` than in `before` and in `after`, by its own timings and by nfsdist; nfsdtop and the
+recorded share rank client-a first while it runs; NFSNoisyClient fires for client-a alone,
+NFSOperationsStuck for both clients' mounts in the pause and not before; nfstop names the load's
+unit; and every count (nfsdtop's and the server exporter's per client and procedure, each
+client exporter's reads and writes) is what the workloads issued, short by no more than what
+the tool reported it missed.
 """
 from __future__ import annotations
 
@@ -16,22 +21,32 @@ import calendar
 import json
 import math
 import os
+import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from labs.base import SERVER
+from labs.exporter_checks import counters
 from labs.integration import install_tools
+from labs.probe_checks import counted_once
 from probes.commands import proc_label
 
 GUEST_SCRIPT = "labs/guest/fleet_guest.py"
 #: seconds of the compared phases: each holds about 20 nfsdtop intervals and a few hundred reads
+#: (`heavy` lasts until Prometheus fires NFSNoisyClient for client-a, NOISY_WAIT_S at most)
 PHASE_S = {"before": 40.0, "heavy": 45.0, "after": 40.0}
 #: the compared quantile of client-b's read latency
 QUANTILE = 0.9
 #: bound of every wait on a guest's marker (a tool's bcc compile on a loaded TCG host included)
 MARKER_WAIT_S = 900.0
+#: how long `heavy` may go on past PHASE_S for NFSNoisyClient to fire (its expression's rates
+#: are over 5 minutes: the server's request rate over that window must pass the rule's floor)
+NOISY_WAIT_S = 240.0
+#: the longest the server stays stopped waiting for NFSOperationsStuck (past 20 s in flight):
+#: under the clients' RPC timeout over TCP (60 s), so that no request is sent twice
+PAUSE_MAX_S = 55.0
 Progress = Callable[[str], None]
 
 
@@ -45,26 +60,64 @@ def _guest(lab: Any, node: str, args: str) -> Dict[str, Any]:
     return out
 
 
-def _wait_marker(path: Path, runs: Dict[str, "Future[Dict[str, Any]]"]) -> None:
-    """Until a guest leaves `path` in the results share; a guest role that ended first is why not."""
-    deadline = time.monotonic() + MARKER_WAIT_S
+def _detached(lab: Any, node: str, role: str, share: Path) -> Dict[str, Any]:
+    """A role started in the background of its guest, its document then awaited in the results
+    share: no command of the guest's agent is outstanding while the host stops its QEMU."""
+    project = getattr(lab, "guest_project_dir", "/opt/probekit")
+    log = f"/tmp/fleet-{role}.log"
+    res = lab.run(f"cd {project} && (setsid python3 {GUEST_SCRIPT} {role} --to /results/fleet/{role}.json "
+                  f"</dev/null >{log} 2>&1 &)", node=node, timeout=120)
+    if res.exit_code != 0:
+        raise AssertionError(f"{node}: {GUEST_SCRIPT} {role} did not start: {res.stderr[-2000:]}")
+    done = share / f"{role}.json"
+    deadline = time.monotonic() + 2400
+    while not done.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{node}: no {done.name} from {GUEST_SCRIPT} {role} after 2400 s")
+        time.sleep(1)
+    out: Dict[str, Any] = json.loads(done.read_text())
+    return out
+
+
+def _wait_marker(path: Path, runs: Dict[str, "Future[Dict[str, Any]]"], bound: float = MARKER_WAIT_S,
+                 needed: bool = True) -> bool:
+    """Until a guest leaves `path` in the results share; a guest role that ended first is why not.
+    Past `bound`: an error if the marker is `needed`, else False (the verdicts say what is missing)."""
+    deadline = time.monotonic() + bound
     while not path.exists():
         for name, run in runs.items():
             if run.done() and not path.exists():  # a role leaves its marker before it ends
                 raise AssertionError(f"{name} ended before {path.name}: {run.result()}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {path.name} after {MARKER_WAIT_S:.0f} s")
+            if needed:
+                raise AssertionError(f"no {path.name} after {bound:.0f} s")
+            return False
         time.sleep(0.5)
+    return True
+
+
+def _pause_server(lab: Any, share: Path, runs: Dict[str, "Future[Dict[str, Any]]"]) -> Dict[str, Any]:
+    """The server's QEMU stopped (SIGSTOP) until Prometheus fires NFSOperationsStuck for both
+    clients' mounts, PAUSE_MAX_S at most, then continued."""
+    pid = lab.signal_node(SERVER, signal.SIGSTOP)
+    stopped, mono = time.time(), time.monotonic()
+    try:
+        fired = _wait_marker(share / "stuck.fired", runs, PAUSE_MAX_S, needed=False)
+    finally:
+        lab.signal_node(SERVER, signal.SIGCONT)
+    return {"qemu_pid": pid, "stopped": round(stopped, 3), "paused_s": round(time.monotonic() - mono, 1),
+            "stuck_fired": fired}
 
 
 def run_fleet(lab: Any, local_dir: Path, progress: Progress = print) -> Dict[str, Any]:
-    """The fleet run: tools installed on the server and client-b, the files made, then the three
-    roles at once through the phases; the guests' documents and the host's phase times."""
+    """The fleet run: tools installed in the three guests, the files made, then the roles at once
+    through the phases; the guests' documents, the host's phase times and the pause."""
     share = Path(lab.results_dir) / "fleet"
     share.mkdir(parents=True, exist_ok=True)
     for stale in share.iterdir():
         stale.unlink()
     phases: List[List[Any]] = []
+    waits: Dict[str, Any] = {}
 
     def enter(name: str) -> None:
         (share / "phase.tmp").write_text(name + "\n")
@@ -74,28 +127,36 @@ def run_fleet(lab: Any, local_dir: Path, progress: Progress = print) -> Dict[str
 
     enter("setup")
     server, (heavy_node, light_node) = lab.node_name(SERVER), lab.client_names()
-    for node in (server, light_node):
+    for node in (server, heavy_node, light_node):
         install_tools(lab, local_dir, node=node)
     prepared = {name: _guest(lab, node, f"prepare {name}") for node, name in ((light_node, "light"),
                                                                              (heavy_node, "heavy"))}
     error = ""
     with ThreadPoolExecutor(3) as pool:
-        # nfsdist on client-b first, nfsdtop on the server once it runs: a tool's start is no request of the workload's
-        runs = {"light": pool.submit(_guest, lab, light_node, "light")}
+        # the clients' tools first, nfsdtop on the server once they run: a tool's start is no request of the workload's
+        runs = {"light": pool.submit(_guest, lab, light_node, "light"),
+                "heavy": pool.submit(_guest, lab, heavy_node, "heavy")}
         try:
             _wait_marker(share / "light.tool", runs)
-            runs["server"] = pool.submit(_guest, lab, server, "server")
-            _wait_marker(share / "server.ready", runs)
-            runs["heavy"] = pool.submit(_guest, lab, heavy_node, "heavy")
-            _wait_marker(share / "light.ready", runs)
-            _wait_marker(share / "heavy.ready", runs)
-            for name in ("before", "heavy"):
-                enter(name)
-                time.sleep(PHASE_S[name])
+            _wait_marker(share / "heavy.tool", runs)
+            runs["server"] = pool.submit(_detached, lab, server, "server", share)
+            for marker in ("server.ready", "light.ready", "heavy.ready", "prom.ready"):
+                _wait_marker(share / marker, runs)
+            enter("before")
+            time.sleep(PHASE_S["before"])
+            enter("heavy")
+            time.sleep(PHASE_S["heavy"])
+            waits["noisy_fired"] = _wait_marker(share / "noisy.fired", runs, NOISY_WAIT_S, needed=False)
             enter("drain")
             _wait_marker(share / "heavy.done", runs)
             enter("after")
             time.sleep(PHASE_S["after"])
+            enter("pause")
+            _wait_marker(share / "heavy.reading", runs)  # client-b reads all along
+            waits["pause"] = _pause_server(lab, share, runs)
+            enter("resumed")
+            _wait_marker(share / "light.resumed", runs)
+            _wait_marker(share / "heavy.resumed", runs)
             enter("stop")
             for name in ("light", "heavy"):
                 runs[name].result(timeout=MARKER_WAIT_S)
@@ -110,8 +171,8 @@ def run_fleet(lab: Any, local_dir: Path, progress: Progress = print) -> Dict[str
             except AssertionError as exc:  # its script exited non-zero: said as its document
                 found[name] = {"check": f"fleet-{name}", "ok": False, "error": str(exc)}
     out = {"check": "fleet", "ok": not error and all(doc["ok"] for doc in list(found.values()) + list(prepared.values())),
-           "data": dict(found, prepare=prepared, phases=phases, nodes={"server": server, "heavy": heavy_node,
-                                                                      "light": light_node})}
+           "data": dict(found, prepare=prepared, phases=phases, waits=waits,
+                        nodes={"server": server, "heavy": heavy_node, "light": light_node})}
     return dict(out, error=error) if error else out
 
 
@@ -197,11 +258,15 @@ def per_client(server: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
 # -- verdicts ---------------------------------------------------------------------------------
 
 def verify_ran_and_detached(data: Dict[str, Any]) -> None:
-    """Every role ended well; nfsdtop and nfsdist exited 0 after SIGTERM, nfsdtop leaving the
-    server with the tracing programs it had before; every heavy worker made requests."""
+    """Every role ended well; nfsdtop, nfsdist and nfstop exited 0 after SIGTERM and the three
+    nfs-exporters 143, nfsdtop and the server's exporter leaving the server with the tracing
+    programs it had before; every heavy worker made requests."""
     server, light, heavy = role(data, "server"), role(data, "light"), role(data, "heavy")
     assert server["nfsdtop"]["rc"] == 0, server["nfsdtop"]["stderr"][-2000:]
     assert light["nfsdist"]["rc"] == 0, light["nfsdist"]["stderr"][-2000:]
+    assert heavy["nfstop"]["rc"] == 0, heavy["nfstop"]["stderr"][-2000:]
+    for doc in (server, light, heavy):
+        assert doc["exporter"]["rc"] == 143, doc["exporter"]["stderr"][-5:]
     attach = server["attachments"]
     assert attach["after"]["bpf_progs"] == attach["before"]["bpf_progs"], attach
     assert heavy["workers"] and all(w["requests"] > 0 for w in heavy["workers"]), heavy["workers"]
@@ -223,14 +288,12 @@ def missed(server: Dict[str, Any]) -> int:
     return sum(sum(record["missed"].values()) for record in nfsdtop_intervals(server))
 
 
-def verify_counts_per_client(data: Dict[str, Any]) -> None:
-    """Each client's NFSv3 requests per procedure in nfsdtop are what it issued (its own RPC
-    counters' differences), the light client's reads and the heavy one's writes included, but for
-    the requests nfsdtop itself reported as not counted: no procedure counted more than its
-    client issued, and all that is short is at most what nfsdtop said it missed (exact when it
-    missed none). A missed request has no address, so which client's it was is unknown."""
-    server = role(data, "server")
-    counted = per_client(server)
+def held_to_issued(data: Dict[str, Any], counted: Dict[str, Dict[str, int]], reported: int, tool: str) -> None:
+    """Each client's NFSv3 requests per procedure as a server-side tool counted them (`counted`:
+    address -> procedure -> requests) against what the client issued (its own RPC counters'
+    differences): none counted more than issued, and all that is short is at most what the tool
+    `reported` it missed (exact when it missed none). A missed request has no address, so which
+    client's it was is unknown."""
     short = 0
     for name in ("light", "heavy"):
         client = role(data, name)
@@ -238,19 +301,28 @@ def verify_counts_per_client(data: Dict[str, Any]) -> None:
         assert issued.get("NFSv3 READ"), f"{name}: no READ issued: {issued}"
         seen = counted.get(client["address"], {})
         over = {label: (n, issued.get(label, 0)) for label, n in seen.items() if n > issued.get(label, 0)}
-        assert not over, f"{name} ({client['address']}): nfsdtop counted more than issued: {over}"
+        assert not over, f"{name} ({client['address']}): {tool} counted more than issued: {over}"
         short += sum(n - seen.get(label, 0) for label, n in issued.items())
     assert role(data, "heavy")["issued"].get("NFSv3 WRITE"), role(data, "heavy")["issued"]
-    assert short <= missed(server), f"{short} NFSv3 requests not counted, nfsdtop reported {missed(server)} missed"
+    assert short <= reported, f"{short} NFSv3 requests not counted, {tool} reported {reported} missed"
 
 
-def verify_heavy_client_ranked_first(data: Dict[str, Any]) -> None:
+def verify_counts_per_client(data: Dict[str, Any]) -> None:
+    """Each client's NFSv3 requests per procedure in nfsdtop are what it issued, the light
+    client's reads and the heavy one's writes included, short by no more than the requests
+    nfsdtop reported as not counted (held_to_issued)."""
+    server = role(data, "server")
+    held_to_issued(data, per_client(server), missed(server), "nfsdtop")
+
+
+def verify_heavy_client_ranked_first(data: Dict[str, Any]) -> str:
     """Every nfsdtop interval wholly inside `heavy` ranks client-a first; none inside `before` or
     `after` shows an NFSv3 request of client-a (its load is the heavy phase's; both clients' NFSv4
     mounts renew their leases throughout)."""
     server = role(data, "server")
     heavy_address, light_address = role(data, "heavy")["address"], role(data, "light")["address"]
     intervals = nfsdtop_intervals(server)
+    ranked = ""
     for name in ("before", "heavy", "after"):
         span = span_of(server["seen"], name)
         inside = [r for r in intervals if in_phase(r, span, r["seconds"], server["gmtoff"])]
@@ -258,9 +330,11 @@ def verify_heavy_client_ranked_first(data: Dict[str, Any]) -> None:
         firsts = [r["rows"][0]["client"] if r["rows"] else None for r in inside]
         if name == "heavy":
             assert set(firsts) == {heavy_address}, f"heavy: first rows {firsts} (client-a {heavy_address})"
+            ranked = f"nfsdtop: {heavy_address} first in {len(firsts)} of {len(firsts)} heavy intervals"
         else:
             shown = {row["client"] for r in inside for row in r["rows"] if any(p.startswith("NFSv3 ") for p in row["procs"])}
             assert shown == {light_address}, f"{name}: NFSv3 requests of {shown} (client-b {light_address} only)"
+    return ranked
 
 
 def reads_by_phase(light: Dict[str, Any]) -> Dict[str, List[float]]:
@@ -271,12 +345,13 @@ def reads_by_phase(light: Dict[str, Any]) -> Dict[str, List[float]]:
     return by_phase
 
 
-def verify_light_reads_slower_under_load(data: Dict[str, Any]) -> None:
+def verify_light_reads_slower_under_load(data: Dict[str, Any]) -> str:
     """client-b's own timings: the QUANTILE of its read latency in `heavy` is above that of `before`
     and of `after` (reads that straddle a phase change are left out)."""
     by_phase = reads_by_phase(role(data, "light"))
     q = {name: quantile(by_phase.get(name, [])) for name in ("before", "heavy", "after")}
     assert q["heavy"] > max(q["before"], q["after"]), f"p{QUANTILE * 100:.0f} read µs per phase: {q}"
+    return summary(data)
 
 
 def verify_nfsdist_sees_the_slowdown(data: Dict[str, Any]) -> None:
@@ -289,6 +364,159 @@ def verify_nfsdist_sees_the_slowdown(data: Dict[str, Any]) -> None:
     assert q["heavy"] > max(q["before"], q["after"]), f"p{QUANTILE * 100:.0f} read bucket (µs) per phase: {q}"
 
 
+# -- the exporters and Prometheus --------------------------------------------------------------
+
+def moved(doc: Dict[str, Any], name: str, **match: str) -> int:
+    """How much the series of one family matching `match` moved between a guest's two direct
+    scrapes of its exporter (`scrapes`: before its first request, after its last), summed."""
+    before, after = (counters(doc["scrapes"][when]) for when in ("before", "after"))
+    total = 0.0
+    for (series, labels), value in after.items():
+        if series == name and match.items() <= dict(labels).items():
+            total += value - before.get((series, labels), 0.0)
+    return int(total)
+
+
+def prom(data: Dict[str, Any]) -> Dict[str, Any]:
+    """The prom role's document (Prometheus on client-b), brought back by the light role."""
+    doc = role(data, "light")["prom"]
+    assert doc["ok"], f"prom: {doc.get('error')}"
+    return dict(doc["data"])
+
+
+def target(found: Dict[str, Any], address: str) -> str:
+    """The instance label Prometheus gave an exporter on `address`."""
+    return next(t for t in found["targets"] if t.rpartition(":")[0] == address)
+
+
+def alert_samples(found: Dict[str, Any], name: str, state: str = "") -> List[Tuple[Dict[str, str], float]]:
+    """Every ALERTS sample of alert `name` of the run (in `state` only, if given): labels, time."""
+    return [(row["metric"], float(stamp)) for row in found["kept"]["alerts"] for stamp, _ in row["values"]
+            if row["metric"]["alertname"] == name and (not state or row["metric"]["alertstate"] == state)]
+
+
+def verify_client_exporters_count_each_operation_once(data: Dict[str, Any]) -> str:
+    """Over the whole run, the pause included, each client's nfs-exporter counted on /mnt/nfs3 each
+    read and write its workload made once (client-b: its timed reads; client-a: its load's readers
+    and writers and its reads during the pause), but for what it reported missed
+    (probekit_nfs_missed_total): nothing lost or counted twice across the pause."""
+    light, heavy = role(data, "light"), role(data, "heavy")
+    made = {("light", "read"): len(light["reads"]),
+            ("heavy", "read"): sum(w["requests"] for w in heavy["workers"] if not w["writer"]) + len(heavy["pause_reads"]),
+            ("heavy", "write"): sum(w["requests"] for w in heavy["workers"] if w["writer"])}
+    assert heavy["pause_reads"] and made[("heavy", "write")], (heavy["pause_reads"], heavy["workers"])
+    said = []
+    for (name, op), issued in made.items():
+        doc = role(data, name)
+        got = moved(doc, "probekit_nfs_ops_total", op=op, mountpoint="/mnt/nfs3")
+        said.append(f"{name} {op}s " + counted_once(f"{name}'s nfs-exporter, {op} on /mnt/nfs3", got, issued,
+                                                    moved(doc, "probekit_nfs_missed_total", op=op)))
+    return ", ".join(said)
+
+
+def verify_server_exporter_counts_each_request_once(data: Dict[str, Any]) -> str:
+    """Over the whole run, the pause included, nfs-exporter --nfsd's probekit_nfsd_requests_total
+    per client and NFSv3 procedure moved by what each client issued, short by no more than its
+    probekit_nfsd_missed_total moved (held_to_issued): no request lost or counted twice."""
+    server = role(data, "server")
+    before, after = (counters(server["scrapes"][when]) for when in ("before", "after"))
+    counted: Dict[str, Dict[str, int]] = {}
+    for (series, labels), value in after.items():
+        found = dict(labels)
+        if series == "probekit_nfsd_requests_total" and found["proc"].startswith("NFSv3 "):
+            into = counted.setdefault(found["client"], {})
+            into[found["proc"]] = into.get(found["proc"], 0) + int(value - before.get((series, labels), 0.0))
+    held_to_issued(data, counted, moved(server, "probekit_nfsd_missed_total"), "nfs-exporter --nfsd")
+    return ", ".join(f"{client}: " + " ".join(f"{label[len('NFSv3 '):]} {n}" for label, n in sorted(procs.items()) if n)
+                     for client, procs in sorted(counted.items()))
+
+
+def last_shares(found: Dict[str, Any], moment: float) -> Dict[str, float]:
+    """Each client's recorded share of the server's requests at `moment` (its last sample by then)."""
+    out: Dict[str, float] = {}
+    for row in found["kept"]["shares"]:
+        upto = [float(value) for stamp, value in row["values"] if float(stamp) <= moment]
+        if upto:
+            out[row["metric"]["client"]] = upto[-1]
+    return out
+
+
+def verify_recorded_share_names_client_a_top(data: Dict[str, Any]) -> str:
+    """The shipped recording rule instance_client:probekit_nfsd_requests:share_rate5m, evaluated
+    by the lab's Prometheus: at the end of `heavy` client-a's share of the server's requests is
+    the largest; at the end of `before` it was below client-b's."""
+    found = prom(data)
+    heavy_address, light_address = role(data, "heavy")["address"], role(data, "light")["address"]
+    ends = {name: span_of(found["seen"], name)[1] for name in ("before", "heavy")}
+    shares = {name: last_shares(found, moment) for name, moment in ends.items()}
+    top = max(shares["heavy"].items(), key=lambda item: item[1], default=("", 0.0))
+    assert top[0] == heavy_address, f"end of heavy: shares {shares['heavy']} (client-a {heavy_address})"
+    assert shares["before"].get(heavy_address, 0.0) < shares["before"].get(light_address, 0.0), \
+        f"end of before: shares {shares['before']} (client-b {light_address})"
+    return "; ".join(f"end of {name}: " + ", ".join(f"{client} {share:.2f}" for client, share in
+                                                   sorted(shares[name].items(), key=lambda item: -item[1]))
+                     for name in ("before", "heavy"))
+
+
+def verify_rules_load_and_noisy_alert_fires_for_client_a_only(data: Dict[str, Any]) -> str:
+    """Prometheus evaluates every rule of the lab's copy of the shipped file without error;
+    NFSNoisyClient (its `for:` cut to the lab's) fires for client-a during `heavy`, not before it,
+    and is never even pending for client-b."""
+    found = prom(data)
+    failing = [rule for rule in found["rules"] if rule["health"] != "ok" or rule["error"]]
+    assert found["rules"] and not failing, f"rules Prometheus could not evaluate: {failing}"
+    heavy_address, light_address = role(data, "heavy")["address"], role(data, "light")["address"]
+    firing = sorted(t for labels, t in alert_samples(found, "NFSNoisyClient", "firing") if labels["client"] == heavy_address)
+    assert firing, f"NFSNoisyClient never fired for client-a {heavy_address}: {alert_samples(found, 'NFSNoisyClient')[:5]}"
+    start, end = span_of(found["seen"], "heavy")
+    assert start <= firing[0] <= end, f"NFSNoisyClient first fired for client-a at {firing[0]}, heavy was {start}..{end}"
+    other = [labels for labels, _ in alert_samples(found, "NFSNoisyClient") if labels["client"] != heavy_address]
+    assert not other, f"NFSNoisyClient for others than client-a: {other[:3]}"
+    return (f"NFSNoisyClient firing for {heavy_address} {firing[0] - start:.0f} s into heavy (for: {found['noisy_for']}), "
+            f"never for {light_address}; {len(found['rules'])} rules healthy")
+
+
+def verify_nfstop_names_the_load_unit(data: Dict[str, Any]) -> str:
+    """On client-a, `nfstop --by cgroup` ranks the cgroup of the scope unit its load ran in first in
+    every interval wholly inside the load's run, and shows it in no interval of `before`; and
+    nfs-exporter --cgroup-label counted each write of the load on that cgroup's series."""
+    heavy = role(data, "heavy")
+    cgroup, unit = heavy["load"]["cgroup"], heavy["unit"]
+    assert cgroup.endswith(f"/{unit}.scope"), f"the load ran in {cgroup}, not in {unit}.scope"
+    records = [json.loads(line) for line in heavy["nfstop"]["lines"] if line.startswith("{") and '"rows"' in line]
+    running = (float(heavy["load"]["seen"][0][1]), span_of(heavy["seen"], "heavy")[1])
+    inside = [r for r in records if in_phase(r, running, r["interval_s"], heavy["gmtoff"])]
+    assert inside, f"no nfstop interval wholly inside the load's run {running}"
+    firsts = [r["rows"][0]["cgroup"] if r["rows"] else None for r in inside]
+    assert set(firsts) == {cgroup}, f"nfstop's first rows while the load ran: {firsts} (the load: {cgroup})"
+    before = span_of(heavy["seen"], "before")
+    quiet = [row["cgroup"] for r in records if in_phase(r, before, r["interval_s"], heavy["gmtoff"]) for row in r["rows"]]
+    assert cgroup not in quiet, f"{cgroup} in nfstop during before"
+    writes = sum(w["requests"] for w in heavy["workers"] if w["writer"])
+    counted = counted_once(f"nfs-exporter, writes of cgroup {cgroup}", moved(heavy, "probekit_nfs_ops_total", op="write",
+                                                                           cgroup=cgroup),
+                           writes, moved(heavy, "probekit_nfs_missed_total", op="write"))
+    return f"{unit}.scope first in {len(inside)} of {len(inside)} intervals; nfs-exporter: {counted} writes in it"
+
+
+def verify_stuck_alert_names_the_server_and_both_mounts(data: Dict[str, Any]) -> str:
+    """While the server's QEMU is stopped with reads of both clients in flight, NFSOperationsStuck
+    fires for /mnt/nfs3 of each client's exporter, naming the server's address; it fired at no
+    time before the pause."""
+    found, pause = prom(data), data["waits"]["pause"]
+    server = role(data, "server")["address"]
+    firing = alert_samples(found, "NFSOperationsStuck", "firing")
+    start = span_of(found["seen"], "pause")[0]
+    early = [(labels["instance"], t) for labels, t in firing if t < start]
+    named = {(labels["instance"], labels["server"], labels["mountpoint"]) for labels, t in firing if t >= start}
+    wanted = {(target(found, role(data, name)["address"]), server, "/mnt/nfs3") for name in ("heavy", "light")}
+    assert wanted <= named and not early, \
+        (f"NFSOperationsStuck from the pause on fired for {sorted(named)}, not for {sorted(wanted - named)}; "
+         f"before the pause: {early[:3]}")
+    return (f"server stopped {pause['paused_s']:.0f} s; NFSOperationsStuck for "
+            + ", ".join(f"{instance} {mount} (server {where})" for instance, where, mount in sorted(named)))
+
+
 def summary(data: Dict[str, Any]) -> str:
     """One line for the run's report: the phases' read quantiles."""
     by_phase = reads_by_phase(role(data, "light"))
@@ -298,4 +526,7 @@ def summary(data: Dict[str, Any]) -> str:
 
 FLEET_CHECKS = (verify_ran_and_detached, verify_both_clients_served, verify_counts_per_client,
                 verify_heavy_client_ranked_first, verify_light_reads_slower_under_load,
-                verify_nfsdist_sees_the_slowdown)
+                verify_nfsdist_sees_the_slowdown, verify_client_exporters_count_each_operation_once,
+                verify_server_exporter_counts_each_request_once, verify_recorded_share_names_client_a_top,
+                verify_rules_load_and_noisy_alert_fires_for_client_a_only, verify_nfstop_names_the_load_unit,
+                verify_stuck_alert_names_the_server_and_both_mounts)

@@ -329,7 +329,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
         self.report.run_dir.mkdir(parents=True, exist_ok=True)
         if self.check("fleet run: client-a's load beside client-b's reads, nfsdtop on the server", fleet_run):
             for verify in FLEET_CHECKS:
-                self.check(verify.__name__[len("verify_"):].replace("_", " "), lambda v=verify: (v(found["data"]), "ok")[1])
+                self.check(verify.__name__[len("verify_"):].replace("_", " "), lambda v=verify: v(found["data"]) or "ok")
 
     def collect(self) -> None:
         """Copy the guest's run directory out as artefacts (one tarball through the Lab interface)."""

@@ -173,13 +173,14 @@ def op_samples(text: str, name: str) -> Dict[str, float]:
 ATTACHED = "nfs-exporter: probe attached: "
 
 
-def start(port: int, log: str, extra: List[str]) -> subprocess.Popen:
-    """The exporter, once its probe is attached (compiling takes minutes under TCG)."""
+def start(port: int, log: str, extra: List[str], ready: str = ATTACHED) -> subprocess.Popen:
+    """The exporter, once it said `ready` (its probe is attached: compiling takes minutes under
+    TCG; with --nfsd on a server without NFS mounts, its server probe is what gets attached)."""
     err = open(log, "w")
     proc = subprocess.Popen([installed("nfs-exporter"), "--port", str(port), "-v",
                              "--gone-mount-grace", str(GRACE_S)] + extra,
                             cwd="/", env=user_env(), stdout=subprocess.DEVNULL, stderr=err)
-    wait_logged(proc, log, ATTACHED, 1)
+    wait_logged(proc, log, ready, 1)
     return proc
 
 

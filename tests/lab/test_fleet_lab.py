@@ -2,9 +2,10 @@
 
 On the fleet kernels of tests/lab/conftest.py (FULL_MATRIX's "fleet"), whose job boots three guests:
 the server and client-a and client-b, each client on its own socket link. One guest run drives
-labs/guest/fleet_guest.py in all three at once (nfsdtop by client on the server, a light timed
-reader under nfsdist on client-b, parallel writers and readers on client-a part-way); the
-verdicts compare its phases. The run's JSON is kept as fleet.json among the artefacts
+labs/guest/fleet_guest.py in all three at once (nfsdtop by client and nfs-exporter --nfsd on the
+server, a light timed reader under nfsdist and nfs-exporter on client-b beside a Prometheus with
+the shipped rules, parallel writers and readers in a unit of their own on client-a part-way
+under nfstop by cgroup, then the server stopped); the verdicts compare its phases. The run's JSON is kept as fleet.json among the artefacts
 (tests/fixtures/.../fleet comes from one).
 """
 from __future__ import annotations
