@@ -5,8 +5,10 @@ Topologies (TOPOLOGIES):
           path, and what kernel matrices use.
   pair    two guests linked by a QEMU socket netdev on 127.0.0.1 (10.77.0.1 server,
           10.77.0.2 client, static addresses from the kernel command line).
-  fleet   a server and two clients (client-a 10.77.0.2, client-b 10.77.0.3), each client on
-          its own socket link to a hub in the server's QEMU: one lab subnet, no host network.
+  fleet   a server and two clients (client-a 10.77.0.2, client-b 10.77.0.3): the server and
+          client-a each on a socket link of their own to a hub in client-b's QEMU (not the
+          server's: the fleet check stops the server, and the clients must still reach each
+          other), one lab subnet, no host network.
 
 Each guest boots the image's kernel directly, on a throw-away qcow2 overlay; the project
 tree is shared read-only over 9p at /opt/probekit and a writable results share at
@@ -53,11 +55,14 @@ Progress = Callable[[str], None]
 
 class Topology(NamedTuple):
     """The guests of a lab. The first serves NFS; with more than one, every other guest mounts
-    it over a socket link of its own to the first (one guest mounts its own exports)."""
+    it over the lab link (one guest mounts its own exports)."""
 
     nodes: Tuple[str, ...]
     #: the guest CLIENT names: where the one-client checks run
     client: str
+    #: the guest whose QEMU listens for every other's socket link (through a hub with more than
+    #: one): it boots first, and must never be the one a check stops
+    listener: str = ""
 
     @property
     def linked(self) -> bool:
@@ -66,8 +71,8 @@ class Topology(NamedTuple):
 
 TOPOLOGIES: Dict[str, Topology] = {
     "single": Topology(nodes=("lab",), client="lab"),
-    "pair": Topology(nodes=("server", "client"), client="client"),
-    "fleet": Topology(nodes=("server", "client-a", "client-b"), client="client-a"),
+    "pair": Topology(nodes=("server", "client"), client="client", listener="server"),
+    "fleet": Topology(nodes=("server", "client-a", "client-b"), client="client-a", listener="client-b"),
 }
 
 
@@ -77,7 +82,7 @@ class Node(NamedTuple):
     name: str            # one of its Topology's nodes
     index: int           # 1-based, picks MACs, link address and ports
     link_address: str    # 10.77.0.N on the lab link ("" in one guest)
-    link_port: int       # 127.0.0.1 port of its link, where the server's QEMU listens (0: the server, one guest)
+    link_port: int       # 127.0.0.1 port of its link, where the listener's QEMU listens (0: the listener, one guest)
     ssh_port: int        # 127.0.0.1 forward to the guest's port 22 (0: no SSH)
 
 
@@ -238,14 +243,15 @@ class QemuLab(Lab):
         """Name the guests of the topology and pick their ports (before anything starts)."""
         topology = TOPOLOGIES[self.topology]
         return [Node(name=name, index=i, link_address=f"{LAB_SUBNET_PREFIX}{i}" if topology.linked else "",
-                     link_port=free_port() if topology.linked and i > 1 else 0,
+                     link_port=free_port() if topology.linked and name != topology.listener else 0,
                      ssh_port=free_port() if self.ssh else 0)
                 for i, name in enumerate(topology.nodes, start=1)]
 
     def link_netdevs(self, node: Node) -> List[str]:
-        """The -netdev options of a guest's lab link: a client connects to its own port; the
-        server listens on each client's, straight behind its NIC for one client, through a hub
-        in its QEMU for several (one subnet, as on a switch). The NIC's netdev id is "link"."""
+        """The -netdev options of a guest's lab link: every guest but the listener connects to
+        its own port; the listener listens on each of them, straight behind its NIC for one
+        peer, through a hub in its QEMU for several (one subnet, as on a switch). The NIC's
+        netdev id is "link"."""
         if node.link_port:
             return ["-netdev", f"socket,id=link,connect=127.0.0.1:{node.link_port}"]
         peers = [peer for peer in self.nodes if peer.link_port]
@@ -360,7 +366,7 @@ class QemuLab(Lab):
         assert self.image is not None
         self.pids = {}
         self.watches = {}
-        for node in self.nodes:
+        for node in sorted(self.nodes, key=lambda n: n.link_port != 0):  # the listener first
             overlay = self.state_dir / f"{node.name}.qcow2"
             overlay.unlink(missing_ok=True)
             subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
@@ -376,7 +382,7 @@ class QemuLab(Lab):
             self.watches[node.name] = ConsoleWatch(self.label(node.name), self.console_log(node.name))
             self.progress(f"[lab] booting {node.name} ({accel}, {self.guest_vcpus(accel)} vCPU, "
                           f"pid {proc.pid}, console {self.console_log(node.name)})")
-            if node is self.nodes[0]:  # the server listens for each client before the client's QEMU connects
+            if not node.link_port:  # the listener: it listens for every peer before a peer's QEMU connects
                 for port in (peer.link_port for peer in self.nodes if peer.link_port):
                     self._wait_listening(node.name, port)
         if stall_after is None:

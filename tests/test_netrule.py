@@ -76,22 +76,22 @@ def kernel_links(argv: List[str]) -> List[str]:
     return [arg.split("=", 1)[1] for arg in cmdline if arg.startswith("probekit.link=")]
 
 
-def test_fleet_argv_links_each_client_to_a_hub_in_the_server(tmp_path: Path) -> None:
-    """Each client connects to a port of its own on 127.0.0.1 where the server's QEMU listens; the
-    server's one NIC sits on a hub with both links; one subnet, one address and MAC per guest."""
+def test_fleet_argv_links_the_server_and_client_a_to_a_hub_in_client_b(tmp_path: Path) -> None:
+    """The server and client-a each connect to a port of their own on 127.0.0.1 where client-b's
+    QEMU listens; client-b's one NIC sits on a hub with both links (so a stopped server leaves
+    the clients linked); one subnet, one address and MAC per guest."""
     argvs = qemu_argvs(tmp_path, "fleet", "tcg")
     assert list(argvs) == ["server", "client-a", "client-b"]
-    server = netdevs(argvs["server"])
+    hub = netdevs(argvs["client-b"])
     ports = {}
-    for client in ("client-a", "client-b"):
-        kind, opts = netdevs(argvs[client])["link"]
+    for peer in ("server", "client-a"):
+        kind, opts = netdevs(argvs[peer])["link"]
         assert kind == "socket" and opts["connect"][0].startswith("127.0.0.1:") and "listen" not in opts
-        ports[client] = opts["connect"][0]
-        assert server[f"to-{client}"] == ("socket", {"id": [f"to-{client}"], "listen": [ports[client]]})
-        assert server[f"hub-{client}"] == ("hubport", {"id": [f"hub-{client}"], "hubid": ["0"],
-                                                        "netdev": [f"to-{client}"]})
+        ports[peer] = opts["connect"][0]
+        assert hub[f"to-{peer}"] == ("socket", {"id": [f"to-{peer}"], "listen": [ports[peer]]})
+        assert hub[f"hub-{peer}"] == ("hubport", {"id": [f"hub-{peer}"], "hubid": ["0"], "netdev": [f"to-{peer}"]})
     assert len(set(ports.values())) == 2
-    assert server["link"] == ("hubport", {"id": ["link"], "hubid": ["0"]})
+    assert hub["link"] == ("hubport", {"id": ["link"], "hubid": ["0"]})
     links = {name: kernel_links(argv) for name, argv in argvs.items()}
     assert links == {"server": ["52:54:00:77:00:01,10.77.0.1/24"], "client-a": ["52:54:00:77:00:02,10.77.0.2/24"],
                      "client-b": ["52:54:00:77:00:03,10.77.0.3/24"]}
