@@ -7,6 +7,7 @@ dpkg-deb; lintian, when installed, must find no error.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -60,12 +61,15 @@ def tree(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_co_re_objects_are_the_wheels(tree: Path) -> None:
-    """The package is built from the wheel (pybuild), whose build compiles one object per spec:
-    the same objects, where the code looks for them (libbpf1 loads them: Depends)."""
+    """The package is built from the wheel (pybuild), whose build compiles one object per spec
+    and the spec's parsed copy beside it: the same files, where the code looks for them
+    (libbpf1 loads the objects: Depends)."""
     specs = sorted(p.stem for p in (REPO / "probes" / "specs").glob("*.toml"))
     objects = tree / PRIVATE / "probes" / "objects"
-    assert sorted(p.name for p in objects.iterdir()) == [f"{spec}.bpf.o" for spec in specs]
+    assert sorted(p.name for p in objects.iterdir()) == sorted(f"{spec}.{kind}" for spec in specs
+                                                               for kind in ("bpf.o", "spec.json"))
     assert all((objects / f"{spec}.bpf.o").read_bytes()[:4] == b"\x7fELF" for spec in specs)
+    assert all(json.loads((objects / f"{spec}.spec.json").read_text()) for spec in specs)
 
 
 def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path, tmp_path: Path) -> None:
