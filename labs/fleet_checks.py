@@ -316,15 +316,21 @@ def verify_counts_per_client(data: Dict[str, Any]) -> None:
 
 
 def verify_heavy_client_ranked_first(data: Dict[str, Any]) -> str:
-    """Every nfsdtop interval wholly inside `heavy` ranks client-a first; none inside `before` or
-    `after` shows an NFSv3 request of client-a (its load is the heavy phase's; both clients' NFSv4
-    mounts renew their leases throughout)."""
+    """Every nfsdtop interval wholly inside `heavy` once client-a's load has started ranks client-a
+    first; none inside `before` or `after` shows an NFSv3 request of client-a (its load is the
+    heavy phase's; both clients' NFSv4 mounts renew their leases throughout)."""
     server = role(data, "server")
     heavy_address, light_address = role(data, "heavy")["address"], role(data, "light")["address"]
     intervals = nfsdtop_intervals(server)
     ranked = ""
+    heavy = role(data, "heavy")
+    # the load starts a moment after client-a sees `heavy` (its unit and workers start): that
+    # delay, on client-a's clock, moves the start of the span judged on the server's
+    started = span_of(heavy["load"]["seen"], "heavy")[0] - span_of(heavy["seen"], "heavy")[0]
     for name in ("before", "heavy", "after"):
         span = span_of(server["seen"], name)
+        if name == "heavy":
+            span = (span[0] + max(0.0, started), span[1])
         inside = [r for r in intervals if in_phase(r, span, r["seconds"], server["gmtoff"])]
         assert inside, f"{name}: no nfsdtop interval wholly inside it"
         firsts = [r["rows"][0]["client"] if r["rows"] else None for r in inside]
