@@ -498,6 +498,20 @@ def test_in_flight_per_mount_names_the_server_and_its_mounts() -> None:
         ("10.0.0.9", "", ""): (1, 3.0), ("", "", ""): (1, 1.0)}
 
 
+def lab_mount_lines(tmp_path: Path) -> List[str]:
+    """The 6.12 fs lab run's mount table (tests/fixtures/6.12.117+deb13-amd64/fs-lab: ext4 root,
+    XFS on dm, two SMB mounts), written to tmp_path/mountinfo beside an empty mountstats."""
+    import gzip
+    import json
+
+    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run-exporter.json.gz"
+    with gzip.open(run, "rt") as handle:
+        lines: List[str] = json.load(handle)["data"]["mountinfo"]
+    (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
+    (tmp_path / "mountstats").write_text("")
+    return lines
+
+
 def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint(tmp_path: Path) -> None:
     """-t nfs,ext4 on the 6.12 fs lab run's mount table (its ext4 root) beside the 6.1 guest's NFS
     mounts: probekit_ext4_* per ext4 mount with node_exporter filesystem collector's `device`
@@ -511,14 +525,7 @@ def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint(t
     from discover.spec import serves_fstype
     from probes.commands import find_target
 
-    import gzip
-    import json
-
-    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run-exporter.json.gz"
-    with gzip.open(run, "rt") as handle:
-        lines = json.load(handle)["data"]["mountinfo"]
-    (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
-    (tmp_path / "mountstats").write_text("")
+    lines = lab_mount_lines(tmp_path)
     ext4 = {}
     for line in lines:
         left, _, right = line.partition(" - ")
@@ -581,19 +588,12 @@ def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
     """The 6.12 fs lab run's mount lines (tests/fixtures/6.12.117+deb13-amd64/fs-lab): XFS
     series by `device` and `mountpoint`; SMB's two mounts of one share (cache=strict, loose)
     by `device` (the share), `server` (mountinfo's addr=) and `mountpoint`, one series each."""
-    import gzip
-    import json
-
     from prometheus_client import CollectorRegistry, generate_latest
 
     from discover.spec import serves_fstype
     from probes.commands import find_target
-    from probes.mounts import MountTable, kernel_dev
-    run = REPO / "tests/fixtures/6.12.117+deb13-amd64/fs-lab/guest-run-exporter.json.gz"
-    with gzip.open(run, "rt") as handle:
-        lines = json.load(handle)["data"]["mountinfo"]
-    (tmp_path / "mountinfo").write_text("\n".join(lines) + "\n")
-    (tmp_path / "mountstats").write_text("")
+    from probes.mounts import kernel_dev
+    lab_mount_lines(tmp_path)
     values = real_latencies_ns()
 
     class PerDev(_Recorded):
