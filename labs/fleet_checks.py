@@ -9,7 +9,8 @@ parallel writers and readers in a scope unit in the `heavy` phase only, between 
 in the `pause`, while the host keeps the server's QEMU stopped. The verdicts compare the phases
 with each other, never with a fixed latency: client-b's high-quantile read latency is higher
 in `heavy` than in `before` and in `after`, by its own timings and by nfsdist; nfsdtop and the
-recorded share rank client-a first while it runs; NFSNoisyClient fires for client-a alone,
+recorded share rank client-a first while it runs, and client-b's recorded p99 on the server rises
+under its load; NFSNoisyClient fires for client-a alone,
 NFSOperationsStuck for both clients' mounts in the pause and not before; nfstop names the load's
 unit; and every count (nfsdtop's and the server exporter's per client and procedure, each
 client exporter's reads and writes) is what the workloads issued, short by no more than what
@@ -437,13 +438,20 @@ def verify_server_exporter_counts_each_request_once(data: Dict[str, Any]) -> str
                      for client, procs in sorted(counted.items()))
 
 
+def recorded(found: Dict[str, Any], kept: str, client: str, upto: float) -> List[float]:
+    """A client's samples of a kept recorded series (`shares`, `p99s`) until `upto`, NaN left out
+    (a p99 of no requests)."""
+    return [value for row in found["kept"][kept] if row["metric"]["client"] == client
+            for stamp, value in ((float(t), float(v)) for t, v in row["values"]) if stamp <= upto and not math.isnan(value)]
+
+
 def last_shares(found: Dict[str, Any], moment: float) -> Dict[str, float]:
     """Each client's recorded share of the server's requests at `moment` (its last sample by then)."""
     out: Dict[str, float] = {}
-    for row in found["kept"]["shares"]:
-        upto = [float(value) for stamp, value in row["values"] if float(stamp) <= moment]
+    for client in {row["metric"]["client"] for row in found["kept"]["shares"]}:
+        upto = recorded(found, "shares", client, moment)
         if upto:
-            out[row["metric"]["client"]] = upto[-1]
+            out[client] = upto[-1]
     return out
 
 
@@ -464,10 +472,25 @@ def verify_recorded_share_names_client_a_top(data: Dict[str, Any]) -> str:
                      for name in ("before", "heavy"))
 
 
+def verify_recorded_p99_of_client_b_rose_under_load(data: Dict[str, Any]) -> str:
+    """The shipped recording rule instance_client:probekit_nfsd_request_duration_seconds:p99_rate5m,
+    evaluated by the lab's Prometheus: client-b's p99 service time on the server at the end of
+    `heavy` is above the lowest it had before `heavy` began (the rise NFSNoisyClient waits for)."""
+    found = prom(data)
+    light_address = role(data, "light")["address"]
+    start, end = span_of(found["seen"], "heavy")
+    quiet, loaded = recorded(found, "p99s", light_address, start), recorded(found, "p99s", light_address, end)
+    assert quiet and loaded, f"no recorded p99 of client-b {light_address} before or during heavy: {quiet[:3]}"
+    assert loaded[-1] > min(quiet), f"client-b's recorded p99: lowest before heavy {min(quiet)}, end of heavy {loaded[-1]}"
+    return (f"client-b {light_address}: recorded p99 {min(quiet) * 1e3:.1f} ms at its lowest before heavy, "
+            f"{loaded[-1] * 1e3:.1f} ms at the end of heavy")
+
+
 def verify_rules_load_and_noisy_alert_fires_for_client_a_only(data: Dict[str, Any]) -> str:
     """Prometheus evaluates every rule of the lab's copy of the shipped file without error;
-    NFSNoisyClient (its `for:` cut to the lab's) fires for client-a during `heavy`, not before it,
-    and is never even pending for client-b."""
+    NFSNoisyClient (its `for:` cut to the lab's) fires for client-a during `heavy` (its share of the
+    requests, and client-b's p99 above its lowest of the hour), not before it, and is never even
+    pending for client-b."""
     found = prom(data)
     failing = [rule for rule in found["rules"] if rule["health"] != "ok" or rule["error"]]
     assert found["rules"] and not failing, f"rules Prometheus could not evaluate: {failing}"
@@ -534,5 +557,6 @@ FLEET_CHECKS = (verify_ran_and_detached, verify_both_clients_served, verify_coun
                 verify_heavy_client_ranked_first, verify_light_reads_slower_under_load,
                 verify_nfsdist_sees_the_slowdown, verify_client_exporters_count_each_operation_once,
                 verify_server_exporter_counts_each_request_once, verify_recorded_share_names_client_a_top,
+                verify_recorded_p99_of_client_b_rose_under_load,
                 verify_rules_load_and_noisy_alert_fires_for_client_a_only, verify_nfstop_names_the_load_unit,
                 verify_stuck_alert_names_the_server_and_both_mounts)

@@ -1,7 +1,7 @@
 """promtool unit tests of packaging/prometheus/probekit-rules.yml, made from real lab scrapes, so
 that the rules are tried on what nfs-exporter really serves and the expectations follow from
 what happened in the run (the server stopped, a probe compiled again), not from numbers typed
-to fit. Two runs:
+to fit. Four runs:
 
 - the 7.3 fault run (tests/fixtures/7.3.4+deb13-amd64/faults/): the exporter scraped about
   every second while the NFS server's QEMU was stopped for 30 s, then while it compiled a new
@@ -14,7 +14,10 @@ to fit. Two runs:
 - the 6.12 nfsdtop run (tests/fixtures/6.12.117+deb13-amd64/nfsdtop/): `nfs-exporter --nfsd`'s
   scrapes right before and right after the workload of its two clients, that window's increase
   repeated as a server that keeps the load: each client's share of the requests and bytes, and
-  the noisy-client alert (127.0.0.1 against the quiet neighbour) after its `for`.
+  no noisy-client alert (127.0.0.1 sends most, but the load never changed);
+- the 7.3 fleet run (tests/fixtures/7.3.4+deb13-amd64/fleet/): its server's exporter scraped as
+  client-b's quiet reads began, as client-a's load began and as it ended: the noisy-client alert
+  for client-a once its load has gone on, as the others' p99 rose, and not for the load alone.
 
     python3 tests/prometheus_rule_tests.py OUTDIR   # then: promtool test rules OUTDIR/*.yml
 """
@@ -47,6 +50,10 @@ RATE_WINDOW_S = 300
 NFSD_RUN = REPO / "tests/fixtures/6.12.117+deb13-amd64/nfsdtop/guest-run.json.gz"
 #: the server families the server rules read
 NFSD_SCRAPED = ("probekit_nfsd_requests_total", "probekit_nfsd_read_bytes_total", "probekit_nfsd_write_bytes_total")
+NFSD_DURATION = "probekit_nfsd_request_duration_seconds_bucket"
+FLEET_RUN = REPO / "tests/fixtures/7.3.4+deb13-amd64/fleet/guest-run-4.json.gz"
+#: the fleet test's step, and how many steps hold the quiet window's rates (past the 5-minute window)
+FLEET_STEP_S, QUIET_STEPS = 30, 12
 
 
 def rules() -> Dict[str, Dict[str, Any]]:
@@ -207,8 +214,8 @@ def nfsd_run_test() -> Dict[str, Any]:
     and every later sample adds what that window added, one window per step (the step: the
     window's length rounded to a divisor of 5 minutes, so that rate() extrapolates nothing).
     After 5 minutes the recorded shares are each client's part of the window's increase; the
-    noisy-client alert fires after its `for` when a client's share, the clients and the load are
-    over the rule's bounds (all read from the rule), and not before."""
+    noisy-client alert does not fire, though 127.0.0.1 sends most requests: the load never changed,
+    so no other client's service time rose (fleet_run_test has the load that begins)."""
     run = json.load(gzip.open(NFSD_RUN))["data"]
     exporter = run["exporter"]
     where = instance(exporter["stderr"])
@@ -238,29 +245,98 @@ def nfsd_run_test() -> Dict[str, Any]:
             {"labels": series("", {"instance": where, "client": client}),
              "value": to_nearest(value / sum(per_client.values()), 0.001)}
             for client, value in sorted(per_client.items())]})
-    # the bounds the rule compares with: a client's share, the clients, the server's requests/s
-    share, clients, load = (float(x) for x in re.findall(r"(?<=[)}]) > (\d+(?:\.\d+)?)", rule["expr"]))
-    requests = grew["requests"]
-    rate_total = sum(requests.values()) / step
-    noisy = [client for client, value in requests.items() if client != "other"
-             and value / sum(requests.values()) > share] if len([v for v in requests.values() if v]) > clients \
-        and rate_total > load else []
-    # pending from the first steps on (its window then holds what a step adds): not firing at `for`
-    tests = [{"eval_time": f"{hold_s}s", "alertname": "NFSNoisyClient", "exp_alerts": []},
-             {"eval_time": f"{at * step + hold_s + step}s", "alertname": "NFSNoisyClient",
-              "exp_alerts": [alert("NFSNoisyClient", {"instance": where, "client": client}) for client in noisy]}]
+    # one load from the start: however large a client's share, no other client's p99 rose
+    tests = [{"eval_time": f"{at * step + hold_s + step}s", "alertname": "NFSNoisyClient", "exp_alerts": []}]
     return {"interval": f"{step}s", "input_series": inputs, "alert_rule_test": tests, "promql_expr_test": exprs}
+
+
+def nfsd_increase(server: Dict[str, Any], start: str, end: str) -> Tuple[Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float], float]:
+    """What each server series the rules read rose by between two of the fleet server's scrapes,
+    and the seconds between them."""
+    scraped = {moment: {(s.name, tuple(sorted(s.labels.items()))): s.value
+                        for family in text_string_to_metric_families(server["scrapes"][moment])
+                        for s in family.samples if s.name in NFSD_SCRAPED + (NFSD_DURATION,)}
+               for moment in (start, end)}
+    return ({key: value - scraped[start].get(key, 0.0) for key, value in scraped[end].items()},
+            server["scraped_at"][end] - server["scraped_at"][start])
+
+
+def client_p99(increase: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]) -> Dict[str, float]:
+    """Each client's p99 service time over a window, as the recording rule computes it (every
+    procedure and export summed per bucket); a client with no request has none."""
+    per: Dict[str, Dict[float, float]] = {}
+    for (name, labels), value in increase.items():
+        found = dict(labels)
+        if name == NFSD_DURATION:
+            le = per.setdefault(found["client"], {})
+            le[float(found["le"])] = le.get(float(found["le"]), 0.0) + value
+    return {client: bucket_quantile(0.99, list(buckets.items())) for client, buckets in per.items()
+            if max(buckets.values()) > 0}
+
+
+def fleet_run_test() -> List[Dict[str, Any]]:
+    """The fleet's server (tests/fixtures/.../fleet): its exporter scraped as the quiet phase began
+    (client-b's reads alone), as client-a's load began and as it ended. The quiet window's rates
+    held QUIET_STEPS steps, then the loaded window's held past 5 minutes and the alert's `for`.
+    NFSNoisyClient is silent in the quiet part and fires afterwards for each client the bounds read
+    from the rule name (share, clients, requests/s, and another client's p99 above the rule's factor times the
+    lowest of its quiet and loaded p99s); the same loaded window held from the start (no client's
+    p99 rose) fires nothing."""
+    server = json.load(gzip.open(FLEET_RUN))["data"]["server"]["data"]
+    where = instance("\n".join(server["exporter"]["stderr"]))
+    quiet, quiet_s = nfsd_increase(server, "before", "heavy")
+    loaded, loaded_s = nfsd_increase(server, "heavy", "drain")
+    rule = rules()["NFSNoisyClient"]
+    hold_s = int(rule["for"].rstrip("m")) * 60
+    loaded_steps = (RATE_WINDOW_S + hold_s) // FLEET_STEP_S + 2
+
+    def inputs(quiet_steps: int) -> List[Dict[str, Any]]:
+        out = []
+        for key in sorted(loaded):
+            name, labels = key
+            rising, value = [], 0.0
+            for k in range(QUIET_STEPS + loaded_steps + 1):  # the same length, held from the start or not
+                rising.append(value)
+                value += quiet.get(key, 0.0) * FLEET_STEP_S / quiet_s if k < quiet_steps else \
+                    loaded[key] * FLEET_STEP_S / loaded_s
+            out.append({"series": series(name, {"instance": where, **dict(labels)}), "values": " ".join(map(repr, rising))})
+        return out
+
+    requests: Dict[str, float] = {}
+    for (name, labels), value in loaded.items():
+        if name == "probekit_nfsd_requests_total":
+            requests[dict(labels)["client"]] = requests.get(dict(labels)["client"], 0.0) + value
+    total = sum(requests.values())
+    share, clients, load = (float(x) for x in re.findall(r"(?<=[)}]) > (\d+(?:\.\d+)?)", rule["expr"]))
+    factor = float(re.search(r"> (\d+(?:\.\d+)?) \* min_over_time", rule["expr"]).group(1))
+    before, during = client_p99(quiet), client_p99(loaded)
+    busy = {client for client, n in requests.items() if n / total > share}
+    rose = {client for client in set(before) & set(during) - busy if during[client] > factor * min(before[client], during[client])}
+    noisy = sorted(busy - {"other"}) if rose and len([n for n in requests.values() if n]) > clients \
+        and total / loaded_s > load else []
+    fired_at = f"{QUIET_STEPS * FLEET_STEP_S + RATE_WINDOW_S + hold_s + FLEET_STEP_S}s"
+    p99 = "instance_client:probekit_nfsd_request_duration_seconds:p99_rate5m"
+    settled = f"{QUIET_STEPS * FLEET_STEP_S + RATE_WINDOW_S + FLEET_STEP_S}s"
+    return [{"interval": f"{FLEET_STEP_S}s", "input_series": inputs(QUIET_STEPS),
+             "alert_rule_test": [{"eval_time": f"{QUIET_STEPS * FLEET_STEP_S}s", "alertname": "NFSNoisyClient", "exp_alerts": []},
+                                 {"eval_time": fired_at, "alertname": "NFSNoisyClient",
+                                  "exp_alerts": [alert("NFSNoisyClient", {"instance": where, "client": c}) for c in noisy]}],
+             "promql_expr_test": [{"expr": f"round({p99}, 0.00001)", "eval_time": settled, "exp_samples": [
+                 {"labels": series("", {"instance": where, "client": client}), "value": to_nearest(value, 0.00001)}
+                 for client, value in sorted(during.items())]}]},
+            {"interval": f"{FLEET_STEP_S}s", "input_series": inputs(0),
+             "alert_rule_test": [{"eval_time": fired_at, "alertname": "NFSNoisyClient", "exp_alerts": []}]}]
 
 
 def write(out: Path) -> List[Path]:
     """One promtool test file per run in `out` (JSON, which YAML reads), naming the shipped rules."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, test in (("fault-run", fault_run_test()), ("exporter-run", exporter_run_test()),
-                       ("nfsd-run", nfsd_run_test())):
+    for name, tests in (("fault-run", [fault_run_test()]), ("exporter-run", [exporter_run_test()]),
+                        ("nfsd-run", [nfsd_run_test()]), ("fleet-run", fleet_run_test())):
         path = out / f"{name}.yml"
-        path.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": test["interval"],
-                                    "tests": [test]}, indent=1) + "\n")
+        path.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": tests[0]["interval"],
+                                    "tests": tests}, indent=1) + "\n")
         written.append(path)
     return written
 

@@ -18,14 +18,22 @@ from labs import fleet_checks as fc
 RUN = Path(__file__).parent / "fixtures" / "7.3.4+deb13-amd64" / "fleet" / "guest-run.json.gz"
 #: a later run, with the hub in client-b's QEMU and the load's unit kept to the last scrape
 RUN_3 = RUN.with_name("guest-run-3.json.gz")
+#: the run that kept the recorded per-client p99 (CI's 7.3 job)
+RUN_4 = RUN.with_name("guest-run-4.json.gz")
+#: verdicts on what the runs before RUN_4 did not keep
+LATER = (fc.verify_recorded_p99_of_client_b_rose_under_load,)
+
+
+def load(path: Path) -> Dict[str, Any]:
+    with gzip.open(path, "rt") as handle:
+        run: Dict[str, Any] = json.load(handle)
+    assert run["check"] == "fleet" and run["ok"]
+    return dict(run["data"])
 
 
 @pytest.fixture
 def data() -> Dict[str, Any]:
-    with gzip.open(RUN, "rt") as handle:
-        out: Dict[str, Any] = json.load(handle)
-    assert out["check"] == "fleet" and out["ok"]
-    return dict(out["data"])
+    return load(RUN)
 
 
 #: the verdicts this run failed, each for a reason of its own (README beside the fixture)
@@ -33,18 +41,45 @@ FAILED_ON_THIS_RUN = (fc.verify_client_exporters_count_each_operation_once, fc.v
                       fc.verify_stuck_alert_names_the_server_and_both_mounts)
 
 
-@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in FAILED_ON_THIS_RUN],
+@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in FAILED_ON_THIS_RUN + LATER],
                          ids=lambda f: f.__name__[len("verify_"):])
 def test_the_lab_run_passes(data: Dict[str, Any], verify: Any) -> None:
     verify(data)
 
 
-@pytest.mark.parametrize("verify", fc.FLEET_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in LATER],
+                         ids=lambda f: f.__name__[len("verify_"):])
 def test_the_later_run_passes_every_verdict(verify: Any) -> None:
-    with gzip.open(RUN_3, "rt") as handle:
-        run = json.load(handle)
-    assert run["check"] == "fleet" and run["ok"]
-    verify(dict(run["data"]))
+    verify(load(RUN_3))
+
+
+@pytest.mark.parametrize("verify", fc.FLEET_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_the_ci_run_passes_every_verdict(verify: Any) -> None:
+    verify(load(RUN_4))
+
+
+def test_the_ci_run_recorded_client_b_p99_rising_and_the_alert_waiting_for_it() -> None:
+    """What the CI run's Prometheus recorded and fired, as the report says it."""
+    run = load(RUN_4)
+    assert fc.verify_recorded_p99_of_client_b_rose_under_load(run) == \
+        "client-b 10.77.0.3: recorded p99 6.0 ms at its lowest before heavy, 12.0 ms at the end of heavy"
+    assert fc.verify_rules_load_and_noisy_alert_fires_for_client_a_only(run) == \
+        "NFSNoisyClient firing for 10.77.0.2 77 s into heavy (for: 10s), never for 10.77.0.3; 11 rules healthy"
+
+
+def test_client_b_p99_that_never_rose_fails() -> None:
+    """client-b's recorded p99 held at its lowest of `before` (a load that slowed nobody): the
+    verdict fails saying so."""
+    run = load(RUN_4)
+    light = fc.role(run, "light")["address"]
+    found = fc.prom(run)
+    start = fc.span_of(found["seen"], "heavy")[0]
+    lowest = min(fc.recorded(found, "p99s", light, start))
+    for row in found["kept"]["p99s"]:
+        if row["metric"]["client"] == light:
+            row["values"] = [[t, repr(lowest) if float(t) > start else v] for t, v in row["values"]]
+    with pytest.raises(AssertionError, match="client-b's recorded p99: lowest before heavy"):
+        fc.verify_recorded_p99_of_client_b_rose_under_load(run)
 
 
 def test_the_recorded_share_and_the_noisy_alert_on_the_run(data: Dict[str, Any]) -> None:

@@ -10,9 +10,10 @@ stuck.fired, light.resumed, heavy.resumed). Each role prints one JSON document:
   prepare light|heavy   the files the role reads and writes, made before any tool runs
   server                `nfsdtop --by client --json -v 2` and `nfs-exporter --nfsd` from before
                         the clients start until the host says end (every request of theirs
-                        counted), the exporter scraped then and at the end, the TCP peers of
-                        port 2049. Started detached (--to FILE): the host stops this guest's
-                        QEMU in the pause, when no command of its agent may be waiting
+                        counted), the exporter scraped then, as `heavy` and `drain` start and
+                        at the end, the TCP peers of port 2049. Started detached (--to FILE): the
+                        host stops this guest's QEMU in the pause, when no command of its agent
+                        may be waiting
   light                 (client-b) one O_DIRECT 64 KiB read at a random offset every 0.1 s,
                         each timed, labelled with the phase seen before and after it; nfsdist
                         --json 1 and nfs-exporter --cgroup-label around them, both started
@@ -83,8 +84,12 @@ NOISY_FOR = "10s"
 #: the series the prom role keeps, every sample of the run
 KEPT = {"alerts": 'ALERTS{alertname=~"NFSNoisyClient|NFSOperationsStuck"}',
         "shares": "instance_client:probekit_nfsd_requests:share_rate5m",
+        "p99s": "instance_client:probekit_nfsd_request_duration_seconds:p99_rate5m",
         "up": "up"}
 SERVER_ATTACHED = "nfs-exporter: NFS server probe attached: "
+#: the phases at whose start the server scrapes its exporter: the quiet and the loaded window between
+#: them are the promtool tests' series (tests/prometheus_rule_tests.py)
+PHASE_SCRAPES = ("heavy", "drain")
 
 
 def work_dir(role: str) -> str:
@@ -211,13 +216,20 @@ def serve() -> Dict[str, Any]:
     served: Optional[subprocess.Popen] = None
     exported: Dict[str, Any] = {}
     scrapes: Dict[str, str] = {}
+    scraped_at: Dict[str, float] = {}
     try:
         served = exporter(address, exp_log, ["--nfsd"], SERVER_ATTACHED)  # both compile at once (bcc)
         ready_s = wait_ready(proc, log)
         wait_flushed([log], time.time(), "its start")  # a whole interval counted: nothing is missed
+        scraped_at["before"] = time.time()
         scrapes["before"] = scrape(address)
         mark("server.ready")
-        wait_phase(seen, lambda now: now == "end")
+        now = ""
+        while now != "end":
+            now = wait_phase(seen, lambda phase, was=now: phase != was)
+            if now in PHASE_SCRAPES:
+                scraped_at[now] = time.time()
+                scrapes[now] = scrape(address)
         clients = nfs_clients()  # the host says end after both clients' last request returned
         flushed = wait_flushed([log], time.time(), "the clients' last requests")
         scrapes["after"] = scrape(address)
@@ -227,6 +239,7 @@ def serve() -> Dict[str, Any]:
         result = dict(stop(proc, log), argv=argv)
     return {"nfsdtop": result, "ready_s": round(ready_s, 1), "flushed": flushed, "seen": seen,
             "clients": clients, "address": address, "exporter": exported, "scrapes": scrapes,
+            "scraped_at": {key: round(at, 3) for key, at in scraped_at.items()},
             "attachments": {"before": before, "after": kernel_attachments()}}
 
 
