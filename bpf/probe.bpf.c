@@ -100,20 +100,37 @@ struct inflight_slot {
     u32 tid;      /* its process: /proc/TID/status, read only for a stuck thread */
     u16 op;
     u16 point;
+    s64 call;     /* the system call it began in (current_call) */
 };
 BPF_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
 /* [0] operations not shown in flight because another thread held their slot */
 BPF_ARRAY(inflight_lost, u64, 1);
+
+/* What the current thread entered the kernel for: the system call number (orig_ax of the
+ * registers it entered with; an exception's error code; 0 for kernel threads). A thread is in
+ * one call at a time, so an operation it started in another call has ended, whether or not
+ * the probe saw its end (the kernel skips a program while that CPU's BPF guard is held).
+ * Kernels before 5.15 have no bpf_task_pt_regs: there every start counts as of one call. */
+static __always_inline s64 current_call(void)
+{
+    s64 call = 0;
+#if USE_TASK_STORAGE && LINUX_VERSION_CODE >= KERNEL_VERSION(5, 15, 0)
+    char *regs = (char *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    bpf_probe_read_kernel(&call, sizeof(call), regs + __builtin_offsetof(struct pt_regs, orig_ax));
+#endif
+    return call;
+}
 
 /* 1 when the slot took the start (the caller stores nothing else) */
 static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct start_val *v)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = inflight.lookup(&idx);
+    s64 call = current_call();
     if (!slot)
         return 0;
     if (slot->s.ts) {
-        if (slot->tid == (u32)id && slot->point != point)
+        if (slot->tid == (u32)id && slot->point != point && slot->call == call)
             return 0;  /* nested inside this thread's outer operation */
         if (slot->tid != (u32)id) {
             u32 zero = 0;
@@ -123,10 +140,12 @@ static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct star
             return 0;
         }
     }
+    /* free, the same point again, or an operation of an earlier call whose end was missed */
     slot->s = *v;
     slot->tid = (u32)id;
     slot->op = op;
     slot->point = point;
+    slot->call = call;
     return 1;
 }
 

@@ -57,7 +57,8 @@ struct file {
     struct inode *f_inode;
 } __attribute__((preserve_access_index));
 
-/* x86-64 registers of a kprobe's context, for its arguments and return value */
+/* x86-64 registers: of a kprobe's context, for its arguments and return value; of a thread's
+ * entry into the kernel, for the system call it is in (orig_ax) */
 struct pt_regs {
     unsigned long di;
     unsigned long si;
@@ -66,6 +67,7 @@ struct pt_regs {
     unsigned long r8;
     unsigned long r9;
     unsigned long ax;
+    unsigned long orig_ax;
 } __attribute__((preserve_access_index));
 
 /* filled by the loader before loading (read-only then: the verifier knows every value) */
@@ -144,6 +146,7 @@ struct inflight_slot {
     u32 tid;
     u16 op;
     u16 point;
+    s64 call;  /* the system call it began in (current_call) */
 };
 
 struct {
@@ -333,24 +336,37 @@ static __always_inline const char *tp_string(void *ctx, u32 point, int which)
     return (const char *)ctx + (loc & 0xFFFF);
 }
 
+/* What the current thread entered the kernel for: the system call number (orig_ax of the
+ * registers it entered with; an exception's error code; 0 for kernel threads). A thread is in
+ * one call at a time, so an operation it started in another call has ended, whether or not
+ * the probe saw its end (the kernel skips a program while that CPU's BPF guard is held). */
+static __always_inline s64 current_call(void)
+{
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    return (s64)BPF_CORE_READ(regs, orig_ax);
+}
+
 static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct start_val *v)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = bpf_map_lookup_elem(&inflight, &idx);
+    s64 call = current_call();
     if (!slot)
         return 0;
     if (slot->s.ts) {
-        if (slot->tid == (u32)id && slot->point != point)
+        if (slot->tid == (u32)id && slot->point != point && slot->call == call)
             return 0;  /* nested inside this thread's outer operation */
         if (slot->tid != (u32)id) {
             count(&inflight_lost, 0);
             return 0;
         }
     }
+    /* free, the same point again, or an operation of an earlier call whose end was missed */
     slot->s = *v;
     slot->tid = (u32)id;
     slot->op = op;
     slot->point = point;
+    slot->call = call;
     return 1;
 }
 
