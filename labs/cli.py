@@ -237,7 +237,8 @@ def _clear_stale(name: str) -> bool:
                    "used and whether it recorded the operation (input of `probes compat --lab-results`); "
                    "an existing file keeps its other kernels (merged per kernel release). "
                    "On a pair: the probe checks on the client and the fault checks (server stopped, "
-                   "packet loss, nfs-server restart, nfsv4 loaded late) too. And the exporter checks: "
+                   "packet loss, nfs-server restart, nfsv4 loaded late) too; on a fleet the same on "
+                   "client-a (the fleet check runs on a fleet with or without it). And the exporter checks: "
                    "nfs-exporter scraped by Debian's Prometheus beside node_exporter, the scraped texts "
                    "kept as metrics/probekit.prom and metrics/node.prom in the run's artefact directory.")
 def test(backend: str, kernels: Tuple[str, ...], topology: str, artifacts: Path,
