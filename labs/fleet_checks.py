@@ -35,9 +35,9 @@ from labs.probe_checks import counted_once
 from probes.commands import proc_label
 
 GUEST_SCRIPT = "labs/guest/fleet_guest.py"
-#: seconds of the compared phases: each holds about 20 nfsdtop intervals and a few hundred reads
+#: seconds of the compared phases: each holds over ten nfsdtop intervals and a few hundred reads
 #: (`heavy` lasts until Prometheus fires NFSNoisyClient for client-a, NOISY_WAIT_S at most)
-PHASE_S = {"before": 40.0, "heavy": 45.0, "after": 40.0}
+PHASE_S = {"before": 30.0, "heavy": 45.0, "after": 30.0}
 #: the compared quantile of client-b's read latency
 QUANTILE = 0.9
 #: bound of every wait on a guest's marker (a tool's bcc compile on a loaded TCG host included)

@@ -4,10 +4,10 @@ In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client), t
 side (labs/guest/exporter_guest.py) starts nfs-exporter, prometheus-node-exporter with
 the mountstats collector and a Prometheus scraping both, all on 127.0.0.1, runs the known
 workload on /mnt/nfs3 and then /mnt/nfs42, and reports what PromQL answers; the verdicts
-are labs/exporter_checks.py's (`labs test --lab-results` gives the same). Kernels 6.1
-(bookworm: Prometheus 2.42, node_exporter 1.5.0) and 7.3 (trixie-backports) only: the
-other kernels' images carry the same exporter code, and one boot's exporter check costs a
-bcc compile and a Prometheus start under TCG. 7.3 runs the exporter with --cgroup-label (each
+are labs/exporter_checks.py's (`labs test --lab-results` gives the same). In CI kernels 6.1
+(bookworm: Prometheus 2.42, node_exporter 1.5.0, kprobes) and 7.2 (sid's, fentry); 7.3's
+fleet check runs three exporters with a Prometheus of its own. 7.2 (and 7.3 in the full matrix)
+runs the exporter with --cgroup-label (each
 mount's workload in its own scope unit) and starts it on a v3-only client, so that when
 nfsv4 loads it must trace it beside its running programs with no counter going back (core),
 or attach again (bcc: a second compile); 6.1 runs it with default options. The scraped texts are kept as
@@ -24,9 +24,9 @@ from conftest import guest_run, on_kernels, once_run
 from labs import exporter_checks as ec
 from labs.base import Lab
 
-#: kernel -> the guest side's options: on 7.3 the exporter runs with the cgroup label and starts
+#: kernel -> the guest side's options: on 7.2 and 7.3 the exporter runs with the cgroup label and starts
 #: before nfsv4 is loaded (it must trace it once loaded); elsewhere as installed, with every module there
-EXPORTER_OPTIONS = {"7.3": "--cgroup-label --late-nfsv4"}
+EXPORTER_OPTIONS = {k: "--cgroup-label --late-nfsv4" for k in ("7.2", "7.3")}
 pytestmark = [pytest.mark.lab, on_kernels("exporter")]
 
 
