@@ -278,10 +278,10 @@ def fleet_run_test() -> List[Dict[str, Any]]:
     """The fleet's server (tests/fixtures/.../fleet): its exporter scraped as the quiet phase began
     (client-b's reads alone), as client-a's load began and as it ended. The quiet window's rates
     held QUIET_STEPS steps, then the loaded window's held past 5 minutes and the alert's `for`.
-    NFSNoisyClient is silent in the quiet part and fires afterwards for each client the bounds read
-    from the rule name (share, clients, requests/s, and another client's p99 above the rule's factor times the
-    lowest of its quiet and loaded p99s); the same loaded window held from the start (no client's
-    p99 rose) fires nothing."""
+    NFSNoisyClient is silent in the quiet part and fires afterwards for each client the rule's
+    bounds name (share, clients, requests/s, and another client's p99 above the rule's factor
+    times the lowest of its quiet and loaded p99s); the same loaded window held from the start
+    (no client's p99 rose) fires nothing."""
     server = json.load(gzip.open(FLEET_RUN))["data"]["server"]["data"]
     where = instance("\n".join(server["exporter"]["stderr"]))
     quiet, quiet_s = nfsd_increase(server, "before", "heavy")
