@@ -208,6 +208,12 @@ def to_nearest(value: float, unit: float) -> float:
     return math.floor(value * inverse + 0.5) / inverse
 
 
+def samples_of(text: str, names: Tuple[str, ...]) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    """The samples of a scraped text whose names are `names`, by name and sorted labels."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples if s.name in names}
+
+
 def nfsd_run_test() -> Dict[str, Any]:
     """The server under the run's load for good: `nfs-exporter --nfsd`'s scrapes before and after
     the workload (two clients: 127.0.0.1 and the quiet neighbour) are two samples a window apart,
@@ -219,10 +225,7 @@ def nfsd_run_test() -> Dict[str, Any]:
     run = json.load(gzip.open(NFSD_RUN))["data"]
     exporter = run["exporter"]
     where = instance(exporter["stderr"])
-    scraped = {moment: {(s.name, tuple(sorted(s.labels.items()))): s.value
-                        for family in text_string_to_metric_families(exporter["scrapes"][moment])
-                        for s in family.samples if s.name in NFSD_SCRAPED}
-               for moment in ("before", "after")}
+    scraped = {moment: samples_of(exporter["scrapes"][moment], NFSD_SCRAPED) for moment in ("before", "after")}
     step = min((d for d in range(1, RATE_WINDOW_S + 1) if RATE_WINDOW_S % d == 0),
                key=lambda d: abs(d - exporter["window_s"]))
     rule = rules()["NFSNoisyClient"]
@@ -253,10 +256,7 @@ def nfsd_run_test() -> Dict[str, Any]:
 def nfsd_increase(server: Dict[str, Any], start: str, end: str) -> Tuple[Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float], float]:
     """What each server series the rules read rose by between two of the fleet server's scrapes,
     and the seconds between them."""
-    scraped = {moment: {(s.name, tuple(sorted(s.labels.items()))): s.value
-                        for family in text_string_to_metric_families(server["scrapes"][moment])
-                        for s in family.samples if s.name in NFSD_SCRAPED + (NFSD_DURATION,)}
-               for moment in (start, end)}
+    scraped = {moment: samples_of(server["scrapes"][moment], NFSD_SCRAPED + (NFSD_DURATION,)) for moment in (start, end)}
     return ({key: value - scraped[start].get(key, 0.0) for key, value in scraped[end].items()},
             server["scraped_at"][end] - server["scraped_at"][start])
 
