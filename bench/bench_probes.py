@@ -131,7 +131,8 @@ def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
     sys.path.insert(0, PROJECT)
     from pathlib import Path
 
-    from probes.generate import points_of
+    from probes.generate import tracepoint_program_name
+    from probes.model import points_of
     from probes.runtime import DEFAULT_SPEC
     from probes.select import KernelFacts, select
     from discover.spec import DEFAULT_OPS, load_spec
@@ -139,13 +140,12 @@ def our_program_ops(spec: Optional[str]) -> Dict[str, str]:
     chosen = select(load_spec(Path(spec) if spec else DEFAULT_SPEC), KernelFacts.live(), list(DEFAULT_OPS)).chosen
     for point in points_of(chosen, None):
         if point.kind == "kprobe":
-            names[f"p{point.id}_entry"] = names[f"p{point.id}_exit"] = point.op
+            names[f"p{point.id}_kprobe"] = names[f"p{point.id}_kretprobe"] = point.op
             # attached as fentry/fexit (bcc 0.28+), the kernel names both programs after the function
             names[point.entry[:BPF_NAME_CHARS]] = names[point.exit[:BPF_NAME_CHARS]] = point.op
         else:
             for event in (point.entry, point.exit):
-                system, _, name = event.partition(":")
-                names[f"tracepoint__{system}__{name}"] = point.op
+                names[tracepoint_program_name(event)[:BPF_NAME_CHARS]] = point.op
     return names
 
 

@@ -1,28 +1,25 @@
-/* probekit latency probe core (kernel side of nfsslower / nfsdist / nfstop).
+/* probekit's latency probe: the kernel side of every tool (nfsslower, nfsdist, nfstop, the
+ * fs* tools, nfsdtop, nfs-exporter), written once for both loaders.
  *
- * This file is not compiled alone: probes/generate.py puts in front of it the
- * generated constants (operation ids, struct member offsets from BTF, tool
- * features) and `struct event`, and after it one small handler per attach
- * point chosen on this kernel. Headers stay minimal on purpose: bcc compiles
- * at start-up and every kernel header costs seconds under emulation; struct
- * layouts come from BTF offsets instead of <linux/fs.h>. The generated part
- * includes the one header needed, <uapi/linux/ptrace.h> (struct pt_regs).
+ * It is not compiled alone. probes/generate.py puts in front of it the generated constants and
+ * structs (probes/model.py: `struct event`, the settings) and one loader layer, bpf/bcc.h (bcc
+ * compiles the probe at start-up for the points chosen there, every setting a constant) or
+ * bpf/core.h (compiled once where the package is built, for every candidate point of a spec,
+ * every setting in a read-only `cfg` the loader fills before loading); after it, one program
+ * per attach point end, each a call of one of the bodies at the end of this file.
  *
- * Generated constants used here:
- *   NPOINTS, NOPS, TARGET_TGID (0 = every process), MIN_LAT_NS, MAX_LAT_NS,
- *   WANT_EVENTS, WANT_DIST, WANT_TOP, HAVE_ASYNC, NKEYS, DIST_UNIT_NS, CGROUP_FILTER,
- *   MOUNT_DEV (0 = every mount), DEV_AT_ENTRY,
- *   USE_RINGBUF (RINGBUF_PAGES), USE_TASK_STORAGE, HAVE_FILE_NAME (OFF_FILE_PATH_DENTRY),
- *   HAVE_DENTRY_NAME (OFF_DENTRY_NAME), WANT_INFLIGHT (INFLIGHT_SLOTS),
- *   PTR_NONE, PTR_FILE, PTR_DENTRY, NAME_LEN, COMM_LEN, WANT_LAT_SUM, WANT_DEV (maps keyed by
- *   mount: MAX_MOUNTS; HAVE_FILE_SB: OFF_FILE_INODE, OFF_INODE_SB; HAVE_DENTRY_SB: OFF_DENTRY_SB;
- *   OFF_SB_DEV; HAVE_FILE_INO: OFF_INODE_INO), DIST_ENTRIES, TOTAL_ENTRIES, WANT_CGROUP_KEY
- *   (histograms keyed by the task's cgroup too: MAX_CGROUPS, with WANT_DEV), WANT_SERVER
- *   (nfsdtop: requests keyed by client address, procedure and export; PROC_LEN, REQUEST_SLOTS).
+ * What the layer gives: CFG(setting) and P(point, setting) (the settings of the probe and of
+ * one point), the map declarations (MAP_HASH, ...) and operations (MAP_LOOKUP, ...: bcc's
+ * rewriter takes map calls only where they stand in the text, so they are never inside another
+ * macro here, and bcc's emitter spells them as its methods), the field reads of kernel structs
+ * (file_dentry, file_sb, file_ino, dentry_sb, dentry_name_ptr, sb_dev), the thread's system
+ * call (current_call), a program's arguments (kprobe_arg, kprobe_ret, fentry_arg, fexit_ret)
+ * and its declaration (PROGRAM). The generated text comes in two parts: constants before the
+ * layer, types (`struct event`, the settings' structs, TP_KEYS) after it.
  */
-/* start of one operation on one thread: keyed by (thread, attach point) so that
- * operations nesting on a thread (one traced function inside another) are each
- * timed and counted */
+
+/* start of one operation on one thread: keyed by (thread, attach point) so that operations
+ * nesting on a thread (one traced function inside another) are each timed and counted */
 struct start_key {
     u32 tid;
     u32 point;
@@ -34,25 +31,21 @@ struct start_val {
     u64 offset;
     u64 bytes;    /* bytes known at entry (tracepoint field), else 0 */
     u64 fileid;
-    u64 dev;      /* the superblock's s_dev (the mount): at entry where DEV_AT_ENTRY or a
+    u64 dev;      /* the superblock's s_dev (the mount): at entry where CFG(dev_at_entry) or a
                    * tracepoint field has it, else found for printed events only */
 };
 
-#if USE_TASK_STORAGE
-/* per thread, one slot per attach point (ts 0 = none): found through the task
- * itself, without hashing, bucket locks or a free list (kernel >= 5.11); freed
- * with the task */
+/* per thread, one slot per attach point (ts 0 = none): found through the task itself,
+ * without hashing, bucket locks or a free list (kernel >= 5.11); freed with the task */
 struct task_starts {
-    struct start_val at[NPOINTS];
+    struct start_val at[NSLOTS];
 };
-BPF_TASK_STORAGE(task_starts, struct task_starts);
-#else
-BPF_HASH(starts, struct start_key, struct start_val, 10240);
-#endif
+MAP_TASK_STORAGE(task_starts, struct task_starts);
+/* the same where the kernel has no task storage for tracing */
+MAP_HASH(starts, struct start_key, struct start_val, SIZE(starts));
 
-#if HAVE_ASYNC
-/* starts whose end fires in another task (RPC completion in rpciod/kworker):
- * matched on the spec's key fields instead of the thread */
+/* starts whose end fires in another task (RPC completion in rpciod/kworker): matched on the
+ * spec's key fields instead of the thread */
 struct async_key {
     u32 point;
     u32 pad;
@@ -67,34 +60,27 @@ struct async_val {
     char comm[COMM_LEN];
     char name[NAME_LEN];  /* from the start event (an RPC's procedure), or empty */
 };
+MAP_HASH(async_starts, struct async_key, struct async_val, SIZE(async_starts));
 
-BPF_HASH(async_starts, struct async_key, struct async_val, 10240);
-#endif
+/* What the probe could not do, counted (probes.model.COUNTERS): deltas dropped as impossible
+ * (end before start, or above MAX_LAT_NS); operations not shown in flight because another
+ * thread held their slot; slow events dropped because the ring buffer was full; and from
+ * COUNTER_UNTIMED on, per op, operations seen to start or end that could not be timed (the
+ * start store refused them: task storage busy on this CPU while another task holds it, a
+ * full map). With the runs the kernel skipped itself (a program's recursion_misses), user
+ * space accounts for every operation not counted. */
+MAP_ARRAY(counters, u64, SIZE(counters));
 
-/* [0] deltas dropped as impossible (end before start, or above MAX_LAT_NS) */
-BPF_ARRAY(anomalies, u64, 1);
+/* slow events, submitted without a wakeup (a wakeup's irq_work runs inside the program's
+ * time): user space reads on a short timer */
+MAP_RINGBUF(events, SIZE(events));
 
-/* [op] operations seen to start or end that could not be timed: the start store refused
- * them (task local storage is busy on this CPU while another task holds it, e.g. one
- * exiting; a hash map is full). With the runs the kernel skipped itself (a program's
- * recursion_misses), user space accounts for every operation not counted. */
-BPF_ARRAY(untimed, u64, NOPS);
-
-static __always_inline void count_untimed(u32 op)
-{
-    u64 *n = untimed.lookup(&op);
-    if (n)
-        __sync_fetch_and_add(n, 1);
-}
-
-#if WANT_INFLIGHT
-/* Operations in flight, readable from user space while they last (a stuck operation
- * never reaches record(): this is how it is seen at all). One slot per thread, chosen
- * by thread id, holding the thread's outermost operation's start itself: that start is
- * stored here instead of in task storage or the hash, so tracking it costs no second
- * store (and, under emulation, no second page touched). Operations nested inside it, or
- * of a thread whose slot another thread holds, go to the usual store. Async starts
- * (async_starts) are readable as they are. */
+/* Operations in flight, readable from user space while they last (a stuck operation never
+ * reaches record(): this is how it is seen at all). One slot per thread, chosen by thread id,
+ * holding the thread's outermost operation's start itself: that start is stored here instead
+ * of in task storage or the hash, so tracking it costs no second store. Operations nested
+ * inside it, or of a thread whose slot another thread holds, go to the usual store. Async
+ * starts (async_starts) are readable as they are. */
 struct inflight_slot {
     struct start_val s;  /* s.ts: start time; 0 = free */
     u32 tid;      /* its process: /proc/TID/status, read only for a stuck thread */
@@ -102,140 +88,40 @@ struct inflight_slot {
     u16 point;
     s64 call;     /* the system call it began in (current_call) */
 };
-BPF_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
-/* [0] operations not shown in flight because another thread held their slot */
-BPF_ARRAY(inflight_lost, u64, 1);
+MAP_ARRAY(inflight, struct inflight_slot, INFLIGHT_SLOTS);
 
-/* What the current thread entered the kernel for: the system call number (orig_ax of the
- * registers it entered with; an exception's error code; 0 for kernel threads). A thread is in
- * one call at a time, so an operation it started in another call has ended, whether or not
- * the probe saw its end (the kernel skips a program while that CPU's BPF guard is held).
- * Kernels before 5.15 have no bpf_task_pt_regs: there every start counts as of one call. */
-static __always_inline s64 current_call(void)
-{
-    s64 call = 0;
-#if USE_TASK_STORAGE && LINUX_VERSION_CODE >= KERNEL_VERSION(5, 15, 0)
-    char *regs = (char *)bpf_task_pt_regs(bpf_get_current_task_btf());
-    bpf_probe_read_kernel(&call, sizeof(call), regs + __builtin_offsetof(struct pt_regs, orig_ax));
-#endif
-    return call;
-}
-
-/* 1 when the slot took the start (the caller stores nothing else) */
-static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct start_val *v)
-{
-    u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
-    struct inflight_slot *slot = inflight.lookup(&idx);
-    s64 call = current_call();
-    if (!slot)
-        return 0;
-    if (slot->s.ts) {
-        if (slot->tid == (u32)id && slot->point != point && slot->call == call)
-            return 0;  /* nested inside this thread's outer operation */
-        if (slot->tid != (u32)id) {
-            u32 zero = 0;
-            u64 *lost = inflight_lost.lookup(&zero);
-            if (lost)
-                __sync_fetch_and_add(lost, 1);
-            return 0;
-        }
-    }
-    /* free, the same point again, or an operation of an earlier call whose end was missed */
-    slot->s = *v;
-    slot->tid = (u32)id;
-    slot->op = op;
-    slot->point = point;
-    slot->call = call;
-    return 1;
-}
-
-/* 1 when this thread's slot held the start of `point` (copied to *out, slot freed) */
-static __always_inline int inflight_end(u64 id, u32 point, struct start_val *out)
-{
-    u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
-    struct inflight_slot *slot = inflight.lookup(&idx);
-    if (!slot || !slot->s.ts || slot->tid != (u32)id || slot->point != point)
-        return 0;
-    *out = slot->s;
-    slot->s.ts = 0;
-    return 1;
-}
-#endif
-
-#if WANT_EVENTS
-#if USE_RINGBUF
-/* slow events. Submitted without a wakeup: a wakeup queues irq_work whose
- * handler (waking the reader) runs inside this program's time (measured: most
- * of an event's cost); user space reads on a short timer instead. */
-BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
-/* [0] events dropped because the ring buffer was full */
-BPF_ARRAY(lost_events, u64, 1);
-#else
-BPF_PERF_OUTPUT(events);
-#endif
-#endif
-
-#if WANT_DIST
+/* histograms and totals are keyed by mount and cgroup always (0 where the tool keys by
+ * neither): one layout for every reader, whichever loader ran */
 struct dist_key {
     u32 op;
     u32 slot;
-#if WANT_DEV
     u32 dev;
     u32 pad;
-#endif
-#if WANT_CGROUP_KEY
     u64 cgroup;   /* an admitted cgroup v2 id, or 0: every other cgroup (the overflow series) */
-#endif
 };
-#if WANT_CGROUP_KEY
 /* allocated as used: room for every key is far more than a fleet's cgroups ever fill */
-BPF_F_TABLE("hash", struct dist_key, u64, dist, DIST_ENTRIES, BPF_F_NO_PREALLOC);
-/* the cgroups that get series of their own: the first MAX_CGROUPS seen (user space deletes
- * the ones gone), so the label set stays bounded however many units come and go */
-BPF_HASH(cgroup_ids, u64, u8, MAX_CGROUPS);
+MAP_HASH_NO_PREALLOC(dist, struct dist_key, u64, SIZE(dist));
 
-static __always_inline u64 admitted_cgroup(u64 id)
-{
-    u8 one = 1;
-    if (cgroup_ids.lookup(&id))
-        return id;
-    /* refused when full; a racing CPU's insert of the same id makes the lookup succeed */
-    if (cgroup_ids.insert(&id, &one) == 0 || cgroup_ids.lookup(&id))
-        return id;
-    return 0;
-}
-#else
-BPF_HISTOGRAM(dist, struct dist_key, DIST_ENTRIES);
-#endif
-/* per op: bytes moved and, for the exporter (WANT_LAT_SUM), the sum of latencies (a
- * Prometheus histogram's _sum), both added under the one lookup */
+/* per (op, mount, cgroup): bytes moved and, for the exporter (CFG(want_lat_sum)), the sum of
+ * latencies (a Prometheus histogram's _sum), both added under the one lookup */
+struct total_key {
+    u32 op;
+    u32 dev;
+    u64 cgroup;
+};
 struct op_total {
     u64 bytes;
     u64 lat_ns;
 };
-#if WANT_DEV
-struct total_key {
-    u32 op;
-    u32 dev;
-#if WANT_CGROUP_KEY
-    u64 cgroup;
-#endif
-};
-#if WANT_CGROUP_KEY
-BPF_F_TABLE("hash", struct total_key, struct op_total, op_totals, TOTAL_ENTRIES, BPF_F_NO_PREALLOC);
-#else
-BPF_HASH(op_totals, struct total_key, struct op_total, TOTAL_ENTRIES);
-#endif
-#else
-BPF_ARRAY(op_totals, struct op_total, NOPS);
-#endif
-#endif
+MAP_HASH_NO_PREALLOC(op_totals, struct total_key, struct op_total, SIZE(op_totals));
+/* the cgroups that get series of their own: the first SIZE(cgroup_ids) seen (user space
+ * deletes the ones gone), so the label set stays bounded however many units come and go */
+MAP_HASH(cgroup_ids, u64, u8, SIZE(cgroup_ids));
 
-#if WANT_TOP
 struct top_key {
     u32 tgid;
     u32 op;
-    u32 dev;      /* the mount with WANT_DEV (nfstop --by mount), else 0 */
+    u32 dev;      /* the mount with CFG(want_dev) (nfstop --by mount), else 0 */
     u32 pad;
 };
 struct top_hist_key {
@@ -251,22 +137,12 @@ struct top_val {
     u64 cgroup;           /* cgroup v2 id of its first operation (nfstop --by cgroup) */
     char comm[COMM_LEN];  /* the process may be gone when user space reads the map */
 };
-BPF_HASH(top_stats, struct top_key, struct top_val, 10240);
-BPF_HASH(top_hist, struct top_hist_key, u64, 40960);
-#endif
+MAP_HASH(top_stats, struct top_key, struct top_val, SIZE(top_stats));
+MAP_HASH(top_hist, struct top_hist_key, u64, SIZE(top_hist));
 
-static __always_inline u64 read_ptr(u64 addr)
-{
-    u64 val = 0;
-    bpf_probe_read_kernel(&val, sizeof(val), (void *)addr);
-    return val;
-}
-
-#if WANT_SERVER
 /* An NFS server's requests (nfsdtop): a request is timed on its nfsd thread from the
  * dispatch of the decoded call to the encoded reply, and counted per (client address,
- * procedure). The reads and writes timed inside it add their bytes to it, whatever
- * their own attach points are. */
+ * procedure, export). The reads and writes timed inside it add their bytes to it. */
 struct server_key {
     u32 family;   /* AF_INET or AF_INET6 (0: an address the probe cannot read) */
     u32 prog;     /* the RPC program (100003 NFS, 100227 NFSACL) and its version, 0 if unknown */
@@ -286,30 +162,444 @@ struct server_request {
     u64 fh;       /* the file handle fh_verify is verifying now (its export is set on return) */
     struct server_key k;
 };
-BPF_HASH(requests, u32, struct server_request, REQUEST_SLOTS);
+MAP_HASH(requests, u32, struct server_request, SIZE(requests));
 struct server_val {
     u64 count;
     u64 lat_ns;
     u64 rd_bytes;
     u64 wr_bytes;
 };
-BPF_HASH(server_stats, struct server_key, struct server_val, 10240);
+MAP_HASH(server_stats, struct server_key, struct server_val, SIZE(server_stats));
 struct server_hist_key {
     struct server_key k;
     u32 slot;     /* log2 of the service time in microseconds */
     u32 pad;
 };
-BPF_HASH(server_hist, struct server_hist_key, u64, 40960);
+MAP_HASH(server_hist, struct server_hist_key, u64, SIZE(server_hist));
 
-/* `addr`: the kernel address of the client's struct sockaddr_storage; `proc`: the
- * procedure's name string; `prog`, `vers`: the addresses of the request's u32 program and
- * version (each 0 where unknown) */
+/* [0]: the cgroup v2 directory given by --cgroup (user space stores its fd) */
+MAP_CGROUP_ARRAY(cgroup_filter, 1);
+
+static __always_inline void count(u32 which)
+{
+    u64 *n = MAP_LOOKUP(counters, &which);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+}
+
+static __always_inline u64 read_ptr(u64 addr)
+{
+    u64 val = 0;
+    bpf_probe_read_kernel(&val, sizeof(val), (void *)addr);
+    return val;
+}
+
+/* a value reached from `val` through up to three pointer reads at these offsets; with `addr`
+ * the last offset is added, not read (the address of a member held inside its struct) */
+static __always_inline u64 follow(u64 val, u32 n, u32 addr, u32 off0, u32 off1, u32 off2)
+{
+    if (n > 0)
+        val = (n == 1 && addr) ? val + off0 : read_ptr(val + off0);
+    if (n > 1)
+        val = (n == 2 && addr) ? val + off1 : read_ptr(val + off1);
+    if (n > 2)
+        val = addr ? val + off2 : read_ptr(val + off2);
+    return val;
+}
+
+/* point p's argument source i, from the parameter value `param` */
+#define ARG(p, i, param) \
+    follow(param, P(p, a##i##_n), P(p, a##i##_addr), P(p, a##i##_off0), P(p, a##i##_off1), P(p, a##i##_off2))
+
+/* the histogram slot of v: floor(log2 v) + 1, and 1 for 0 (bcc's bpf_log2l), so that slot k
+ * holds [2^(k-1), 2^k - 1]: the readers and the exporter's buckets count on it */
+static __always_inline u32 log2_slot(u64 v)
+{
+    u32 r = 0;
+#pragma unroll
+    for (int i = 32; i > 0; i >>= 1) {
+        if (v >= (1ULL << i)) {
+            v >>= i;
+            r += i;
+        }
+    }
+    return r + 1;
+}
+
+/* a tracepoint field (offset, size, signedness; size 0 = absent) widened to 64 bits */
+static __always_inline s64 tp_field(void *ctx, u32 off, u32 size, u32 is_signed)
+{
+    u64 raw = 0;
+    if (size == 0 || size > 8)
+        return 0;
+    bpf_probe_read_kernel(&raw, size, ctx + off);
+    if (is_signed && size < 8 && (raw >> (size * 8 - 1)) & 1)
+        raw |= ~0ULL << (size * 8);
+    return (s64)raw;
+}
+
+/* a tracepoint's __data_loc char[] field (4 bytes: length << 16 | offset): the string's
+ * address, or 0 where the point has none */
+static __always_inline const char *tp_string(void *ctx, u32 off, u32 size)
+{
+    u32 loc = 0;
+    if (size != 4)
+        return 0;
+    bpf_probe_read_kernel(&loc, sizeof(loc), ctx + off);
+    return (const char *)ctx + (loc & 0xFFFF);
+}
+
+/* point p's tracepoint field of role `role` */
+#define TPF(p, role) tp_field(ctx, P(p, t_##role##_off), P(p, t_##role##_size), P(p, t_##role##_signed))
+
+/* 1 when the slot took the start (the caller stores nothing else) */
+static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct start_val *v)
+{
+    u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
+    struct inflight_slot *slot = MAP_LOOKUP(inflight, &idx);
+    s64 call = current_call();
+    if (!slot)
+        return 0;
+    if (slot->s.ts) {
+        if (slot->tid == (u32)id && slot->point != point && slot->call == call)
+            return 0;  /* nested inside this thread's outer operation */
+        if (slot->tid != (u32)id) {
+            count(COUNTER_INFLIGHT_LOST);
+            return 0;
+        }
+    }
+    /* free, the same point again, or an operation of an earlier call whose end was missed
+     * (the kernel skips a program while its CPU's BPF guard is held) */
+    slot->s = *v;
+    slot->tid = (u32)id;
+    slot->op = op;
+    slot->point = point;
+    slot->call = call;
+    return 1;
+}
+
+/* 1 when this thread's slot held the start of `point` (copied to *out, slot freed) */
+static __always_inline int inflight_end(u64 id, u32 point, struct start_val *out)
+{
+    u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
+    struct inflight_slot *slot = MAP_LOOKUP(inflight, &idx);
+    if (!slot || !slot->s.ts || slot->tid != (u32)id || slot->point != point)
+        return 0;
+    *out = slot->s;
+    slot->s.ts = 0;
+    return 1;
+}
+
+/* filters, at the start of an operation only: an operation let in is timed to its end */
+static __always_inline int want_task(u64 pid_tgid, struct start_val *v)
+{
+    if (CFG(target_tgid) && (u32)(pid_tgid >> 32) != CFG(target_tgid))
+        return 0;
+    if (CFG(mount_dev) && (u32)v->dev != CFG(mount_dev))
+        return 0;
+    if (CFG(cgroup_filter) && MAP_UNDER_CGROUP(cgroup_filter, 0) != 1)  /* 1: in the cgroup's subtree */
+        return 0;
+    return 1;
+}
+
+/* s_dev of the superblock of a struct file * or struct dentry * (0 if unknown): two or three
+ * reads, at entry for CFG(dev_at_entry), else only for printed events */
+static __always_inline u64 dev_of(u64 ptr, u32 ptr_kind)
+{
+    u64 sb = 0;
+    if (ptr_kind == PTR_FILE)
+        sb = file_sb(ptr);
+    else if (ptr_kind == PTR_DENTRY)
+        sb = dentry_sb(ptr);
+    return sb ? sb_dev(sb) : 0;
+}
+
+static __always_inline void name_of(char *dst, u64 ptr, u32 ptr_kind)
+{
+    u64 dentry = 0;
+    if (ptr_kind == PTR_FILE)
+        dentry = file_dentry(ptr);
+    else if (ptr_kind == PTR_DENTRY)
+        dentry = ptr;
+    u64 name = dentry ? dentry_name_ptr(dentry) : 0;
+    if (name)
+        bpf_probe_read_kernel_str(dst, NAME_LEN, (void *)name);
+}
+
+/* `point`: the point's id as user space numbers it (map keys, in-flight slots); `slot`: its
+ * start slot in the thread's task storage */
+static __always_inline void task_start(u32 point, u32 slot, u32 op, struct start_val *v)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct task_starts *t;
+    if (!want_task(id, v))
+        return;
+    v->ts = bpf_ktime_get_ns();
+    if (CFG(want_inflight) && inflight_start(id, point, op, v))
+        return;
+    if (CFG(task_storage)) {
+        t = MAP_TASK_STORAGE_GET(task_starts, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (!t || slot >= NSLOTS) {
+            count(COUNTER_UNTIMED + op);
+            return;
+        }
+        t->at[slot] = *v;
+    } else {
+        struct start_key k = {.tid = (u32)id, .point = point};
+        if (MAP_UPDATE(starts, &k, v))
+            count(COUNTER_UNTIMED + op);
+    }
+}
+
+/* zeroed first: the record goes to user space whole, padding and unused name bytes included */
+static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 cgroup,
+                                       u64 now, u64 delta, struct start_val *s, u32 ptr_kind, const char *name)
+{
+    __builtin_memset(e, 0, sizeof(*e));
+    e->end_ns = now;
+    e->lat_ns = delta;
+    e->bytes = s->bytes;
+    e->offset = s->offset;
+    e->fileid = s->fileid;
+    e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);
+    e->cgroup = cgroup;
+    /* the inode number (NFS: the fileid) of a file-timed operation: user space names the
+     * tracepoint-timed lines of the same inode (fsync, getattr) from it */
+    if (!e->fileid && s->ptr && ptr_kind == PTR_FILE)
+        e->fileid = file_ino(s->ptr);
+    e->pid = pid;
+    e->op = op;
+    if (comm)
+        __builtin_memcpy(e->comm, comm, COMM_LEN);
+    else
+        bpf_get_current_comm(&e->comm, sizeof(e->comm));
+    if (name)
+        bpf_probe_read_kernel_str(e->name, NAME_LEN, name);
+    else if (s->ptr)
+        name_of(e->name, s->ptr, ptr_kind);
+}
+
+/* the cgroup id an admitted series is keyed by: the first SIZE(cgroup_ids) seen, else 0 */
+static __always_inline u64 admitted_cgroup(u64 id)
+{
+    u8 one = 1;
+    if (MAP_LOOKUP(cgroup_ids, &id))
+        return id;
+    /* refused when full; a racing CPU's insert of the same id makes the lookup succeed */
+    if (MAP_INSERT(cgroup_ids, &id, &one) == 0 || MAP_LOOKUP(cgroup_ids, &id))
+        return id;
+    return 0;
+}
+
+/* the NFS server request the current nfsd thread is serving, or 0 */
+static __always_inline struct server_request *current_request(void)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    return MAP_LOOKUP(requests, &tid);
+}
+
+/* the bytes a read or write inside the thread's NFS server request moved */
+static __always_inline void server_bytes(u32 op, u64 bytes)
+{
+    struct server_request *r = current_request();
+    if (!r)
+        return;
+    if (op == CFG(op_read))
+        r->rd_bytes += bytes;
+    else if (op == CFG(op_write))
+        r->wr_bytes += bytes;
+}
+
+/* one finished operation: a sane delta feeds the histograms and, above the threshold, one
+ * event (`name`: the file or RPC name where an event field has it, read only for printed
+ * events). `comm` and `cgroup` are the starting task's when the end runs in another task
+ * (async), else comm is 0 and the current task's are taken. */
+static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 cgroup, u64 now,
+                                   u64 delta, struct start_val *s, u32 ptr_kind, const char *name)
+{
+    u64 task_cgroup = comm ? cgroup : bpf_get_current_cgroup_id();
+    if (CFG(want_server))
+        server_bytes(op, s->bytes);
+    if (CFG(want_dist)) {
+        struct dist_key dk = {.op = op, .slot = log2_slot(delta / CFG(dist_unit_ns))};
+        struct total_key tk = {.op = op};
+        struct op_total none = {};
+        struct op_total *total;
+        u64 zero = 0, *n;
+        if (CFG(want_dev)) {
+            dk.dev = (u32)s->dev;
+            tk.dev = (u32)s->dev;
+        }
+        if (CFG(want_cgroup_key)) {
+            dk.cgroup = admitted_cgroup(task_cgroup);
+            tk.cgroup = dk.cgroup;
+        }
+        n = MAP_LOOKUP(dist, &dk);
+        if (!n) {
+            MAP_INSERT(dist, &dk, &zero);
+            n = MAP_LOOKUP(dist, &dk);
+        }
+        if (n)
+            __sync_fetch_and_add(n, 1);
+        else
+            count(COUNTER_UNTIMED + op);  /* a full histogram map: counted, never dropped unseen */
+        total = MAP_LOOKUP(op_totals, &tk);
+        if (!total) {
+            MAP_INSERT(op_totals, &tk, &none);
+            total = MAP_LOOKUP(op_totals, &tk);
+        }
+        if (total) {
+            __sync_fetch_and_add(&total->bytes, s->bytes);
+            if (CFG(want_lat_sum))
+                __sync_fetch_and_add(&total->lat_ns, delta);
+        }
+    }
+    if (CFG(want_top)) {
+        struct top_key tk = {.tgid = pid, .op = op};
+        struct top_hist_key hk = {.tgid = pid, .op = op, .slot = log2_slot(delta / 1000)};
+        struct top_val zero = {};
+        struct top_val *tv;
+        u64 one = 1, *hn;
+        if (CFG(want_dev)) {
+            tk.dev = (u32)s->dev;
+            hk.dev = (u32)s->dev;
+        }
+        tv = MAP_LOOKUP(top_stats, &tk);
+        if (!tv) {
+            MAP_INSERT(top_stats, &tk, &zero);
+            tv = MAP_LOOKUP(top_stats, &tk);
+        }
+        if (tv) {
+            if (tv->count == 0) {
+                if (comm)
+                    __builtin_memcpy(tv->comm, comm, COMM_LEN);
+                else
+                    bpf_get_current_comm(&tv->comm, sizeof(tv->comm));
+                tv->cgroup = task_cgroup;
+            }
+            __sync_fetch_and_add(&tv->count, 1);
+            __sync_fetch_and_add(&tv->lat_ns, delta);
+            __sync_fetch_and_add(&tv->bytes, s->bytes);
+        }
+        hn = MAP_LOOKUP(top_hist, &hk);
+        if (hn)
+            __sync_fetch_and_add(hn, 1);
+        else
+            MAP_INSERT(top_hist, &hk, &one);
+    }
+    if (CFG(want_events) && delta >= CFG(min_lat_ns)) {
+        struct event *e = MAP_RINGBUF_RESERVE(events, sizeof(struct event));
+        if (!e) {
+            count(COUNTER_LOST_EVENTS);
+            return;
+        }
+        fill_event(e, op, pid, comm, task_cgroup, now, delta, s, ptr_kind, name);
+        MAP_RINGBUF_SUBMIT(events, e, BPF_RB_NO_WAKEUP);
+    }
+}
+
+/* a delta is only trusted when the end is after the start and below MAX_LAT_NS: a missed
+ * entry has no start (nothing is printed), a clock oddity is counted */
+static __always_inline int sane_delta(u64 start, u64 now)
+{
+    if (start == 0 || now < start || now - start > MAX_LAT_NS) {
+        count(COUNTER_ANOMALIES);
+        return 0;
+    }
+    return 1;
+}
+
+/* end of a same-thread operation; bytes_at_end >= 0 replaces the entry's byte count */
+static __always_inline void task_end(void *ctx, u32 point, u32 slot, u32 op, s64 bytes_at_end, u32 ptr_kind,
+                                     const char *name)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u64 now = bpf_ktime_get_ns();
+    struct start_val s = {};
+    int held = 0;
+    if (CFG(want_inflight))
+        held = inflight_end(id, point, &s);
+    if (!held) {
+        if (CFG(task_storage)) {
+            struct start_val *found;
+            /* created if absent: NULL then means busy (counted), not a task that never started */
+            struct task_starts *t = MAP_TASK_STORAGE_GET(task_starts, bpf_get_current_task_btf(), 0,
+                                                         BPF_LOCAL_STORAGE_GET_F_CREATE);
+            if (!t || slot >= NSLOTS) {
+                count(COUNTER_UNTIMED + op);
+                return;
+            }
+            found = &t->at[slot];
+            if (found->ts == 0)
+                return;
+            s = *found;
+            found->ts = 0;
+        } else {
+            struct start_key k = {.tid = (u32)id, .point = point};
+            struct start_val *found = MAP_LOOKUP(starts, &k);
+            if (!found)
+                return;
+            s = *found;
+            MAP_DELETE(starts, &k);
+        }
+    }
+    if (!sane_delta(s.ts, now))
+        return;
+    if (bytes_at_end >= 0)
+        s.bytes = bytes_at_end;
+    record(ctx, op, (u32)(id >> 32), 0, 0, now, now - s.ts, &s, ptr_kind, name);
+}
+
+static __always_inline void async_start(struct async_key *k, u32 op, struct start_val *s, const char *name)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct async_val v = {};
+    if (!want_task(id, s))
+        return;
+    v.s = *s;
+    v.s.ts = bpf_ktime_get_ns();
+    v.pid = (u32)(id >> 32);
+    v.tid = (u32)id;
+    v.cgroup = bpf_get_current_cgroup_id();
+    bpf_get_current_comm(&v.comm, sizeof(v.comm));
+    if (name)
+        bpf_probe_read_kernel_str(v.name, NAME_LEN, name);
+    if (MAP_UPDATE(async_starts, k, &v))
+        count(COUNTER_UNTIMED + op);
+}
+
+/* `watch`: a start tracked in flight only (an RPC beneath the operations asked): it leaves
+ * the in-flight view, and nothing is recorded */
+static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s64 bytes_at_end, u32 watch)
+{
+    struct async_val *found;
+    struct async_val v;
+    u64 now;
+    if (watch) {
+        MAP_DELETE(async_starts, k);
+        return;
+    }
+    found = MAP_LOOKUP(async_starts, k);
+    if (!found)
+        return;
+    now = bpf_ktime_get_ns();
+    v = *found;
+    MAP_DELETE(async_starts, k);
+    if (!sane_delta(v.s.ts, now))
+        return;
+    if (bytes_at_end >= 0)
+        v.s.bytes = bytes_at_end;
+    record(ctx, op, v.pid, v.comm, v.cgroup, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
+}
+
+/* `addr`: the kernel address of the client's struct sockaddr_storage; `proc`: the procedure's
+ * name string; `prog`, `vers`: the addresses of the request's u32 program and version (each 0
+ * where unknown) */
 static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct server_request r;
+    struct server_request r = {};
     u16 family = 0;
-    __builtin_memset(&r, 0, sizeof(r));
     bpf_probe_read_kernel(&family, sizeof(family), (void *)addr);
     r.k.family = family;
     if (family == 2)        /* AF_INET: struct sockaddr_in's sin_addr */
@@ -325,420 +615,137 @@ static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
     if (vers)
         bpf_probe_read_kernel(&r.k.vers, sizeof(r.k.vers), (void *)vers);
     r.ts = bpf_ktime_get_ns();
-    if (requests.update(&tid, &r))
-        count_untimed(OP_RPC);
+    if (MAP_UPDATE(requests, &tid, &r))
+        count(COUNTER_UNTIMED + CFG(op_rpc));
 }
 
-/* fh_verify's entry: the file handle (struct svc_fh *) it verifies for the thread's request */
-static __always_inline void server_fh(u64 fh)
-{
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct server_request *r = requests.lookup(&tid);
-    if (r)
-        r->fh = fh;
-}
-
-/* fh_verify's return: the verified handle's export (svc_fh.fh_export, set by fh_verify) names
- * the request's export, by its root's inode and superblock dev; the offsets come from BTF:
- * `fh_export` in the handle, `dentry` (ex_path.dentry) in the export, then dentry->d_inode,
- * inode->i_ino, dentry->d_sb, sb->s_dev. A COMPOUND that verifies several handles keeps the
- * last one's export (its PUTFH, past the pseudo root's LOOKUPs). */
-static __always_inline void server_export(u64 fh_export, u64 dentry, u64 d_inode, u64 i_ino, u64 d_sb, u64 s_dev)
-{
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct server_request *r = requests.lookup(&tid);
-    u64 exp, root;
-    if (!r || !r->fh)
-        return;
-    exp = read_ptr(r->fh + fh_export);
-    r->fh = 0;
-    if (!exp)
-        return;
-    root = read_ptr(exp + dentry);
-    r->k.exp_ino = read_ptr(read_ptr(root + d_inode) + i_ino);
-    r->k.exp_dev = (u32)read_ptr(read_ptr(root + d_sb) + s_dev);
-}
-
-/* the bytes a read or write inside the thread's request moved */
-static __always_inline void server_bytes(u32 op, u64 bytes)
-{
-    u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct server_request *r = requests.lookup(&tid);
-    if (!r)
-        return;
-#ifdef OP_READ
-    if (op == OP_READ)
-        r->rd_bytes += bytes;
-#endif
-#ifdef OP_WRITE
-    if (op == OP_WRITE)
-        r->wr_bytes += bytes;
-#endif
-}
-#endif
-
-#if CGROUP_FILTER
-/* [0]: the cgroup v2 directory given by --cgroup (user space stores its fd) */
-BPF_CGROUP_ARRAY(cgroup_filter, 1);
-#endif
-
-/* filters, at the start of an operation only: an operation let in is timed to its end */
-static __always_inline int want_task(u64 pid_tgid, struct start_val *v)
-{
-    if (TARGET_TGID != 0 && (u32)(pid_tgid >> 32) != TARGET_TGID)
-        return 0;
-#if MOUNT_DEV
-    if ((u32)v->dev != MOUNT_DEV)
-        return 0;
-#endif
-#if CGROUP_FILTER
-    /* 1 when the current task is in the cgroup's subtree */
-    if (cgroup_filter.check_current_task(0) != 1)
-        return 0;
-#endif
-    return 1;
-}
-
-static __always_inline void task_start(u32 point, u32 op, struct start_val *v)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    if (!want_task(id, v))
-        return;
-    v->ts = bpf_ktime_get_ns();
-#if WANT_INFLIGHT
-    if (inflight_start(id, point, op, v))
-        return;
-#endif
-#if USE_TASK_STORAGE
-    struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
-                                                         BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!t || point >= NPOINTS) {
-        count_untimed(op);
-        return;
-    }
-    t->at[point] = *v;
-#else
-    struct start_key k;
-    k.tid = (u32)id;
-    k.point = point;
-    if (starts.update(&k, v))
-        count_untimed(op);
-#endif
-}
-
-/* s_dev of the superblock a struct file * or struct dentry * belongs to (0 if unknown):
- * two or three reads, at entry for DEV_AT_ENTRY, else only for printed events */
-static __always_inline u64 dev_of(u64 ptr, int ptr_kind)
-{
-    u64 sb = 0;
-    u32 dev = 0;
-#if HAVE_FILE_SB
-    if (ptr_kind == PTR_FILE)
-        sb = read_ptr(read_ptr(ptr + OFF_FILE_INODE) + OFF_INODE_SB);
-#endif
-#if HAVE_DENTRY_SB
-    if (ptr_kind == PTR_DENTRY)
-        sb = read_ptr(ptr + OFF_DENTRY_SB);
-#endif
-    if (sb)
-        bpf_probe_read_kernel(&dev, sizeof(dev), (void *)(sb + OFF_SB_DEV));
-    return dev;
-}
-
-static __always_inline void name_of(char *dst, u64 ptr, int ptr_kind)
-{
-    u64 dentry = 0;
-#if HAVE_FILE_NAME
-    if (ptr_kind == PTR_FILE)
-        dentry = read_ptr(ptr + OFF_FILE_PATH_DENTRY);
-#endif
-    if (ptr_kind == PTR_DENTRY)
-        dentry = ptr;
-#if HAVE_DENTRY_NAME
-    if (dentry)
-        bpf_probe_read_kernel_str(dst, NAME_LEN, (void *)read_ptr(dentry + OFF_DENTRY_NAME));
-#endif
-}
-
-#if WANT_EVENTS
-/* zeroed first: the record goes to user space whole, padding and unused name bytes included */
-static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 cgroup,
-                                       u64 now, u64 delta, struct start_val *s, int ptr_kind, const char *name)
-{
-    __builtin_memset(e, 0, sizeof(*e));
-    e->end_ns = now;
-    e->lat_ns = delta;
-    e->bytes = s->bytes;
-    e->offset = s->offset;
-    e->fileid = s->fileid;
-    e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);
-    e->cgroup = cgroup;
-#if HAVE_FILE_INO
-    /* the inode number (NFS: the fileid) of a file-timed operation: user space names the
-     * tracepoint-timed lines of the same inode (fsync, getattr) from it */
-    if (!e->fileid && s->ptr && ptr_kind == PTR_FILE)
-        e->fileid = read_ptr(read_ptr(s->ptr + OFF_FILE_INODE) + OFF_INODE_INO);
-#endif
-    e->pid = pid;
-    e->op = op;
-    if (comm)
-        __builtin_memcpy(e->comm, comm, COMM_LEN);
-    else
-        bpf_get_current_comm(&e->comm, sizeof(e->comm));
-    if (name)
-        bpf_probe_read_kernel_str(e->name, NAME_LEN, name);
-    else if (s->ptr)
-        name_of(e->name, s->ptr, ptr_kind);
-}
-#endif
-
-/* one finished operation: a sane delta feeds the histograms and, above the
- * threshold, one event (`name`: the file or RPC name where an event field has it, read
- * only for printed events). `comm` and `cgroup` are the starting task's when the end
- * runs in another task (async), else comm is 0 and the current task's are taken. */
-static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 cgroup, u64 now,
-                                   u64 delta, struct start_val *s, int ptr_kind, const char *name)
-{
-#if WANT_SERVER
-    server_bytes(op, s->bytes);
-#endif
-#if WANT_DIST
-    {
-        struct dist_key dk;
-        struct op_total *total;
-        u64 zero = 0, *n;
-        u32 opi = op;
-        __builtin_memset(&dk, 0, sizeof(dk));
-        dk.op = op;
-        dk.slot = bpf_log2l(delta / DIST_UNIT_NS);
-#if WANT_CGROUP_KEY
-        dk.cgroup = admitted_cgroup(comm ? cgroup : bpf_get_current_cgroup_id());
-#endif
-#if WANT_DEV
-        dk.dev = (u32)s->dev;
-        {
-            struct total_key tk;
-            struct op_total none;
-            __builtin_memset(&tk, 0, sizeof(tk));
-            __builtin_memset(&none, 0, sizeof(none));
-            tk.op = op;
-            tk.dev = (u32)s->dev;
-#if WANT_CGROUP_KEY
-            tk.cgroup = dk.cgroup;
-#endif
-            total = op_totals.lookup_or_try_init(&tk, &none);
-        }
-#else
-        total = op_totals.lookup(&opi);
-#endif
-        /* a full histogram map would drop the operation silently: count it as untimed */
-        n = dist.lookup_or_try_init(&dk, &zero);
-        if (n)
-            __sync_fetch_and_add(n, 1);
-        else
-            count_untimed(op);
-        if (total) {
-            __sync_fetch_and_add(&total->bytes, s->bytes);
-#if WANT_LAT_SUM
-            __sync_fetch_and_add(&total->lat_ns, delta);
-#endif
-        }
-    }
-#endif
-#if WANT_TOP
-    {
-        struct top_key tk;
-        struct top_hist_key hk;
-        struct top_val zero;
-        struct top_val *tv;
-        __builtin_memset(&tk, 0, sizeof(tk));
-        __builtin_memset(&hk, 0, sizeof(hk));
-        __builtin_memset(&zero, 0, sizeof(zero));
-        tk.tgid = pid;
-        tk.op = op;
-#if WANT_DEV
-        tk.dev = (u32)s->dev;
-        hk.dev = (u32)s->dev;
-#endif
-        tv = top_stats.lookup_or_try_init(&tk, &zero);
-        if (tv) {
-            if (tv->count == 0) {
-                if (comm) {
-                    __builtin_memcpy(tv->comm, comm, COMM_LEN);
-                    tv->cgroup = cgroup;
-                } else {
-                    bpf_get_current_comm(&tv->comm, sizeof(tv->comm));
-                    tv->cgroup = bpf_get_current_cgroup_id();
-                }
-            }
-            __sync_fetch_and_add(&tv->count, 1);
-            __sync_fetch_and_add(&tv->lat_ns, delta);
-            __sync_fetch_and_add(&tv->bytes, s->bytes);
-        }
-        hk.tgid = pid;
-        hk.op = op;
-        hk.slot = bpf_log2l(delta / 1000);
-        top_hist.increment(hk);
-    }
-#endif
-#if WANT_EVENTS
-    if (delta >= MIN_LAT_NS) {
-#if USE_RINGBUF
-        struct event *e = events.ringbuf_reserve(sizeof(struct event));
-        if (!e) {
-            u32 zero = 0;
-            u64 *lost = lost_events.lookup(&zero);
-            if (lost)
-                __sync_fetch_and_add(lost, 1);
-            return;
-        }
-        fill_event(e, op, pid, comm, comm ? cgroup : bpf_get_current_cgroup_id(), now, delta, s, ptr_kind,
-                   name);
-        events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-#else
-        struct event e;
-        fill_event(&e, op, pid, comm, comm ? cgroup : bpf_get_current_cgroup_id(), now, delta, s, ptr_kind,
-                   name);
-        events.perf_submit(ctx, &e, sizeof(e));
-#endif
-    }
-#endif
-}
-
-/* a delta is only trusted when the end is after the start and below MAX_LAT_NS:
- * a missed entry has no start (nothing is printed), a clock oddity is counted */
-static __always_inline int sane_delta(u64 start, u64 now)
-{
-    if (start == 0 || now < start || now - start > MAX_LAT_NS) {
-        u32 zero = 0;
-        u64 *bad = anomalies.lookup(&zero);
-        if (bad)
-            __sync_fetch_and_add(bad, 1);
-        return 0;
-    }
-    return 1;
-}
-
-/* end of a same-thread operation; bytes_at_end >= 0 replaces the entry's byte count */
-static __always_inline void task_end(void *ctx, u32 point, u32 op, s64 bytes_at_end, int ptr_kind,
-                                     const char *name)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    struct start_val s;
-    struct start_val *found;
-    u64 now = bpf_ktime_get_ns();
-    int held = 0;
-#if WANT_INFLIGHT
-    held = inflight_end(id, point, &s);
-#endif
-    if (!held) {
-#if USE_TASK_STORAGE
-        /* F_CREATE: NULL then means busy (counted), not a task that never started anything */
-        struct task_starts *t = task_starts.task_storage_get(bpf_get_current_task_btf(), 0,
-                                                             BPF_LOCAL_STORAGE_GET_F_CREATE);
-        if (!t || point >= NPOINTS) {
-            count_untimed(op);
-            return;
-        }
-        found = &t->at[point];
-        if (found->ts == 0)
-            return;
-        s = *found;
-        found->ts = 0;
-#else
-        struct start_key k;
-        k.tid = (u32)id;
-        k.point = point;
-        found = starts.lookup(&k);
-        if (!found)
-            return;
-        s = *found;
-        starts.delete(&k);
-#endif
-    }
-    if (!sane_delta(s.ts, now))
-        return;
-    if (bytes_at_end >= 0)
-        s.bytes = bytes_at_end;
-    record(ctx, op, (u32)(id >> 32), 0, 0, now, now - s.ts, &s, ptr_kind, name);
-}
-
-#if HAVE_ASYNC
-static __always_inline void async_start(struct async_key *k, u32 op, struct start_val *s, const char *name)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    struct async_val v;
-    if (!want_task(id, s))
-        return;
-    __builtin_memset(&v, 0, sizeof(v));
-    v.s = *s;
-    v.s.ts = bpf_ktime_get_ns();
-    v.pid = (u32)(id >> 32);
-    v.tid = (u32)id;
-    v.cgroup = bpf_get_current_cgroup_id();
-    bpf_get_current_comm(&v.comm, sizeof(v.comm));
-    if (name)
-        bpf_probe_read_kernel_str(v.name, NAME_LEN, name);
-    if (async_starts.update(k, &v))
-        count_untimed(op);
-}
-
-static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s64 bytes_at_end)
-{
-    struct async_val *found = async_starts.lookup(k);
-    struct async_val v;
-    u64 now;
-    if (!found)
-        return;
-    now = bpf_ktime_get_ns();
-    v = *found;
-    async_starts.delete(k);
-    if (!sane_delta(v.s.ts, now))
-        return;
-    if (bytes_at_end >= 0)
-        v.s.bytes = bytes_at_end;
-    record(ctx, op, v.pid, v.comm, v.cgroup, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
-}
-
-/* the end of a start tracked in flight only (an RPC beneath the operations asked): it
- * leaves the in-flight view, and nothing is recorded */
-static __always_inline void async_forget(struct async_key *k)
-{
-    async_starts.delete(k);
-}
-#endif
-
-#if WANT_SERVER
 static __always_inline void server_end(void)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct server_request *found = requests.lookup(&tid);
+    struct server_request *found = MAP_LOOKUP(requests, &tid);
     struct server_request r;
-    struct server_val zero;
+    struct server_val zero = {};
     struct server_val *sv;
-    struct server_hist_key hk;
+    struct server_hist_key hk = {};
     u64 now = bpf_ktime_get_ns();
+    u64 one = 1, *hn;
     if (!found)
         return;
     r = *found;
-    requests.delete(&tid);
+    MAP_DELETE(requests, &tid);
     if (!sane_delta(r.ts, now))
         return;
-    __builtin_memset(&zero, 0, sizeof(zero));
-    sv = server_stats.lookup_or_try_init(&r.k, &zero);
+    sv = MAP_LOOKUP(server_stats, &r.k);
     if (!sv) {
-        count_untimed(OP_RPC);
+        MAP_INSERT(server_stats, &r.k, &zero);
+        sv = MAP_LOOKUP(server_stats, &r.k);
+    }
+    if (!sv) {
+        count(COUNTER_UNTIMED + CFG(op_rpc));
         return;
     }
     __sync_fetch_and_add(&sv->count, 1);
     __sync_fetch_and_add(&sv->lat_ns, now - r.ts);
     __sync_fetch_and_add(&sv->rd_bytes, r.rd_bytes);
     __sync_fetch_and_add(&sv->wr_bytes, r.wr_bytes);
-    __builtin_memset(&hk, 0, sizeof(hk));
     hk.k = r.k;
-    hk.slot = bpf_log2l((now - r.ts) / 1000);
-    server_hist.increment(hk);
+    hk.slot = log2_slot((now - r.ts) / 1000);
+    hn = MAP_LOOKUP(server_hist, &hk);
+    if (hn)
+        __sync_fetch_and_add(hn, 1);
+    else
+        MAP_INSERT(server_hist, &hk, &one);
 }
-#endif
 
-/* generated handlers follow */
+/* fh_verify's entry: the file handle (struct svc_fh *) it verifies for the thread's request */
+static __always_inline void server_fh(u64 fh)
+{
+    struct server_request *r = current_request();
+    if (r)
+        r->fh = fh;
+}
+
+/* fh_verify's return: the verified handle's export (set by fh_verify), named by its root's
+ * inode and superblock dev, read through the context point's argument sources 1 (handle ->
+ * export), 2 (export -> root inode number) and 3 (export -> root's s_dev). A COMPOUND that
+ * verifies several handles keeps the last one's export (its PUTFH, past the pseudo root's
+ * LOOKUPs). */
+#define SERVER_EXPORT(p) \
+    do { \
+        struct server_request *r_ = current_request(); \
+        u64 exp_; \
+        if (r_ && r_->fh) { \
+            exp_ = ARG(p, 1, r_->fh); \
+            r_->fh = 0; \
+            if (exp_) { \
+                r_->k.exp_ino = ARG(p, 2, exp_); \
+                r_->k.exp_dev = (u32)ARG(p, 3, exp_); \
+            } \
+        } \
+    } while (0)
+
+/* The bodies of the generated programs, one per kind of attach point end. `p` is the
+ * point's number in the settings; `GET(ctx, i)` reads parameter i (kprobe_arg, fentry_arg). */
+
+/* a timed function point's entry: its file or dentry (source 0) and offset (source 1) */
+#define TIMED_ENTRY(p, GET) \
+    do { \
+        struct start_val v_ = {}; \
+        if (P(p, a0_param) != NO_PARAM) \
+            v_.ptr = ARG(p, 0, GET(ctx, P(p, a0_param))); \
+        if (P(p, a1_param) != NO_PARAM) \
+            v_.offset = ARG(p, 1, GET(ctx, P(p, a1_param))); \
+        if (CFG(dev_at_entry) && v_.ptr) \
+            v_.dev = dev_of(v_.ptr, P(p, ptr_kind)); \
+        task_start(P(p, id), P(p, slot), P(p, op), &v_); \
+    } while (0)
+
+/* a timed function point's end; `ret`: the function's return value */
+#define TIMED_EXIT(p, ret) \
+    task_end(ctx, P(p, id), P(p, slot), P(p, op), P(p, ret_bytes) ? ((ret) > 0 ? (ret) : 0) : -1, \
+             P(p, ptr_kind), 0)
+
+/* an NFS server request's entry: the client's address (source 0), the procedure's name (1),
+ * the request's RPC program (2) and version (3) */
+#define REQUEST_ENTRY(p, GET) \
+    server_start(ARG(p, 0, GET(ctx, P(p, a0_param))), \
+                 P(p, a1_param) != NO_PARAM ? ARG(p, 1, GET(ctx, P(p, a1_param))) : 0, \
+                 P(p, a2_param) != NO_PARAM ? ARG(p, 2, GET(ctx, P(p, a2_param))) : 0, \
+                 P(p, a3_param) != NO_PARAM ? ARG(p, 3, GET(ctx, P(p, a3_param))) : 0)
+
+#define REQUEST_EXIT(p) server_end()
+
+/* a request's context point (fh_verify): the handle (source 0) at entry, its export at return */
+#define CONTEXT_ENTRY(p, GET) server_fh(ARG(p, 0, GET(ctx, P(p, a0_param))))
+#define CONTEXT_EXIT(p) SERVER_EXPORT(p)
+
+/* a tracepoint point's start: its fields by role, timed on the thread or (keyed) until the
+ * end event with the same key fields */
+#define TP_ENTRY(p) \
+    do { \
+        struct start_val v_ = {}; \
+        v_.fileid = TPF(p, fileid); \
+        v_.offset = TPF(p, offset); \
+        v_.bytes = TPF(p, bytes); \
+        v_.dev = TPF(p, dev); \
+        if (P(p, keyed)) { \
+            struct async_key k_ = {.point = P(p, id)}; \
+            TP_KEYS(p, k_, key); \
+            async_start(&k_, P(p, op), &v_, tp_string(ctx, P(p, t_name_off), P(p, t_name_size))); \
+        } else { \
+            task_start(P(p, id), P(p, slot), P(p, op), &v_); \
+        } \
+    } while (0)
+
+#define TP_EXIT(p) \
+    do { \
+        s64 bytes_ = P(p, t_exit_bytes_size) ? TPF(p, exit_bytes) : -1; \
+        if (P(p, keyed)) { \
+            struct async_key k_ = {.point = P(p, id)}; \
+            TP_KEYS(p, k_, exit_key); \
+            async_end(ctx, &k_, P(p, op), bytes_, P(p, watch)); \
+        } else { \
+            task_end(ctx, P(p, id), P(p, slot), P(p, op), bytes_, PTR_NONE, \
+                     tp_string(ctx, P(p, t_exit_name_off), P(p, t_exit_name_size))); \
+        } \
+    } while (0)

@@ -21,7 +21,8 @@ from labs.guest.probes_guest import META_EXACT, META_SOME
 from discover.spec import OPS
 from probes.backend import major_minor
 from probes.bcc_backend import FENTRY_MIN_BCC
-from probes.core_backend import MIN_KERNEL, MODULE_TARGET_VERSION
+from probes.core_backend import MODULE_TARGET_VERSION
+from probes.objects import MIN_KERNEL
 
 Results = Dict[str, Dict[str, Any]]
 

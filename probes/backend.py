@@ -1,4 +1,4 @@
-"""What the latency tools need from a BPF loader, whichever one runs (bcc now, libbpf next).
+"""What the latency tools need from a BPF loader, whichever one runs (bcc or libbpf).
 
 Why an interface: runtime.Session chooses attach points, generates the probe and reads its
 maps into dist, top, in-flight and missed records; only loading, attaching and raw map and
@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Collection, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from probes.generate import Probe, Tool
 from probes.layout import KernelLayout
+from probes.model import Formats, Probe, Tool
 from probes.select import Chosen
 
 #: user space reads the ring buffer this often: events are submitted without a wakeup, so
@@ -27,8 +27,13 @@ def major_minor(release: str) -> Optional[Tuple[int, int]]:
 
 
 class Rejected(Exception):
-    """The kernel or loader refused the probe as generated; str(): the first line of why, which
-    Session reads to generate it again without fentry or task storage."""
+    """The kernel or loader refused the probe as generated; str(): the first line of why.
+    `feature`: what the loader saw refused, where it can tell ("fentry": a trampoline program),
+    so that Session generates the probe again without it (without task storage otherwise)."""
+
+    def __init__(self, message: str, feature: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.feature = feature
 
 
 class MapView(Protocol):
@@ -67,7 +72,7 @@ class Backend(Protocol):
 
     def fentry_support(self) -> Tuple[bool, str]: ...
 
-    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], formats: Formats,
                  ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
         """The probe for these choices as this loader runs it (probes.generate.generate's
         arguments): its ops, letters and points are what Session's readers decode by."""

@@ -5,8 +5,7 @@ read before anything is loaded, as libbpf-tools check `fentry_can_attach`: a 5.1
 kernel, its BTF and that of every module a chosen point lives in, libbpf.so.1 >= 1.0, and the
 object shipped for the spec. `auto` takes core when all hold, else bcc, saying the first
 check that failed (in that order); with neither loader possible the tool stops in one line
-before anything is attached. A tool whose probe only bcc's generator builds (nfsdtop's server
-maps) names that as its first check (`bcc_only`).
+before anything is attached.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from probes.backend import major_minor
-from probes.core_backend import MIN_KERNEL, OBJECTS_DIR, object_path
+from probes.objects import MIN_KERNEL, OBJECTS_DIR, object_path
 from probes.libbpf import MIN_VERSION, Libbpf, LibbpfError
 
 BACKENDS = ("auto", "core", "bcc")
@@ -103,13 +102,12 @@ def core_blocker(spec: Dict[str, Any], release: str, modules: Sequence[str], btf
 
 
 def choose(requested: str, spec: Dict[str, Any], release: str, modules: Sequence[str], btf_dir: Path,
-           objects_dir: Path = OBJECTS_DIR, bcc_only: Optional[str] = None) -> Choice:
+           objects_dir: Path = OBJECTS_DIR) -> Choice:
     """The loader for --backend `requested` on this machine: UserError (one line) when the one
-    asked for, or under auto both, cannot run. `bcc_only`: why the tool's probe exists for bcc
-    alone (the first core check, before the machine's)."""
+    asked for, or under auto both, cannot run."""
     if requested == "bcc":
         return Choice("bcc", "bcc (--backend bcc)")
-    blocker, core = (bcc_only, None) if bcc_only else core_blocker(spec, release, modules, btf_dir, objects_dir)
+    blocker, core = core_blocker(spec, release, modules, btf_dir, objects_dir)
     if core is not None:
         return core._replace(why=f"core ({'auto: ' if requested == 'auto' else ''}{core.why})")
     if requested == "core":

@@ -12,8 +12,9 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tu
 
 from discover.errors import UserError
 from probes.backend import RINGBUF_READ_MS, Rejected, major_minor
-from probes.generate import Probe, Tool, generate
+from probes.generate import generate
 from probes.layout import KernelLayout
+from probes.model import Formats, Probe, Tool, spec_nkeys
 from probes.select import Chosen
 
 #: BPF ring buffers exist from Linux 5.8 (bcc's support from 0.16)
@@ -39,19 +40,17 @@ def bcc_version() -> str:
 
 
 def ringbuf_support(release: str, bpf_class: Any) -> Tuple[bool, str]:
-    """Whether slow events can go through a BPF ring buffer here, and why (for --verbose).
-
-    Why prefer it: with the perf buffer every event wakes the reader from inside the BPF
-    program (irq_work); in the lab that was 30-40 us of a 46-59 us getattr exit. A ring
-    buffer record is submitted without a wakeup and read on a timer.
-    """
+    """That slow events can go through a BPF ring buffer here (the probe's only buffer), and how
+    (for --verbose); UserError where kernel or bcc has none (Linux 5.8, bcc 0.16: every kernel
+    probekit supports has one). Why it: a record is submitted without a wakeup and read on a
+    timer, where the perf buffer woke the reader from inside the program (in the lab 30-40 us
+    of a 46-59 us getattr exit)."""
     version = major_minor(release)
     if version is None or version < RINGBUF_MIN_KERNEL:
-        return False, f"events: perf buffer (kernel {release} has no BPF ring buffer, needs 5.8)"
+        raise UserError(f"kernel {release} has no BPF ring buffer (Linux 5.8): probekit's tools need one")
     if not hasattr(bpf_class, "ring_buffer_consume"):
-        return False, "events: perf buffer (this bcc has no ring buffer support, needs 0.16)"
-    return True, ("events: BPF ring buffer, submitted without wakeups, read every "
-                  f"{RINGBUF_READ_MS} ms")
+        raise UserError(f"bcc {bcc_version()} has no BPF ring buffer support (0.16): probekit's tools need it")
+    return True, f"events: BPF ring buffer, submitted without wakeups, read every {RINGBUF_READ_MS} ms"
 
 
 def task_storage_support(release: str, bcc_table: Any, have_btf: bool) -> Tuple[bool, str]:
@@ -147,7 +146,9 @@ class BccBackend:
 
     name = "bcc"
 
-    def __init__(self) -> None:
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        #: the width of the keyed points' keys: the spec's, as in the CO-RE object
+        self.nkeys = spec_nkeys(spec)
         self.bpf_class = import_bpf()
         self.version = bcc_version()
         self.bpf: Any = None
@@ -161,25 +162,30 @@ class BccBackend:
     def fentry_support(self) -> Tuple[bool, str]:
         return fentry_support(self.bpf_class, getattr(sys.modules.get("bcc"), "__version__", "?"))
 
-    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], formats: Formats,
                  ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
-        return generate(chosen, tool, layout, enums=enums, ringbuf=ringbuf, task_storage=task_storage, fentry=fentry)
+        return generate(chosen, tool, layout, formats, ringbuf=ringbuf, task_storage=task_storage, fentry=fentry,
+                        nkeys=self.nkeys)
 
     def load(self, probe: Probe) -> None:
         try:
             self.bpf = load_detaching_on_failure(self.bpf_class, probe.c_text)
         except Exception as exc:  # bcc raises bare Exception on compile/load failure
-            raise Rejected(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            # bcc names its trampoline programs kfunc__/kretfunc__ and says so when one fails
+            raise Rejected(why, "fentry" if "kfunc" in why or "kernel func" in why else None) from None
 
     def attach(self, probe: Probe) -> None:
-        for function, end, handler in probe.kprobes:
+        for kind, target, program in probe.attach:
             try:
-                if end == "entry":
-                    self.bpf.attach_kprobe(event=function, fn_name=handler)
+                if kind == "kprobe":
+                    self.bpf.attach_kprobe(event=target, fn_name=program)
+                elif kind == "kretprobe":
+                    self.bpf.attach_kretprobe(event=target, fn_name=program)
                 else:
-                    self.bpf.attach_kretprobe(event=function, fn_name=handler)
+                    self.bpf.attach_tracepoint(tp=target, fn_name=program)
             except Exception as exc:
-                raise UserError(f"cannot attach to {function}: {str(exc).splitlines()[0]}") from None
+                raise UserError(f"cannot attach to {target}: {str(exc).splitlines()[0]}") from None
 
     def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
                fentry: Collection[str]) -> Optional[Probe]:
@@ -198,19 +204,12 @@ class BccBackend:
                 for name, func in self.bpf.funcs.items()}
 
     def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
-        if ringbuf:
-            self.bpf["events"].open_ring_buffer(lambda _ctx, data, size: handle(ctypes.string_at(data, size)))
-        else:
-            self.bpf["events"].open_perf_buffer(lambda _cpu, data, size: handle(ctypes.string_at(data, size)),
-                                                page_cnt=64, lost_cb=lost)
+        self.bpf["events"].open_ring_buffer(lambda _ctx, data, size: handle(ctypes.string_at(data, size)))
 
     def poll_events(self, ringbuf: bool) -> None:
-        if ringbuf:
-            # sleeps the interval (records come without wakeups), then reads them all
-            self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
-            self.bpf.ring_buffer_consume()
-        else:
-            self.bpf.perf_buffer_poll(timeout=250)
+        # sleeps the interval (records come without wakeups), then reads them all
+        self.bpf.ring_buffer_poll(timeout=RINGBUF_READ_MS)
+        self.bpf.ring_buffer_consume()
 
     def close(self) -> None:
         if self.bpf is not None:

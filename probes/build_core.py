@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence
 
 from discover.errors import UserError
 from discover.spec import compile_spec, load_spec
-from probes.core_backend import compiled_spec_path, object_path
+from probes.objects import compiled_spec_path, object_path
 from probes.generate_core import generate_core
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"

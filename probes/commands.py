@@ -23,7 +23,7 @@ from discover.errors import UserError, run_cli
 from probes.backend_choice import BACKENDS
 from probes.cgroups import CgroupNames, filter_dir, task_cgroup
 from probes.filenames import FileNames
-from probes.generate import Tool
+from probes.model import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls, still_in_flight
 from probes.mounts import MountTable, mount_dev

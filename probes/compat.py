@@ -8,7 +8,7 @@ would find there, and which candidate each operation would fall back to.
 
 The pick is the generated tool's own code run on the profile: probes.select.select (the
 first candidate whose non-optional attach points are traceable functions or listed events)
-and probes.generate.points_of (fentry candidates are attached as kprobe/kretprobe pairs).
+and probes.model.points_of (fentry candidates are attached as kprobe/kretprobe pairs).
 What BTF the kernel lacks then only costs detail (file names, offsets), said as such.
 """
 from __future__ import annotations
@@ -365,7 +365,7 @@ def kernel_facts(kernel: Kernel, spec: Dict[str, Any]):
     return KernelFacts(functions, events, modules, prof.release, formats=formats)
 
 
-#: argument roles a kprobe handler reads through BTF offsets (probes.generate._function_handlers)
+#: argument roles a kprobe handler reads through BTF offsets (probes.model.plan_point)
 BTF_ROLES = ("file", "dentry", "offset")
 
 
@@ -411,7 +411,7 @@ def _degraded(kernel: Kernel, point, cells: Dict[str, Cell], layout_modules: Set
 
 
 def runtime_picks(spec: Dict[str, Any], kernel: Kernel, cells: Dict[str, Cell]) -> Dict[str, Dict[str, Any]]:
-    """Per op: the candidate probes.select picks and how probes.generate attaches it there.
+    """Per op: the candidate probes.select picks and how probes.model attaches it there.
 
     `attached_as`: the generator's point kinds (fentry candidates become kprobe/kretprobe
     pairs); `warnings`: the pick will misbehave (a point not usable, or an `args`
@@ -419,7 +419,7 @@ def runtime_picks(spec: Dict[str, Any], kernel: Kernel, cells: Dict[str, Cell]) 
     changes are shown in the cells: the code reads parameters and fields by name);
     `degraded`: it works but loses detail (no BTF for names/offsets).
     """
-    from probes.generate import points_of
+    from probes.model import points_of
     from probes.select import select
     facts = kernel_facts(kernel, spec)
     selection = select(spec, facts, list(spec["ops"]))
@@ -635,7 +635,7 @@ def render_text(report: Dict[str, Any], markdown: bool = False) -> str:
     else:
         out += [title, ref, ""]
         out += _text_table(head, rows)
-        out += ["", "Candidate picked per operation (probes.select + probes.generate, the generated tool's code; "
+        out += ["", "Candidate picked per operation (probes.select + probes.model, the generated tool's code; "
                 "(!) = will misbehave, (~) = works with less detail, see Details):"]
         out += _text_table(["operation", ""] + labels, op_rows)
     out += ["", "## Candidates" if markdown else "Candidates:"]

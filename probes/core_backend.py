@@ -1,66 +1,39 @@
 """The libbpf peer of probes.backend.Backend: loads the spec's prebuilt CO-RE object (no compiler).
 
-Why: bcc compiles at every start, with LLVM in the process (issue 22's figures: seconds to
-minutes of start-up, 100-200 MB resident). The object built from the whole spec
-(probes.generate_core) is opened from memory, only the programs of the points `select`
-chose are loaded, and `cfg` tells them their op, start slot and where their arguments are,
-from the running kernel's BTF and tracepoint formats.
+Why: bcc compiles at every start, with LLVM in the process (seconds to minutes of start-up,
+100-200 MB resident). The object built from the whole spec (probes.generate_core) is opened
+from memory, only the programs of the points `select` chose are loaded, and `cfg` holds the
+settings probes.model decided for them on the running kernel. This module decides nothing
+about the spec: it numbers the chosen points as the object does, loads and attaches.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
-from discover.events import parse_format
 from probes.backend import RINGBUF_READ_MS, Rejected
-from probes.generate import PTR_KINDS, Point, Probe, Tool, dist_entries, points_of, total_entries
-from probes.generate_core import CoreTable, PointSettings, cfg_bytes, core_table, tracepoint_program
+from probes.generate import tracepoint_program_name
+from probes.generate_core import CFG_MAP, CoreTable, cfg_bytes, core_table, function_program_names
 from probes.layout import KernelLayout
 from probes.libbpf import BpfObject, Libbpf, LibbpfError
+from probes.model import (Formats, Point, Probe, Tool, check_tool, map_sizes, plan_point, points_of, probe_settings,
+                          program_ops)
 from probes.select import Chosen
 
-#: where built objects are looked for: one per spec, named after its filesystem
-OBJECTS_DIR = Path(__file__).resolve().parent / "objects"
-#: BPF ring buffers (5.8), task storage for tracing (5.11), bpf_get_func_arg (5.17)
-MIN_KERNEL = (5, 17)
 #: the first libbpf that takes a fentry target as MODULE:FUNCTION; an older one finds a module
 #: function's BTF by scanning vmlinux's types again for every module BTF before it, per
 #: program (a 6.1 guest's nfsslower, 10 such programs: start 26-37 s against 10-11 s on
 #: kprobes and 26-29 s on bcc), so fentry/fexit runs on 1.5+ only, kprobes before
 MODULE_TARGET_VERSION = (1, 5)
-#: a tracepoint field each role of the spec's args may name, at the start or the end
-_TP_START_ROLES = ("fileid", "offset", "bytes", "dev")
-#: the read-only data section of the per-point settings: each instance has its own
-CFG_MAP = ".rodata.cfg"
-
-
-def object_path(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Path:
-    return objects_dir / f"{spec['filesystem']}.bpf.o"
-
-
-def compiled_spec_path(spec_path: Path, objects_dir: Path = OBJECTS_DIR) -> Path:
-    """Where the build puts the spec file `spec_path` parsed (discover.spec.compile_spec), beside
-    the objects: load_spec takes it while it matches the file."""
-    return objects_dir / f"{Path(spec_path).stem}.spec.json"
-
-
-def live_format(event: str, tracefs: Path) -> Optional[List[Dict[str, Any]]]:
-    """SYSTEM:EVENT's fields (offset, size, signed) from the running kernel's format file."""
-    system, _, name = event.partition(":")
-    try:
-        return parse_format((tracefs / "events" / system / name / "format").read_text())["fields"]
-    except (OSError, ValueError):
-        return None
 
 
 class _Plan(NamedTuple):
-    """The chosen points as one instance of the object runs them (CoreBackend._settings)."""
+    """The chosen points as one instance of the object runs them (CoreBackend._plan_points)."""
 
-    settings: Dict[int, PointSettings]
-    programs: Dict[str, Tuple[str, ...]]
+    settings: Dict[int, Dict[str, int]]   # the object's point number -> its settings
+    programs: Dict[str, Tuple[str, ...]]  # program -> the ops a skipped run of it loses
     mountless: List[str]
-    targets: Dict[str, str]
+    targets: Dict[str, str]               # fentry/fexit program -> MODULE:FUNCTION
 
 
 class CoreBackend:
@@ -68,22 +41,22 @@ class CoreBackend:
 
     name = "core"
 
-    def __init__(self, spec: Dict[str, Any], data: bytes, lib: Libbpf,
-                 formats: Callable[[str], Optional[List[Dict[str, Any]]]]) -> None:
+    def __init__(self, spec: Dict[str, Any], data: bytes, lib: Libbpf) -> None:
         """`lib`: a libbpf probes.backend_choice found new enough, on a kernel it found able."""
         self.lib = lib
         self.version = ".".join(map(str, self.lib.version))
         #: the object's numbering of this spec's points, as it was built
         self.table: CoreTable = core_table(spec)
         self.data = data
-        self.formats = formats
         self.obj: Optional[BpfObject] = None
         self._plan: Optional[Tuple[Probe, List[str], bytes, Dict[str, int]]] = None
         #: fentry/fexit program -> MODULE:FUNCTION, for the plan's module functions
         self._targets: Dict[str, str] = {}
         self._maps: Dict[str, Any] = {}
-        #: the tool's settings as generate() was given them (a later instance's cfg repeats them)
+        #: the tool's settings and the kernel's tracepoint formats as generate() was given them
+        #: (a later instance's cfg repeats them)
         self._tool: Optional[Tool] = None
+        self._formats: Formats = lambda event: None
         #: instances loaded later beside the first (extend()): each with the programs it runs
         self._late: List[Tuple[BpfObject, List[str]]] = []
 
@@ -104,74 +77,50 @@ class CoreBackend:
 
     def _core_id(self, point: Point, chosen: Chosen) -> int:
         for core in self.table.points:
-            if ((core.op, core.candidate, core.entry, core.exit) ==
-                    (point.op, chosen.index, point.entry, point.exit)):
+            if ((core.op, core.candidate, core.context, core.entry, core.exit) ==
+                    (point.op, chosen.index, point.context, point.entry, point.exit)):
                 return core.id
         raise UserError(f"{point.op}: {point.entry} is not in the built object (built from another spec?)")
 
-    def _settings(self, points: Sequence[Point], ops: Sequence[str], chosen: Sequence[Chosen],
-                  layout: Optional[KernelLayout]) -> _Plan:
-        """What cfg says of these points (each starts in the slot of its id), the programs
-        that time them, their fentry targets in modules, and the ops they cannot tell the mount of."""
-        by_op = {c.op: c for c in chosen}
+    def _plan_points(self, points: Sequence[Point], ops: Sequence[str], chosen: Sequence[Chosen],
+                     layout: Optional[KernelLayout], formats: Formats, server: bool) -> _Plan:
+        """Each point's settings (probes.model.plan_point; it starts in the slot of its id), the
+        programs that run it, their fentry targets in modules, the ops that cannot tell their mount."""
+        by_op = {(c.op, c.context): c for c in chosen}
         plan = _Plan({}, {}, [], {})
         for point in points:
-            core = self._core_id(point, by_op[point.op])
-            args: List[Optional[Tuple[int, Tuple[int, ...]]]] = [None, None]
-            ptr_kind = "none"
-            tp: Dict[str, Tuple[int, int, bool]] = {}
-            if point.kind in ("fentry", "kprobe"):
-                for role in ("dentry", "file", "offset"):
-                    expr = point.args.get(role)
-                    if not expr or expr == "retval" or layout is None or (role != "offset" and ptr_kind != "none"):
-                        continue
-                    src = layout.resolve(point.entry, expr)
-                    if src is None:
-                        continue
-                    args[1 if role == "offset" else 0] = (src.param, src.derefs)
-                    if role != "offset":
-                        ptr_kind = role
-                if ptr_kind == "none" or layout is None:
-                    plan.mountless.append(point.op)
-                suffix = ("fentry", "fexit") if point.kind == "fentry" else ("kprobe", "kretprobe")
-                names = [f"p{core}_{suffix[0]}", f"p{core}_{suffix[1]}"]
+            core = self._core_id(point, by_op[(point.op, point.context)])
+            decided = plan_point(point, ops.index(point.op), point.id, self.table.nkeys, server, layout, formats)
+            plan.settings[core] = decided.values
+            if decided.mountless:
+                plan.mountless.append(point.op)
+            if point.kind == "tracepoint":
+                names = [tracepoint_program_name(point.entry), tracepoint_program_name(point.exit)]
+            else:
+                names = list(function_program_names(self.table.points[core], point.kind))
                 if point.kind == "fentry" and layout is not None:
                     for name, function in zip(names, (point.entry, point.exit)):
                         module = layout.btf_module_of(function)
                         if module not in (None, "vmlinux"):
                             plan.targets[name] = f"{module}:{function}"
-            else:
-                tp = self._tp_fields(point)
-                if "dev" not in point.args and point.op != "rpc":
-                    plan.mountless.append(point.op)
-                names = [tracepoint_program(point.entry), tracepoint_program(point.exit)]
             for name in names:
-                plan.programs[name] = tuple(sorted(set(plan.programs.get(name, ())) | {point.op}))
-            plan.settings[core] = PointSettings(point.id, ops.index(point.op), point.id, PTR_KINDS[ptr_kind],
-                                                point.args.get("bytes") == "retval", (args[0], args[1]), tp,
-                                                point.watch)
+                plan.programs[name] = tuple(sorted(set(plan.programs.get(name, ())) | set(program_ops(point, server))))
         return plan
 
-    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], enums: Sequence[str],
+    def generate(self, chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout], formats: Formats,
                  ringbuf: bool, task_storage: bool, fentry: Collection[str]) -> Probe:
-        ops = [c.op for c in chosen]
+        ops = check_tool(chosen, tool)
         points = points_of(chosen, layout, fentry)
-        plan = self._settings(points, ops, chosen, layout)
+        plan = self._plan_points(points, ops, chosen, layout, formats, tool.server)
         self._targets = plan.targets
-        cfg = cfg_bytes(self.table, tool, task_storage, plan.settings)
-        nops = len(ops)
-        sizes = {"dist": dist_entries(tool, nops), "op_totals": total_entries(tool, nops),
-                 "cgroup_ids": max(tool.cgroup_limit, 1)}
-        # the maps no chosen setting writes get one entry (the bcc form leaves them out):
-        # preallocated, they held ~7 MB of kernel memory the kernel zeroes at every start
-        unused = [] if tool.top else ["top_stats", "top_hist"]
-        unused += ["starts"] if task_storage else []
-        unused += [] if any(self.table.points[core].match == "keys" for core in plan.settings) else ["async_starts"]
-        sizes.update({name: 1 for name in unused})
-        probe = Probe("", ops, [c.letter for c in chosen], points, [], layout is not None, True, task_storage,
-                      sorted(set(plan.mountless)), plan.programs, tuple(c.op for c in chosen if c.watch))
+        cfg = cfg_bytes(self.table, probe_settings(tool, task_storage, ops), plan.settings)
+        sizes = map_sizes(tool, len(ops), task_storage, any(p.match == "keys" for p in points))
+        probe = Probe("", ops, [c.letter for c in chosen if not c.context], points, [], layout is not None, True,
+                      task_storage, sorted(set(plan.mountless)), plan.programs,
+                      tuple(c.op for c in chosen if c.watch))
         self._plan = (probe, sorted(plan.programs), cfg, sizes)
         self._tool = tool
+        self._formats = formats
         return probe
 
     def late_plan(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
@@ -182,10 +131,11 @@ class CoreBackend:
         twice). None when a program it needs already runs (a tracepoint the probe handles)."""
         assert self._tool is not None
         points = [p._replace(id=len(probe.points) + i) for i, p in enumerate(points_of(added, layout, fentry))]
-        plan = self._settings(points, probe.ops, added, layout)
+        plan = self._plan_points(points, probe.ops, added, layout, self._formats, self._tool.server)
         if set(plan.programs) & set(probe.programs):
             return None
-        return points, plan, cfg_bytes(self.table, self._tool, probe.task_storage, plan.settings)
+        settings = probe_settings(self._tool, probe.task_storage, probe.ops)
+        return points, plan, cfg_bytes(self.table, settings, plan.settings)
 
     def prepare_late(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
                      fentry: Collection[str]) -> Optional[Tuple[Probe, BpfObject, List[str]]]:
@@ -234,33 +184,6 @@ class CoreBackend:
         self._late.append((obj, programs))
         return extended
 
-    def _tp_fields(self, point: Point) -> Dict[str, Tuple[int, int, bool]]:
-        """Offsets, sizes and signedness of the tracepoint fields this point reads."""
-        out: Dict[str, Tuple[int, int, bool]] = {}
-        entry = {f["name"]: f for f in self.formats(point.entry) or []}
-        exit_ = {f["name"]: f for f in self.formats(point.exit) or []}
-
-        def put(role: str, fields: Dict[str, Dict[str, Any]], name: str) -> None:
-            field = fields.get(name)
-            if field is not None:
-                out[role] = (int(field["offset"]), int(field["size"]), bool(field["signed"]))
-        for role in _TP_START_ROLES:
-            expr = point.args.get(role, "")
-            if expr and not expr.startswith("exit.") and expr != "retval":
-                put(role, entry, expr)
-        bytes_expr = point.args.get("bytes", "")
-        if bytes_expr.startswith("exit."):
-            put("exit_bytes", exit_, bytes_expr[len("exit."):])
-        name_expr = point.args.get("name", "")
-        if name_expr.startswith("exit."):
-            put("exit_name", exit_, name_expr[len("exit."):])
-        elif name_expr:
-            put("name", entry, name_expr)
-        for i, key in enumerate(point.keys):
-            put(f"key{i}", entry, key)
-            put(f"exit_key{i}", exit_, key)
-        return out
-
     def prepare(self, probe: Probe) -> BpfObject:
         """The object opened and set for this probe, not loaded: only the chosen points'
         programs autoload (libbpf relocates, and the kernel verifies, no other), `cfg` is
@@ -293,7 +216,9 @@ class CoreBackend:
             obj.load()
         except LibbpfError as exc:
             obj.close()
-            raise Rejected(str(exc)) from None
+            # libbpf's log names the program it could not load: one of the trampolines'?
+            fentry = any(name.endswith(("_fentry", "_fexit")) and f"'{name}'" in str(exc) for name in probe.programs)
+            raise Rejected(str(exc), "fentry" if fentry else None) from None
         self.obj = obj
 
     def attach(self, probe: Probe) -> None:

@@ -32,7 +32,7 @@ from discover.errors import Terminated, UserError, run_cli
 from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import (Target, add_request, find_target, known_types, proc_label, request_totals,
                              server_ops, serves_requests)
-from probes.generate import Tool
+from probes.model import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
 from probes.backend_choice import BACKENDS, choose, dotted
@@ -628,8 +628,6 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
     targets = fs_targets(types_text, spec_path)  # read once, before the port is taken
     server_spec = None
     if nfsd:
-        if backend == "core":
-            raise UserError("--nfsd needs bcc (the server probe is generated for bcc only): --backend auto or bcc")
         if not module_live("nfsd"):
             raise UserError("--nfsd: knfsd is not running here (module nfsd not loaded): start the NFS server first")
         server_spec = find_target("nfsd", None).spec
@@ -641,7 +639,7 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
     release = Path("/proc/sys/kernel/osrelease").read_text().strip()
     # no loader is one line now, not after a wait for modules (whose BTF the session checks)
     early = [choose(backend, target.spec, release, (), BTF_DIR) for target in targets]
-    if nfsd or any(choice.name == "bcc" for choice in early):
+    if any(choice.name == "bcc" for choice in early):
         import_bpf()
     first = early[0]
     version = loaded_bcc_version() if first.name == "bcc" else dotted(first.lib.version) if first.lib else ""
@@ -668,7 +666,7 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
         print(f"nfs-exporter: serving http://{where}:{port}/metrics", file=sys.stderr, flush=True)
         with stop, ExitStack() as held:
             if server_spec:
-                served = attach_server(held, server_spec, nfsd_collector, verbose)
+                served = attach_server(held, server_spec, nfsd_collector, verbose, backend)
                 stop.install()  # the server probe's handlers, saved by it, go back when it detaches
                 stop.signal = stop.signal or served.stop_signal  # one that came before install()
 
@@ -729,10 +727,12 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
-def attach_server(held: ExitStack, spec: Dict[str, Any], collector: NfsdCollector, verbose: bool) -> Session:
+def attach_server(held: ExitStack, spec: Dict[str, Any], collector: NfsdCollector, verbose: bool,
+                  backend: str) -> Session:
     """--nfsd: nfsdtop's probe, attached for the exporter's whole run (`held` detaches it; the
     collector lets go of it first)."""
-    session = held.enter_context(Session("nfs-exporter", Tool(server=True), server_ops(spec), spec, verbose, backend="bcc"))
+    session = held.enter_context(Session("nfs-exporter", Tool(server=True), server_ops(spec), spec, verbose,
+                                         backend=backend))
 
     def release() -> None:
         with collector.lock:

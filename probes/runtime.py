@@ -4,8 +4,9 @@ Why one place: every tool must pick attach points the same way on the running ke
 (first spec candidate present, --verbose says which, warn for an uncovered operation,
 fail in one line when nothing is covered), must read the probe's maps into the same
 records, and must detach cleanly on Ctrl-C, SIGTERM and SIGHUP. Loading and raw map access
-are a probes.backend.Backend's (bcc: probes.bcc_backend), imported only when a tool starts,
-so the package (and its tests) work on hosts without bcc or kprobes.
+are a probes.backend.Backend's (probes.core_backend with libbpf, or probes.bcc_backend),
+imported only when a tool starts, so the package (and its tests) work on hosts without bcc,
+libbpf or kprobes.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from discover.errors import UserError
 from probes.backend import Backend, Rejected, major_minor
 from probes.backend_choice import Choice, choose
-from probes.core_backend import compiled_spec_path
-from probes.generate import INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
+from probes.objects import compiled_spec_path
+from probes.model import COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
 from probes.exports import ExportNames
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
@@ -43,9 +44,6 @@ FENTRY_MAX_ARGS = 6
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
 
 
-#: why nfsdtop runs on bcc (backend_choice's named check): the CO-RE object has no server maps
-SERVER_CORE_BLOCKER = ("per-client request counts (client address, procedure) are generated for bcc only; "
-                       "the CO-RE object has no such maps")
 #: an NFS server request's identity (Tool.server): client address as printed, RPC program,
 #: version, procedure name, export path ("" when it verified no file handle)
 ServerKey = Tuple[str, int, int, str, str]
@@ -193,17 +191,16 @@ def load_tool_spec(path: Path) -> Dict[str, Any]:
     return load_spec(path, compiled_spec_path(path))
 
 
-def open_backend(choice: Choice, spec: Dict[str, Any], facts: KernelFacts) -> Backend:
+def open_backend(choice: Choice, spec: Dict[str, Any]) -> Backend:
     """The loader probes.backend_choice chose: core (libbpf with the spec's prebuilt object) or
     bcc. Imported here, once a tool starts, so that neither is needed to import the tools."""
     if choice.name == "core":
-        from probes.core_backend import CoreBackend, live_format
+        from probes.core_backend import CoreBackend
         assert choice.lib is not None and choice.data is not None
-        tracefs = facts.tracefs
-        return CoreBackend(spec, choice.data, choice.lib,
-                           lambda event: live_format(event, tracefs) if tracefs is not None else None)
+        return CoreBackend(spec, choice.data, choice.lib)
     from probes.bcc_backend import BccBackend
-    return BccBackend()
+    return BccBackend(spec)
+
 
 
 class Session:
@@ -248,13 +245,11 @@ class Session:
         layout = KernelLayout.live(BTF_DIR, tuple(self.selection.btf_modules()))
         if layout is None:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
-        enums = {enum for c in self.selection.chosen if c.candidate["kind"] == "tracepoint"
-                 for p in c.points for end in ("entry", "exit") for enum in facts.event_enum_types(p[end])}
-        choice = choose(backend, spec, facts.release, self.selection.btf_modules(), BTF_DIR,
-                        bcc_only=SERVER_CORE_BLOCKER if tool.server else None)
+        formats = facts.live_fields
+        choice = choose(backend, spec, facts.release, self.selection.btf_modules(), BTF_DIR)
         if verbose:
             self.warn(f"backend: {choice.why}")
-        self.backend = open_backend(choice, spec, facts)
+        self.backend = open_backend(choice, spec)
         ringbuf = False
         if tool.events:
             ringbuf, why = self.backend.ringbuf_support(facts.release)
@@ -280,7 +275,7 @@ class Session:
             self.warn("attach: kprobes (--kprobes)")
         #: generated again without fentry or task storage if this bcc or kernel rejects it (see __enter__)
         self._generate = lambda use_task_storage, use_fentry: self.backend.generate(
-            self.selection.chosen, tool, layout, sorted(enums), ringbuf, use_task_storage,
+            self.selection.chosen, tool, layout, formats, ringbuf, use_task_storage,
             fentry_functions if use_fentry else ())
         self.probe: Probe = self._generate(task_storage, True)
         if tool.dev_at_entry and self.probe.mountless:
@@ -370,7 +365,7 @@ class Session:
                 except Rejected as exc:
                     why = str(exc)
                     fentry = any(p.kind == "fentry" for p in self.probe.points)
-                    if fentry and ("kfunc" in why or "kernel func" in why):
+                    if fentry and exc.feature == "fentry":
                         self.warn(f"warning: fentry/fexit rejected ({why}): kprobes instead")
                         self.fentry = False
                         self.probe = self._generate(self.probe.task_storage, False)
@@ -523,9 +518,9 @@ class Session:
         return self.probe.letters[op_id]
 
     def counter(self, name: str) -> int:
-        """A one-slot BPF counter array's value (anomalies, inflight_lost, lost_events)."""
+        """One of the probe's counters (model.COUNTERS: anomalies, inflight_lost, lost_events)."""
         with self.reading():
-            return int(self.backend.map(name).at(0).value)
+            return int(self.backend.map("counters").at(COUNTERS.index(name)).value)
 
     def anomalies(self) -> int:
         return self.counter("anomalies")
@@ -554,10 +549,12 @@ class Session:
             for op in self.probe.programs.get(name, ()):
                 if op in out:  # an op tracked in flight only counts nothing to miss
                     out[op] += skipped
+        untimed = COUNTERS.index("untimed")
         with self.reading():
-            for key, value in self.backend.map("untimed").items():
-                if int(key.value) < len(self.probe.ops) and self.op_name(int(key.value)) in out:
-                    out[self.op_name(int(key.value))] += int(value.value)
+            values = self.backend.map("counters").all_values(untimed + len(self.probe.ops))
+        for op_id, value in enumerate(values[untimed:]):
+            if self.op_name(op_id) in out:
+                out[self.op_name(op_id)] += int(value.value)
         return out
 
     def in_flight(self) -> List[InFlight]:
@@ -610,7 +607,7 @@ class Session:
         for table in ("dist", "op_totals"):
             with self.reading():
                 counts = self.backend.map(table)
-                stale = [key for key in counts.keys() if int(getattr(key, field, -1)) == value]
+                stale = [key for key in counts.keys() if int(getattr(key, field)) == value]
                 for key in stale:  # after the walk: deleting while walking a BPF hash restarts it
                     counts.delete(key)
         self._dist_base = {k: v for k, v in self._dist_base.items() if k[index] != value}
@@ -637,13 +634,10 @@ class Session:
                 entry["series"] = {}
         with self.reading():
             dist_items, total_items = self.backend.map("dist").items(), self.backend.map("op_totals").items()
-        slots = {(int(key.op), int(getattr(key, "dev", 0)), int(getattr(key, "cgroup", 0)), int(key.slot)):
-                 int(value.value) for key, value in dist_items}
-        totals = {}
-        for key, value in total_items:  # an array by op, or a hash by (op, dev[, cgroup])
-            where = ((int(key.op), int(key.dev), int(getattr(key, "cgroup", 0))) if hasattr(key, "dev")
-                     else (int(key.value), 0, 0))
-            totals[where] = (int(value.bytes), int(value.lat_ns))
+        slots = {(int(key.op), int(key.dev), int(key.cgroup), int(key.slot)): int(value.value)
+                 for key, value in dist_items}
+        totals = {(int(key.op), int(key.dev), int(key.cgroup)): (int(value.bytes), int(value.lat_ns))
+                  for key, value in total_items}
 
         def add(op_id: int, dev: int, cgroup: int, field: str, delta: int, slot: Optional[int] = None) -> None:
             targets = [out[self.op_name(op_id)]]

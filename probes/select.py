@@ -93,7 +93,7 @@ class KernelFacts:
         functions = {name for name, _module in data.get("filter_functions") or []}
         return cls(functions, events, (data.get("modules") or {}).keys(), profile.release, None, formats)
 
-    def _live_fields(self, event: str) -> Optional[List[Dict[str, Any]]]:
+    def live_fields(self, event: str) -> Optional[List[Dict[str, Any]]]:
         """SYSTEM:EVENT's fields from its live format file (discover.events parses it)."""
         if self.tracefs is None:
             return None
@@ -107,18 +107,8 @@ class KernelFacts:
         """Field names of SYSTEM:EVENT from its format, None when not known here."""
         if event in self.formats:
             return self.formats[event]
-        fields = self._live_fields(event)
+        fields = self.live_fields(event)
         return None if fields is None else {f["name"] for f in fields}
-
-    def event_enum_types(self, event: str) -> Set[str]:
-        """`enum NAME` types of SYSTEM:EVENT's 4-byte fields, from the live format.
-
-        bcc builds TRACEPOINT_PROBE's argument struct from the format text, copying type
-        names; an enum type there (5.10's nfs_commit_done: `enum nfs3_stable_how stable`)
-        is an incomplete type unless the probe declares it.
-        """
-        return {f["type"].split()[1] for f in self._live_fields(event) or []
-                if f["size"] == 4 and re.fullmatch(r"enum \w+", f["type"])}
 
     def has(self, name: str, kind: str) -> bool:
         if kind == "tracepoint":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import warnings
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 import pytest
 
@@ -68,3 +68,21 @@ def profile_61() -> Dict[str, Any]:
     """The 6.1.0-50 package analysed for real (not from the profile cache)."""
     from probes.kernelpkg import profile_from_package
     return profile_from_package([kernel_dir(ABI_61)], NFS_FUNCTIONS, ["nfs"])
+
+
+def btf_dir(abi: str, modules: Sequence[str], into: Path) -> Path:
+    """`abi`'s BTF (vmlinux's and these modules') laid out in `into` as /sys/kernel/btf is."""
+    import re
+
+    from probes.kernelpkg import Elf, _decompress_module, decompress_vmlinuz, iter_package_files
+    wanted = re.compile(r"boot/vmlinuz-|/(" + "|".join(re.escape(m) for m in modules) + r")\.ko")
+    for rel, data in iter_package_files(kernel_dir(abi), lambda path: bool(wanted.search(path))):
+        if "vmlinuz" in rel:
+            section = Elf(decompress_vmlinuz(data, rel), rel).section_bytes(".BTF")
+            name = "vmlinux"
+        else:
+            section = Elf(_decompress_module(rel, data), rel).section_bytes(".BTF")
+            name = rel.rsplit("/", 1)[1].split(".")[0]
+        assert section is not None, rel
+        (into / name).write_bytes(section)
+    return into

@@ -131,19 +131,10 @@ def test_5_10_says_bcc_in_one_line(spec: Dict[str, Any], objects: Path) -> None:
         assert str(exc.value) == f"no BPF loader here: core: {why}; bcc: {no_bcc}"
 
 
-def test_a_bcc_only_probe_says_so_first(spec: Dict[str, Any], objects: Path) -> None:
-    """nfsdtop's server probe: on a machine where core would run, auto still says bcc with the
-    tool's named reason, and --backend core is one line naming it."""
-    from probes.runtime import SERVER_CORE_BLOCKER
-    assert choose("auto", spec, os.uname().release, (), BTF_DIR, objects).name == "core"
-    no_bcc = bcc_check()
-    if no_bcc is None:
-        choice = choose("auto", spec, os.uname().release, (), BTF_DIR, objects, bcc_only=SERVER_CORE_BLOCKER)
-        assert (choice.name, choice.why) == ("bcc", f"bcc (auto: {SERVER_CORE_BLOCKER})")
-    else:
-        with pytest.raises(UserError) as exc:
-            choose("auto", spec, os.uname().release, (), BTF_DIR, objects, bcc_only=SERVER_CORE_BLOCKER)
-        assert str(exc.value) == f"no BPF loader here: core: {SERVER_CORE_BLOCKER}; bcc: {no_bcc}"
-    with pytest.raises(UserError) as exc:
-        choose("core", spec, os.uname().release, (), BTF_DIR, objects, bcc_only=SERVER_CORE_BLOCKER)
-    assert str(exc.value) == f"--backend core: {SERVER_CORE_BLOCKER}: use --backend bcc"
+def test_the_server_probe_is_in_the_nfsd_object_as_the_clients_in_nfs(tmp_path: Path) -> None:
+    """nfsdtop's server probe is part of the one kernel side: nfsd.toml's object carries the
+    request maps and programs, so auto takes core for it where the machine can run core."""
+    nfsd = load_spec(SPEC.parent / "nfsd.toml")
+    build(SPEC.parent / "nfsd.toml", tmp_path / "nfsd.bpf.o")
+    assert choose("auto", nfsd, os.uname().release, (), BTF_DIR, tmp_path).name == "core"
+    assert choose("core", nfsd, os.uname().release, (), BTF_DIR, tmp_path).name == "core"

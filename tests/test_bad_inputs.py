@@ -562,9 +562,6 @@ def refusal_cases() -> Iterator[bi.Case]:
             ("nfsd", "nfs,nfsd", "-t nfsd: an NFS server's requests are --nfsd's families (per client, export and "
                                  "procedure); -t names the filesystems whose operations this host runs")):
         yield bi.Case(f"refuse/exporter-types-{label}", ["nfs-exporter", "-t", types], match=f"nfs-exporter: error: {line}")
-    yield bi.Case("refuse/exporter-nfsd-core", ["nfs-exporter", "--nfsd", "--backend", "core"],
-                  match="nfs-exporter: error: --nfsd needs bcc (the server probe is generated for bcc only): "
-                        "--backend auto or bcc")
     # a HOME that cannot hold the cache (here: a file): the line names the cache and the variable
     for argv in (["probes", "fetch-kernel", "6.1"], ["labs", "down", "--name", "x"]):
         yield bi.Case(f"refuse/cache-in-unusable-home/{argv[0]}", argv, files={"home": "not a directory"},

@@ -18,9 +18,8 @@ from discover.profile import KernelProfile
 from discover.spec import OPS, load_spec
 from probes.build_core import build
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
-from probes.generate import Tool
-from probes.generate_core import (CFG_GLOBALS, MAX_DEREFS, POINT_SCALARS, cfg_format, core_table, generate_core,
-                                  slots_needed, tp_slots)
+from probes.generate_core import cfg_format, core_table, generate_core, slots_needed
+from probes.model import CFG_FIELDS, Tool, point_fields
 from probes.libbpf import BpfObject, Libbpf
 from probes.runtime import module_live
 from probes.select import KernelFacts, late_points, select
@@ -63,7 +62,7 @@ def test_the_object_holds_every_candidate_point_and_the_maps_the_readers_use(spe
     obj = BpfObject(Libbpf(), built)
     try:
         sections = {name: obj.section(name) for name in obj.programs()}
-        assert sections == {name: section for name, (section, _ids) in source.programs.items()}
+        assert sections == {program.name: program.section for program in source.programs}
         for point in source.table.points:
             if point.kind == "fentry":
                 assert sections[f"p{point.id}_fentry"] == f"fentry/{point.entry}"
@@ -76,18 +75,22 @@ def test_the_object_holds_every_candidate_point_and_the_maps_the_readers_use(spe
                     system, _, name = event.partition(":")
                     assert f"tp/{system}/{name}" in sections.values()
         maps = obj.maps()
-        for name in ("dist", "op_totals", "untimed", "anomalies", "inflight", "inflight_lost", "async_starts",
-                     "events", "lost_events", "top_stats", "top_hist", "cgroup_ids", "cgroup_filter", ".rodata.cfg"):
+        readers = ("dist", "op_totals", "counters", "inflight", "async_starts", "starts", "task_starts", "events",
+                   "top_stats", "top_hist", "cgroup_ids", "cgroup_filter", "requests", "server_stats", "server_hist")
+        for name in readers + (".rodata.cfg",):
             assert name in maps, name
         lib = obj.lib.lib
         cfg = cfg_format(len(source.table.points), source.table.nkeys)
         assert lib.bpf_map__value_size(maps[".rodata.cfg"]) == cfg.size
+        assert not {name for name in maps if name.startswith((".data", ".bss"))}  # no other global data
         # the ctypes layouts built from the object's BTF are the sizes the kernel will check
-        for name in ("dist", "op_totals", "inflight", "async_starts", "top_stats", "top_hist", "untimed"):
+        for name in ("dist", "op_totals", "inflight", "async_starts", "top_stats", "top_hist", "counters",
+                     "requests", "server_stats", "server_hist"):
             view = obj.map(name)
             assert ctypes.sizeof(view.key_type) == lib.bpf_map__key_size(maps[name]), name
             assert ctypes.sizeof(view.value_type) == lib.bpf_map__value_size(maps[name]), name
         assert [f[0] for f in obj.map("dist").key_type._fields_] == ["op", "slot", "dev", "pad", "cgroup"]
+        assert [f[0] for f in obj.map("op_totals").key_type._fields_] == ["op", "dev", "cgroup"]
         assert "s" in dict(obj.map("inflight").value_type._fields_)
     finally:
         obj.close()
@@ -125,8 +128,8 @@ def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, An
     arguments), the loader names the chosen programs and writes each point's op, slot and
     tracepoint field offsets as the kernel's format gives them."""
     sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
-    backend = CoreBackend(spec, b"", Libbpf(), formats_of(profile))
-    probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, [], True, True, ())
+    backend = CoreBackend(spec, b"", Libbpf())
+    probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, formats_of(profile), True, True, ())
     assert backend._plan is not None
     _probe, programs, cfg, sizes = backend._plan
     assert probe.ops == [c.op for c in sel.chosen] and probe.ringbuf and probe.task_storage
@@ -134,23 +137,13 @@ def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, An
     assert "tp_nfs__nfs_getattr_enter" in programs and "tp_nfs__nfs_commit_done" in programs
     assert set(probe.programs) == set(programs)
     table = core_table(spec)
-    roles = tp_slots(table.nkeys)
-    values = cfg_format(len(table.points), table.nkeys).unpack(cfg)
-    head, per_point = len(CFG_GLOBALS), (len(values) - len(CFG_GLOBALS)) // len(table.points)
-    tp_at = len(POINT_SCALARS) + 2 * (2 + MAX_DEREFS)  # after the scalars and two arg sources
-    on = {}
-    for point in table.points:
-        base = head + point.id * per_point
-        if values[base]:
-            on[point.id] = dict(zip(POINT_SCALARS, values[base:base + len(POINT_SCALARS)]))
-            on[point.id]["tp"] = values[base + tp_at:base + per_point]
+    on = cfg_points_on(spec, cfg)
     assert sorted(s["id"] for s in on.values()) == list(range(len(probe.points)))
     commit = next(p for p in table.points if p.op == "commit" and p.id in on)
     assert on[commit.id]["keyed"] == 1 and on[commit.id]["op"] == probe.ops.index("commit")
     fields = {f["name"]: f for f in formats_of(profile)(commit.entry) or []}
-    key0 = roles.index("key0")
-    assert on[commit.id]["tp"][3 * key0:3 * key0 + 2] == (fields[commit.keys[0]]["offset"],
-                                                          fields[commit.keys[0]]["size"])
+    assert (on[commit.id]["t_key0_off"], on[commit.id]["t_key0_size"]) == (fields[commit.keys[0]]["offset"],
+                                                                           fields[commit.keys[0]]["size"])
     assert sizes["dist"] == len(probe.ops) * 64 and sizes["cgroup_ids"] == 1
 
 
@@ -159,8 +152,8 @@ def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: Kernel
     prepare() (open from memory, no bpf()), libbpf's own getter says exactly the programs of
     the 6.1.0-50 choice autoload, and the maps no setting writes were shrunk to one entry."""
     sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
-    backend = CoreBackend(spec, built, Libbpf(), formats_of(profile))
-    probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, [], True, True, ())
+    backend = CoreBackend(spec, built, Libbpf())
+    probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, formats_of(profile), True, True, ())
     obj = backend.prepare(probe)
     try:
         lib = obj.lib.lib
@@ -176,20 +169,19 @@ def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: Kernel
 
 def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile: KernelProfile) -> None:
     """The RPC layer tracked in flight only (runtime.Session beneath the default ops): the loader
-    sets its points' `watch`, which the object's tracepoint end reads to delete the start instead
-    of recording it (the bcc form generates async_forget), and no asked point's."""
+    sets its points' `watch`, which the tracepoint end passes to async_end to delete the start
+    instead of recording it, and no asked point's."""
     facts = KernelFacts.from_profile(profile)
     chosen = select(spec, facts, ["read", "commit"]).chosen + \
         [c._replace(watch=True) for c in select(spec, facts, ["rpc"]).chosen]
-    backend = CoreBackend(spec, b"", Libbpf(), formats_of(profile))
-    probe = backend.generate(chosen, Tool(events=True, inflight=True), None, [], True, True, ())
+    backend = CoreBackend(spec, b"", Libbpf())
+    probe = backend.generate(chosen, Tool(events=True, inflight=True), None, formats_of(profile), True, True, ())
     assert probe.watched == ("rpc",)
     assert backend._plan is not None
     table = core_table(spec)
-    watch = {table.points[core].op: scalars["watch"] for core, scalars in cfg_points_on(spec, backend._plan[2]).items()}
+    watch = {table.points[core].op: values["watch"] for core, values in cfg_points_on(spec, backend._plan[2]).items()}
     assert watch == {"read": 0, "commit": 0, "rpc": 1}
-    source = generate_core(spec).c_text
-    assert "if (cfg.points[point].watch)" in source and "u32 watch;" in source
+    assert "async_end(ctx, &k_, P(p, op), bytes_, P(p, watch));" in generate_core(spec).c_text
 
 
 @pytest.mark.parametrize("fs", sorted(p.stem for p in SPEC.parent.glob("*.toml") if p.stem != "nfs"))
@@ -208,17 +200,17 @@ def test_cfg_fills_every_spec_objects_rodata(fs: str, tmp_path: Path) -> None:
 
 
 def test_histogram_slots_are_bccs(tmp_path: Path) -> None:
-    """The object's log2l, compiled as the host's C from bpf/probe.core.bpf.c's own text, puts
+    """The probe's log2_slot, compiled as the host's C from bpf/probe.bpf.c's own text, puts
     each value in bcc's bpf_log2l slot: floor(log2 v) + 1, 1 for 0 (slot k holds
     [2^(k-1), 2^k - 1]). A slot lower put a 6.12 guest's 400 ms reads in the 131-262 ms bucket."""
-    text = (REPO / "bpf" / "probe.core.bpf.c").read_text()
-    start = text.index("static __always_inline u32 log2l(u64 v)")
+    text = (REPO / "bpf" / "probe.bpf.c").read_text()
+    start = text.index("static __always_inline u32 log2_slot(u64 v)")
     function = text[start:text.index("\n}\n", start) + 3].replace("__always_inline ", "")
     values = [0, 1, 2, 3, 4, 7, 8, 1023, 1024, 65535, 65536, (1 << 32) - 1, 1 << 32, 400_000, 3_600_000_000_000]
     source = tmp_path / "log2.c"
     source.write_text("#include <stdio.h>\ntypedef unsigned int u32;\ntypedef unsigned long long u64;\n"
                       + function + "\nint main(void) {\n"
-                      + "".join(f"    printf(\"%u\\n\", log2l({v}ULL));\n" for v in values) + "    return 0;\n}\n")
+                      + "".join(f"    printf(\"%u\\n\", log2_slot({v}ULL));\n" for v in values) + "    return 0;\n}\n")
     subprocess.run(["clang", "-O2", "-o", str(tmp_path / "log2"), str(source)], check=True)
     out = subprocess.run([str(tmp_path / "log2")], capture_output=True, text=True, check=True).stdout.split()
     assert [int(slot) for slot in out] == [max(v.bit_length(), 1) for v in values]
@@ -229,22 +221,23 @@ def test_fentry_only_where_libbpf_names_module_targets(spec: Dict[str, Any], pro
     per program (docs/core.md; measured on 6.1 in bench/README.md): there the core loader
     attaches kprobes, as bcc 0.26 does, and says why. The host's libbpf1 is bookworm's 1.1."""
     lib = Libbpf()
-    ok, why = CoreBackend(spec, b"", lib, formats_of(profile)).fentry_support()
+    ok, why = CoreBackend(spec, b"", lib).fentry_support()
     assert ok == (lib.version >= MODULE_TARGET_VERSION)
     version = ".".join(map(str, lib.version))
     assert why.startswith("attach: fentry/fexit" if ok else f"attach: kprobes (libbpf {version} looks ")
 
 
 def cfg_points_on(spec: Dict[str, Any], cfg: bytes) -> Dict[int, Dict[str, int]]:
-    """The scalars of each point a `cfg` turns on, by the object's point number."""
+    """The settings of each point a `cfg` turns on, by the object's point number."""
     table = core_table(spec)
     values = cfg_format(len(table.points), table.nkeys).unpack(cfg)
-    per_point = (len(values) - len(CFG_GLOBALS)) // len(table.points)
+    fields = point_fields(table.nkeys)
     on = {}
     for point in table.points:
-        scalars = dict(zip(POINT_SCALARS, values[len(CFG_GLOBALS) + point.id * per_point:][:len(POINT_SCALARS)]))
-        if scalars["on"]:
-            on[point.id] = scalars
+        start = len(CFG_FIELDS) + point.id * len(fields)
+        settings = dict(zip(fields, values[start:start + len(fields)]))
+        if settings["on"]:
+            on[point.id] = settings
     return on
 
 
@@ -270,8 +263,8 @@ def test_a_module_loaded_later_gets_a_second_instance_for_its_points_alone(spec:
     added = [c._replace(points=late_points(c, full), skipped=[]) for c in v3.chosen if late_points(c, full)]
     assert [(c.op, [p["entry"] for p in c.points]) for c in added] == [("open", ["nfs4_file_open"])]
     assert not late_points(added[0]._replace(points=added[0].candidate["attach"]), full)
-    backend = CoreBackend(spec, built, Libbpf(), formats_of(profile))
-    probe = backend.generate(v3.chosen, Tool(events=True, dist=True), None, [], True, True, ())
+    backend = CoreBackend(spec, built, Libbpf())
+    probe = backend.generate(v3.chosen, Tool(events=True, dist=True), None, formats_of(profile), True, True, ())
     late = backend.late_plan(probe, added, None, ())
     assert late is not None and backend._plan is not None
     points, plan, cfg = late
@@ -282,7 +275,7 @@ def test_a_module_loaded_later_gets_a_second_instance_for_its_points_alone(spec:
     assert list(on) == [core]
     assert (on[core]["id"], on[core]["slot"], on[core]["op"]) == (len(probe.points),) * 2 + (probe.ops.index("open"),)
     assert on[core]["slot"] < slots_needed(spec)
-    head = struct.calcsize("=" + "".join({"u64": "Q", "u32": "I"}[ctype] for _name, ctype in CFG_GLOBALS))
+    head = struct.calcsize("=" + "".join({"u64": "Q", "u32": "I"}[ctype] for _name, ctype in CFG_FIELDS))
     assert cfg[:head] == backend._plan[2][:head]
     assert core not in cfg_points_on(spec, backend._plan[2])  # the first instance never times it
     prepared = backend.prepare_late(probe, added, None, ())

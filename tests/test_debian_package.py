@@ -72,6 +72,14 @@ def test_the_co_re_objects_are_the_wheels(tree: Path) -> None:
     assert all(json.loads((objects / f"{spec}.spec.json").read_text()) for spec in specs)
 
 
+def test_the_probe_source_and_both_loader_layers_are_shipped(tree: Path) -> None:
+    """bcc compiles the probe on the client from the installed source and its bcc layer (a
+    Debian 11 client has no prebuilt object to fall back on): both are the checkout's."""
+    shipped = tree / PRIVATE / "bpf"
+    for name in ("probe.bpf.c", "bcc.h", "core.h"):
+        assert (shipped / name).read_bytes() == (REPO / "bpf" / name).read_bytes(), name
+
+
 def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path, tmp_path: Path) -> None:
     scripts: Dict[str, str] = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"),
                                               re.M))

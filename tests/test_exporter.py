@@ -114,7 +114,7 @@ def _scrape_text(mounts: Optional[MountTable] = None) -> Tuple[str, Dict[str, Li
     mounts it labels, else the host's)."""
     from prometheus_client import CollectorRegistry
 
-    from probes.generate import Point
+    from probes.model import Point
     rows: Dict[str, List[int]] = {"read": [], "write": [], "getattr": []}
     for line in BCC_NFSSLOWER.read_text().splitlines()[2:]:
         fields = line.split()
@@ -521,7 +521,7 @@ def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint(t
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from probes.generate import Point
+    from probes.model import Point
     from discover.spec import serves_fstype
     from probes.commands import find_target
 

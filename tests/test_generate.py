@@ -20,8 +20,9 @@ from click.testing import CliRunner
 from discover.errors import UserError
 from discover.profile import KernelProfile, parse_filter_functions
 from probes import bcc_backend, commands, runtime
-from probes.generate import (EVENT_FIELDS, MAX_LAT_NS, Point, Tool, _function_handlers, decode_event,
-                             event_c_struct, event_format, generate)
+from probes.generate import generate
+from probes.model import (EVENT_FIELDS, MAX_LAT_NS, PTR_KINDS, Tool, decode_event, event_c_struct,
+                          event_format)
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, filter_function_names, select
 from discover.spec import OPS, load_spec, parse_ops
@@ -96,8 +97,8 @@ def test_v3_only_kernel_keeps_every_operation(spec: Dict[str, Any], profile_data
     opens = next(c for c in sel.chosen if c.op == "open")
     assert {p["entry"] for p in opens.points} == {"nfs_file_open", "nfs_atomic_open"}
     assert any("nfs4_file_open" in note and "nfsv4 not loaded" in note for note in opens.skipped)
-    probe = generate(sel.chosen, Tool(events=True), None)
-    assert "nfs4_file_open" not in {fn for fn, _, _ in probe.kprobes}
+    probe = generate(sel.chosen, Tool(events=True), None, formats_of(profile_data))
+    assert "nfs4_file_open" not in {fn for _, fn, _ in probe.attach}
 
 
 def test_no_nfs_module_covers_nothing(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
@@ -121,15 +122,31 @@ def test_missing_key_field_skips_the_async_candidate(spec: Dict[str, Any], profi
     assert any("no field fhandle" in why for why in commit.skipped)
 
 
+def defines(text: str) -> Dict[str, int]:
+    """The generated constants of a bcc text (its settings among them), as integers."""
+    return {name: int(value) for name, value in re.findall(r"^#define (\w+) (-?\d+)(?:ULL)?$", text, re.M)}
+
+
+def formats_of(data: Dict[str, Any]) -> Any:
+    """The profile's tracepoint formats, as the running kernel's tracefs gives them."""
+    def fields(event: str) -> Any:
+        system, _, name = event.partition(":")
+        info = data["events"].get(system, {}).get(name)
+        return info["fields"] if info else None
+    return fields
+
+
 def test_c_and_python_agree(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
-    probe = generate(sel.chosen, Tool(events=True, dist=True, top=True, tgid=42, min_lat_ns=10**7), None)
+    probe = generate(sel.chosen, Tool(events=True, dist=True, top=True, tgid=42, min_lat_ns=10**7), None,
+                     formats_of(profile_data))
     text = probe.c_text
-    # op ids and letters: defined once, in the order the Python side decodes them
-    for op_id, op in enumerate(probe.ops):
-        assert f"#define OP_{op.upper()} {op_id}\n" in text
-        assert probe.letters[op_id] == spec["ops"][op]["letter"]
-    assert "#define TARGET_TGID 42\n" in text and "#define MIN_LAT_NS 10000000ULL\n" in text
+    values = defines(text)
+    # op ids and letters: each point counts as its op's index in the order Python decodes them
+    for point in probe.points:
+        assert values[f"P_{point.id}_op"] == probe.ops.index(point.op)
+        assert probe.letters[probe.ops.index(point.op)] == spec["ops"][point.op]["letter"]
+    assert values["CFG_target_tgid"] == 42 and values["CFG_min_lat_ns"] == 10**7
     # the C struct's field sizes add up to what the decoder reads, in the same order
     body = re.search(r"struct event \{(.*?)\};", text, re.S).group(1)
     decls = re.findall(r"(u64|u32|char) (\w+)(?:\[(\d+)\])?;", body)
@@ -137,22 +154,23 @@ def test_c_and_python_agree(spec: Dict[str, Any], profile_data: Dict[str, Any]) 
     sizes = {"u64": 8, "u32": 4, "char": 1}
     assert sum(sizes[t] * int(n or 1) for t, _, n in decls) == event_format().size
     assert event_c_struct() in text
-    # a handler per attach point; kprobes attached by name, tracepoints declared
-    for fn, end, handler in probe.kprobes:
-        assert f"int {handler}(struct pt_regs *ctx)" in text
+    # a program per attach point end; the loader attaches kprobes and tracepoints by name
+    for kind, target, program in probe.attach:
+        ctx = {"kprobe": "struct pt_regs *ctx", "kretprobe": "struct pt_regs *ctx", "tracepoint": "void *ctx"}[kind]
+        assert f'PROGRAM({program}, "' in text and f"{ctx})\n{{" in text.split(f"PROGRAM({program},")[1][:200]
     for point in probe.points:
         if point.kind == "tracepoint":
             for event in (point.entry, point.exit):
-                assert "TRACEPOINT_PROBE(%s, %s)" % tuple(event.split(":")) in text
-    # structs handed to maps or perf are zeroed first (verifier: uninitialised padding)
-    assert text.count("__builtin_memset(&k, 0, sizeof(k));") >= 2
-    assert "__builtin_memset(e, 0, sizeof(*e));" in text
+                assert ("tracepoint", event, "tp_" + event.replace(":", "__")) in probe.attach
+    # structs handed to maps or buffers are zeroed first (verifier: uninitialised padding)
+    assert "__builtin_memset(e, 0, sizeof(*e));" in text and "struct async_key k_ = {.point" in text
     # nothing includes the big kernel headers
     assert re.findall(r"#include <([^>]+)>", text) == ["uapi/linux/ptrace.h"]
 
 
-def test_event_buffer_choice(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
-    """Ring buffer where kernel (>= 5.8) and bcc (ring_buffer_consume) have one, else perf buffer."""
+def test_event_buffer_is_a_ring_buffer(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
+    """The probe's one event buffer is a BPF ring buffer (kernel >= 5.8, bcc with
+    ring_buffer_consume): a kernel or bcc without one is one line, not a silent fallback."""
     class NewBcc:
         def ring_buffer_consume(self) -> None: ...
 
@@ -161,21 +179,22 @@ def test_event_buffer_choice(spec: Dict[str, Any], profile_data: Dict[str, Any])
 
     assert bcc_backend.ringbuf_support("6.1.0-50-amd64", NewBcc)[0]
     assert bcc_backend.ringbuf_support("5.10.0-32-amd64", NewBcc)[0]
-    old_kernel, why = bcc_backend.ringbuf_support("4.19.0-27-amd64", NewBcc)
-    assert not old_kernel and "perf buffer" in why and "4.19.0-27-amd64" in why
-    old_bcc, why = bcc_backend.ringbuf_support("6.1.0-50-amd64", OldBcc)
-    assert not old_bcc and "bcc" in why
+    with pytest.raises(UserError, match="4.19.0-27-amd64 has no BPF ring buffer"):
+        bcc_backend.ringbuf_support("4.19.0-27-amd64", NewBcc)
+    with pytest.raises(UserError, match="no BPF ring buffer support"):
+        bcc_backend.ringbuf_support("6.1.0-50-amd64", OldBcc)
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
-    ring = generate(sel.chosen, Tool(events=True), None, ringbuf=True)
-    perf = generate(sel.chosen, Tool(events=True), None, ringbuf=False)
-    assert ring.ringbuf and "#define USE_RINGBUF 1\n" in ring.c_text
-    assert not perf.ringbuf and "#define USE_RINGBUF 0\n" in perf.c_text
-    # the histogram tools have no events: no ring buffer to read
-    assert not generate(sel.chosen, Tool(dist=True), None, ringbuf=True).ringbuf
-    template = (REPO / "bpf" / "probe.bpf.c").read_text()
+    formats = formats_of(profile_data)
+    ring = generate(sel.chosen, Tool(events=True), None, formats, ringbuf=True)
+    assert ring.ringbuf and defines(ring.c_text)["SIZE_events"] == 256 * 4096
+    # the histogram tools print no events: the buffer is one page
+    dist = generate(sel.chosen, Tool(dist=True), None, formats, ringbuf=True)
+    assert not dist.ringbuf and defines(dist.c_text)["SIZE_events"] == 4096
     # records are submitted without a wakeup (user space reads on a timer) and a full
     # buffer is counted, not silently lost
-    assert "ringbuf_submit(e, BPF_RB_NO_WAKEUP)" in template and "lost_events" in template
+    source = (REPO / "bpf" / "probe.bpf.c").read_text()
+    assert "MAP_RINGBUF_SUBMIT(events, e, BPF_RB_NO_WAKEUP);" in source and "count(COUNTER_LOST_EVENTS);" in source
+    assert "events.ringbuf_submit(e, BPF_RB_NO_WAKEUP);" in ring.c_text and "MAP_LOOKUP(" not in ring.c_text
 
 
 def test_start_time_store_choice(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
@@ -189,30 +208,34 @@ def test_start_time_store_choice(spec: Dict[str, Any], profile_data: Dict[str, A
         usable, why = bcc_backend.task_storage_support(release, table, btf)
         assert not usable and "hash map" in why and reason in why
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
-    stored = generate(sel.chosen, Tool(dist=True), None, task_storage=True)
-    hashed = generate(sel.chosen, Tool(dist=True), None)
-    assert stored.task_storage and "#define USE_TASK_STORAGE 1\n" in stored.c_text
-    assert not hashed.task_storage and "#define USE_TASK_STORAGE 0\n" in hashed.c_text
+    formats = formats_of(profile_data)
+    stored = generate(sel.chosen, Tool(dist=True), None, formats, task_storage=True)
+    hashed = generate(sel.chosen, Tool(dist=True), None, formats)
+    assert stored.task_storage and defines(stored.c_text)["CFG_task_storage"] == 1
+    assert defines(stored.c_text)["SIZE_starts"] == 1  # the hash is not used: one entry
+    assert not hashed.task_storage and defines(hashed.c_text)["CFG_task_storage"] == 0
     template = (REPO / "bpf" / "probe.bpf.c").read_text()
     # one slot per attach point (nesting still works) and an end without a start is skipped
-    assert "struct start_val at[NPOINTS];" in template
+    assert "struct start_val at[NSLOTS];" in template and defines(stored.c_text)["NSLOTS"] == len(stored.points)
     end = template.split("static __always_inline void task_end(")[1].split("\n}\n")[0]
-    assert "if (found->ts == 0)\n            return;" in end and "found->ts = 0;" in end
+    assert "if (found->ts == 0)\n                return;" in end and "found->ts = 0;" in end
     # a thread's outermost start may sit in its in-flight slot instead: taken from there first
     assert end.index("held = inflight_end(id, point, &s);") < end.index("if (!held) {")
 
 
 def test_nested_operations_are_keyed_per_attach_point(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
-    """fsync runs inside an O_SYNC write on the same thread: distinct start keys."""
+    """fsync runs inside an O_SYNC write on the same thread: distinct start keys and slots."""
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
-    probe = generate(sel.chosen, Tool(dist=True), None)
+    probe = generate(sel.chosen, Tool(dist=True), None, formats_of(profile_data))
     ids = [p.id for p in probe.points]
     assert len(set(ids)) == len(ids)
+    values = defines(probe.c_text)
     write = next(p for p in probe.points if p.op == "write")
     fsync = next(p for p in probe.points if p.op == "fsync")
-    assert f"task_start({write.id}, OP_WRITE, &v);" in probe.c_text
-    assert f"task_start({fsync.id}, OP_FSYNC, &v);" in probe.c_text
-    assert "u32 point;" in probe.c_text.split("struct start_key {")[1].split("};")[0]
+    for point in (write, fsync):
+        assert values[f"P_{point.id}_id"] == values[f"P_{point.id}_slot"] == point.id
+    template = (REPO / "bpf" / "probe.bpf.c").read_text()
+    assert "u32 point;" in template.split("struct start_key {")[1].split("};")[0]
 
 
 def test_event_decoding() -> None:
@@ -285,39 +308,42 @@ def test_layout_from_real_btf() -> None:
 def test_filters_and_identity_in_the_generated_c(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
     """--mount-point finds each operation's mount at its start (kprobes: through the file or
     dentry, host BTF offsets; tracepoints: their dev field) and drops the others there;
-    --cgroup asks bpf_current_task_under_cgroup; without them no start pays for either, and a
-    printed event still carries its mount and cgroup."""
+    --cgroup asks the cgroup filter; without them no start pays for either (the settings are
+    constants), and a printed event still carries its mount and cgroup."""
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
     layout = KernelLayout.live(VMLINUX_BTF.parent)
-    plain = generate(sel.chosen, Tool(events=True), layout).c_text
-    filtered = generate(sel.chosen, Tool(events=True, mount_dev=57, cgroup_filter=True), layout).c_text
-    assert "#define MOUNT_DEV 0\n" in plain and "#define CGROUP_FILTER 0\n" in plain
-    assert "#define MOUNT_DEV 57\n" in filtered and "#define CGROUP_FILTER 1\n" in filtered
+    formats = formats_of(profile_data)
+    plain = defines(generate(sel.chosen, Tool(events=True), layout, formats).c_text)
+    filtered = defines(generate(sel.chosen, Tool(events=True, mount_dev=57, cgroup_filter=True), layout, formats).c_text)
+    assert plain["CFG_mount_dev"] == 0 and plain["CFG_cgroup_filter"] == 0 and plain["CFG_dev_at_entry"] == 0
+    assert filtered["CFG_mount_dev"] == 57 and filtered["CFG_cgroup_filter"] == 1 and filtered["CFG_dev_at_entry"] == 1
+    assert plain["OFF_SB_DEV"] >= 0 and plain["OFF_FILE_INODE"] >= 0
     # a kprobe on a vmlinux function (the host's BTF has no nfs module): vfs_read(struct file *file, ...)
-    point = Point(0, "read", "kprobe", "task", "vfs_read", "vfs_read", (), {"file": "file"})
-    at_start, kind, _names = _function_handlers(point, "OP_READ", layout, dev_at_entry=True)
-    assert kind == "file" and "v.dev = dev_of(v.ptr, PTR_FILE);" in at_start
-    assert "dev_of(" not in _function_handlers(point, "OP_READ", layout, dev_at_entry=False)[0]
-    assert "v.dev = args->dev;" in plain  # a tracepoint field: one load either way
-    assert "e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);" in plain
-    assert "OFF_SB_DEV" in plain and "e->cgroup = cgroup;" in plain
+    probe = generate([_vfs_read_choice()], Tool(events=True, mount_dev=57), layout, formats)
+    read = defines(probe.c_text)
+    assert read["P_0_ptr_kind"] == PTR_KINDS["file"] and read["P_0_a0_param"] == 0 and read["P_0_a0_n"] == 0
+    source = (REPO / "bpf" / "probe.bpf.c").read_text()
+    assert "if (CFG(dev_at_entry) && v_.ptr)" in source and "v_.dev = TPF(p, dev);" in source
+    assert "e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);" in source
+    assert "e->cgroup = cgroup;" in source
     assert Tool(top=True, per_mount=True).dev_at_entry and Tool(mount_dev=57).dev_at_entry
     assert not Tool(events=True, cgroup_filter=True).dev_at_entry
 
 
 def test_cgroup_keys_only_for_the_exporters_label_and_bounded(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
     """--cgroup-label keys the histograms by cgroup for a bounded number of cgroups (the
-    admission table's size), in maps allocated as used; every other tool's maps are as
-    before; and a cgroup key without the mount key is refused (the exporter always has both)."""
+    admission table's size), in maps allocated as used; every other tool's keys carry cgroup
+    0; and a cgroup key without the mount key is refused (the exporter always has both)."""
     sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
     nops = len(sel.chosen)
-    plain = generate(sel.chosen, Tool(dist=True, per_mount=True), None).c_text
-    keyed = generate(sel.chosen, Tool(dist=True, per_mount=True, cgroup_limit=64), None).c_text
-    assert "#define WANT_CGROUP_KEY 0\n" in plain and f"#define DIST_ENTRIES {nops * 64 * 64}\n" in plain
-    assert "#define WANT_CGROUP_KEY 1\n" in keyed and "#define MAX_CGROUPS 64\n" in keyed
-    assert f"#define DIST_ENTRIES {nops * 40 * 4 * 65}\n" in keyed and f"#define TOTAL_ENTRIES {nops * 64 * 65}\n" in keyed
+    formats = formats_of(profile_data)
+    plain = defines(generate(sel.chosen, Tool(dist=True, per_mount=True), None, formats).c_text)
+    keyed = defines(generate(sel.chosen, Tool(dist=True, per_mount=True, cgroup_limit=64), None, formats).c_text)
+    assert plain["CFG_want_cgroup_key"] == 0 and plain["SIZE_dist"] == nops * 64 * 64
+    assert keyed["CFG_want_cgroup_key"] == 1 and keyed["SIZE_cgroup_ids"] == 64
+    assert keyed["SIZE_dist"] == nops * 40 * 4 * 65 and keyed["SIZE_op_totals"] == nops * 64 * 65
     with pytest.raises(ValueError, match="per_mount"):
-        generate(sel.chosen, Tool(dist=True, cgroup_limit=64), None)
+        generate(sel.chosen, Tool(dist=True, cgroup_limit=64), None, formats)
 
 
 def _vfs_read_choice(points: int = 1) -> Any:
@@ -334,26 +360,26 @@ def test_fentry_programs_read_the_trampolines_arguments() -> None:
     assert layout is not None and runtime.fentry_can_attach("vfs_read", layout) is None
     params = layout.params("vfs_read")
     assert params is not None and [name for name, _ in params][0] == "file"
-    probe = generate([_vfs_read_choice()], Tool(events=True), layout, fentry=["vfs_read"])
-    assert [p.kind for p in probe.points] == ["fentry"] and probe.kprobes == []
-    assert "int kfunc__vmlinux__vfs_read(unsigned long long *ctx)" in probe.c_text
-    assert "int kretfunc__vmlinux__vfs_read(unsigned long long *ctx)" in probe.c_text
-    assert "v.ptr = (u64)ctx[0];" in probe.c_text and f"s64 ret = (s64)ctx[{len(params)}];" in probe.c_text
-    assert "PT_REGS_PARM1" not in probe.c_text
+    probe = generate([_vfs_read_choice()], Tool(events=True), layout, lambda event: None, fentry=["vfs_read"])
+    assert [p.kind for p in probe.points] == ["fentry"] and probe.attach == []
+    assert 'PROGRAM(kfunc__vmlinux__vfs_read, "fentry/vfs_read", unsigned long long *ctx)' in probe.c_text
+    assert 'PROGRAM(kretfunc__vmlinux__vfs_read, "fexit/vfs_read", unsigned long long *ctx)' in probe.c_text
+    assert "TIMED_ENTRY(0, fentry_arg);" in probe.c_text and "s64 ret = fexit_ret(ctx, P(0, nargs));" in probe.c_text
+    assert defines(probe.c_text)["P_0_nargs"] == len(params)
     assert probe.programs == {"kfunc__vmlinux__vfs_read": ("read",), "kretfunc__vmlinux__vfs_read": ("read",)}
     # the same candidate without the check's consent: a kprobe pair on the same function
-    kprobe = generate([_vfs_read_choice()], Tool(events=True), layout)
+    kprobe = generate([_vfs_read_choice()], Tool(events=True), layout, lambda event: None)
     assert [p.kind for p in kprobe.points] == ["kprobe"]
-    assert kprobe.kprobes == [("vfs_read", "entry", "p0_entry"), ("vfs_read", "exit", "p0_exit")]
-    assert "v.ptr = (u64)PT_REGS_PARM1(ctx);" in kprobe.c_text
+    assert kprobe.attach == [("kprobe", "vfs_read", "p0_kprobe"), ("kretprobe", "vfs_read", "p0_kretprobe")]
+    assert "TIMED_ENTRY(0, kprobe_arg);" in kprobe.c_text and "s64 ret = kprobe_ret(ctx);" in kprobe.c_text
 
 
 def test_a_second_fentry_point_on_one_function_is_a_kprobe_pair() -> None:
     """bcc names a fentry program after its function: one entry and one exit program each."""
     layout = KernelLayout.live(VMLINUX_BTF.parent)
-    probe = generate([_vfs_read_choice(points=2)], Tool(dist=True), layout, fentry=["vfs_read"])
+    probe = generate([_vfs_read_choice(points=2)], Tool(dist=True), layout, lambda event: None, fentry=["vfs_read"])
     assert [p.kind for p in probe.points] == ["fentry", "kprobe"]
-    assert probe.c_text.count("int kfunc__vmlinux__vfs_read(") == 1
+    assert probe.c_text.count("PROGRAM(kfunc__vmlinux__vfs_read,") == 1
 
 
 def test_fentry_can_attach_names_what_is_missing() -> None:
@@ -370,26 +396,29 @@ def test_rpcs_beneath_the_default_ops_are_tracked_in_flight_only(spec: Dict[str,
     go to the in-flight view, their ends forget them; nothing of an RPC is recorded, while the
     asked ops' async ends (commit) still record."""
     facts = KernelFacts.from_profile(KernelProfile(profile_data))
+    formats = formats_of(profile_data)
     asked = select(spec, facts, list(commands.DEFAULT_OPS))
     watched = [c._replace(watch=True) for c in select(spec, facts, ["rpc"]).chosen]
-    probe = generate(asked.chosen + watched, Tool(events=True, inflight=True), None)
+    probe = generate(asked.chosen + watched, Tool(events=True, inflight=True), None, formats)
     assert probe.watched == ("rpc",) and probe.ops[-1] == "rpc" and probe.letters[-1] == "P"
-    end = re.search(r"TRACEPOINT_PROBE\(sunrpc, rpc_task_end\)\n\{(.*?)\n\}", probe.c_text, re.S).group(1)
-    assert "async_forget(&k);" in end and "async_end" not in end
-    start = re.search(r"TRACEPOINT_PROBE\(sunrpc, rpc_request\)\n\{(.*?)\n\}", probe.c_text, re.S).group(1)
-    assert "async_start(&k, OP_RPC" in start
-    commit_end = re.search(r"TRACEPOINT_PROBE\(nfs, nfs_commit_done\)\n\{(.*?)\n\}", probe.c_text, re.S).group(1)
-    assert "async_end(args, &k, OP_COMMIT" in commit_end
+    values = defines(probe.c_text)
+    rpc = next(p for p in probe.points if p.op == "rpc")
+    commit = next(p for p in probe.points if p.op == "commit" and p.match == "keys")
+    assert values[f"P_{rpc.id}_watch"] == 1 and values[f"P_{rpc.id}_keyed"] == 1
+    assert values[f"P_{commit.id}_watch"] == 0 and values[f"P_{commit.id}_keyed"] == 1
+    source = (REPO / "bpf" / "probe.bpf.c").read_text()
+    end = source.split("static __always_inline void async_end(")[1].split("\n}\n")[0]
+    assert end.index("if (watch) {") < end.index("record(")
     # asked for, the RPC layer is timed as before
-    timed = generate(select(spec, facts, ["read", "rpc"]).chosen, Tool(events=True, inflight=True), None)
-    assert timed.watched == () and "async_forget(&k);" not in timed.c_text.split("/* generated handlers follow */")[1]
+    timed = generate(select(spec, facts, ["read", "rpc"]).chosen, Tool(events=True, inflight=True), None, formats)
+    assert timed.watched == () and not any(v for k, v in defines(timed.c_text).items() if k.endswith("_watch"))
 
 
 def test_only_asynchronous_points_can_be_watched(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
     facts = KernelFacts.from_profile(KernelProfile(profile_data))
     read = [c._replace(watch=True) for c in select(spec, facts, ["read"]).chosen]
     with pytest.raises(ValueError, match="only asynchronous"):
-        generate(read, Tool(inflight=True), None)
+        generate(read, Tool(inflight=True), None, formats_of(profile_data))
 
 
 def test_only_a_clients_asynchronous_rpc_layer_is_watched_beneath_the_asked_ops(

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, Tuple
 
 import pytest
 
-from debian_kernels import ABI_612, kernel_dir
+from debian_kernels import ABI_612, btf_dir
 from discover.btf import KIND_STRUCT
 from discover.errors import UserError
 from discover.spec import load_spec
-from probes.generate import Tool, generate
-from probes.kernelpkg import Elf, _decompress_module, decompress_vmlinuz, iter_package_files
+from probes.generate import generate
+from probes.model import Tool
 from probes.layout import KernelLayout
 from probes.select import KernelFacts, select, select_context
 
@@ -30,17 +30,7 @@ FACTS = KernelFacts({"nfsd_dispatch", "fh_verify"}, {"nfsd:nfsd_read_start", "nf
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> KernelLayout:
     """The 6.12 package's BTF laid out as /sys/kernel/btf is."""
-    btf = tmp_path_factory.mktemp("btf")
-    wanted = re.compile(r"boot/vmlinuz-|/(nfsd|sunrpc)\.ko")
-    for rel, data in iter_package_files(kernel_dir(ABI_612), lambda path: bool(wanted.search(path))):
-        if "vmlinuz" in rel:
-            section = Elf(decompress_vmlinuz(data, rel), rel).section_bytes(".BTF")
-            name = "vmlinux"
-        else:
-            section = Elf(_decompress_module(rel, data), rel).section_bytes(".BTF")
-            name = rel.rsplit("/", 1)[1].split(".")[0]
-        assert section is not None, rel
-        (btf / name).write_bytes(section)
+    btf = btf_dir(ABI_612, ("nfsd", "sunrpc"), tmp_path_factory.mktemp("btf"))
     found = KernelLayout.live(btf, ("nfsd", "sunrpc"))
     assert found is not None and found.btf_module_of("nfsd_dispatch") == "nfsd"
     return found
@@ -60,46 +50,68 @@ def offsets(layout: KernelLayout) -> Dict[str, int]:
     return out
 
 
+def defines(text: str) -> Dict[str, int]:
+    return {name: int(value) for name, value in re.findall(r"^#define (\w+) (-?\d+)(?:ULL)?$", text, re.M)}
+
+
+def sources(values: Dict[str, int], point: int) -> List[Tuple[int, int, int, Tuple[int, ...]]]:
+    """(parameter, pointer reads, address-of-last, offsets) of a point's argument sources."""
+    out = []
+    for i in range(4):
+        n = values[f"P_{point}_a{i}_n"]
+        out.append((values[f"P_{point}_a{i}_param"], n, values[f"P_{point}_a{i}_addr"],
+                    tuple(values[f"P_{point}_a{i}_off{j}"] for j in range(n))))
+    return out
+
+
+def no_formats(event: str) -> None:
+    return None
+
+
 def test_fentry_entry_reads_the_clients_sockaddr_in_the_request(layout: KernelLayout) -> None:
     assert layout.embedded_struct("nfsd_dispatch", "rqstp->rq_addr") == "__kernel_sockaddr_storage"
     off = offsets(layout)
     chosen = select(SPEC, FACTS, ["rpc", "read", "write"]).chosen
-    probe = generate(chosen, Tool(server=True), layout, fentry=["nfsd_dispatch"])
-    call = (f"server_start(((u64)ctx[0] + {off['rq_addr']}), read_ptr(read_ptr((u64)ctx[0] + {off['rq_procinfo']}) "
-            f"+ {off['pc_name']}), ((u64)ctx[0] + {off['rq_prog']}), ((u64)ctx[0] + {off['rq_vers']}));")
-    assert "int kfunc__nfsd__nfsd_dispatch(unsigned long long *ctx)\n{\n    " + call in probe.c_text
-    assert "int kretfunc__nfsd__nfsd_dispatch(unsigned long long *ctx)\n{\n    server_end();" in probe.c_text
-    assert "#define WANT_SERVER 1" in probe.c_text and "#define WANT_TOP 0" in probe.c_text
+    probe = generate(chosen, Tool(server=True), layout, no_formats, fentry=["nfsd_dispatch"])
+    values = defines(probe.c_text)
+    # the client's sockaddr and the request's program and version: addresses of members of
+    # rqstp (parameter 0); the procedure's name: read through rq_procinfo
+    assert sources(values, 0) == [(0, 1, 1, (off["rq_addr"],)), (0, 2, 0, (off["rq_procinfo"], off["pc_name"])),
+                                  (0, 1, 1, (off["rq_prog"],)), (0, 1, 1, (off["rq_vers"],))]
+    assert 'PROGRAM(kfunc__nfsd__nfsd_dispatch, "fentry/nfsd_dispatch", unsigned long long *ctx)' in probe.c_text
+    assert "REQUEST_ENTRY(0, fentry_arg);" in probe.c_text and "REQUEST_EXIT(0);" in probe.c_text
+    assert values["CFG_want_server"] == 1 and values["CFG_want_top"] == 0
     # reads and writes add their bytes to the request: their ends carry the tracepoints' len
-    assert "task_end(args, 1, OP_READ, (s64)args->len" in probe.c_text
-    assert "task_end(args, 2, OP_WRITE, (s64)args->len" in probe.c_text
-    assert probe.kprobes == []
+    assert values["CFG_op_read"] == 1 and values["CFG_op_write"] == 2
+    assert values["P_1_t_exit_bytes_size"] == 0  # no formats given: the field reads as absent
+    assert [kind for kind, _, _ in probe.attach] == ["tracepoint"] * 4
 
 
 def test_kprobe_entry_reads_the_same_through_the_first_register(layout: KernelLayout) -> None:
     off = offsets(layout)
-    probe = generate(select(SPEC, FACTS, ["rpc"]).chosen, Tool(server=True), layout)
-    assert f"server_start(((u64)PT_REGS_PARM1(ctx) + {off['rq_addr']})," in probe.c_text
-    assert probe.kprobes == [("nfsd_dispatch", "entry", "p0_entry"), ("nfsd_dispatch", "exit", "p0_exit")]
+    probe = generate(select(SPEC, FACTS, ["rpc"]).chosen, Tool(server=True), layout, no_formats)
+    assert sources(defines(probe.c_text), 0)[0] == (0, 1, 1, (off["rq_addr"],))
+    assert "REQUEST_ENTRY(0, kprobe_arg);" in probe.c_text
+    assert probe.attach == [("kprobe", "nfsd_dispatch", "p0_kprobe"), ("kretprobe", "nfsd_dispatch", "p0_kretprobe")]
 
 
 def test_a_client_that_is_no_sockaddr_is_refused(layout: KernelLayout) -> None:
     chosen = select(SPEC, FACTS, ["rpc"]).chosen
     point = dict(chosen[0].points[0], args={"client": "rqstp->rq_procinfo", "name": "rqstp->rq_procinfo->pc_name"})
     with pytest.raises(UserError, match=r"cannot read the client's address at nfsd_dispatch .*'rqstp->rq_procinfo'"):
-        generate([chosen[0]._replace(points=[point])], Tool(server=True), layout)
+        generate([chosen[0]._replace(points=[point])], Tool(server=True), layout, no_formats)
 
 
 def test_without_btf_or_without_requests_nothing_is_generated(layout: KernelLayout) -> None:
     chosen = select(SPEC, FACTS, ["rpc", "read"]).chosen
     with pytest.raises(UserError, match=r"need the kernel's BTF"):
-        generate(chosen, Tool(server=True), None)
+        generate(chosen, Tool(server=True), None, no_formats)
     with pytest.raises(UserError, match=r"need the spec's rpc operation"):
-        generate(chosen[1:], Tool(server=True), layout)
+        generate(chosen[1:], Tool(server=True), layout, no_formats)
     tracepoint = select(SPEC, KernelFacts((), {"sunrpc:svc_process", "sunrpc:svc_send"}, {"sunrpc"}), ["rpc"]).chosen
     assert tracepoint[0].candidate["kind"] == "tracepoint"
     with pytest.raises(UserError, match=r"need a function for rpc at sunrpc:svc_process"):
-        generate(tracepoint, Tool(server=True), layout)
+        generate(tracepoint, Tool(server=True), layout, no_formats)
 
 
 def export_offsets(layout: KernelLayout) -> list:
@@ -124,15 +136,16 @@ def test_the_export_is_read_where_fh_verify_returns(layout: KernelLayout) -> Non
     context = select_context(SPEC, FACTS, "rpc")
     assert context is not None and context.candidate["kind"] == "fentry" and context.points[0]["entry"] == "fh_verify"
     chosen = select(SPEC, FACTS, ["rpc", "read", "write"]).chosen + [context]
-    probe = generate(chosen, Tool(server=True), layout, fentry=["nfsd_dispatch", "fh_verify"])
+    probe = generate(chosen, Tool(server=True), layout, no_formats, fentry=["nfsd_dispatch", "fh_verify"])
     assert probe.ops == ["rpc", "read", "write"]
-    offsets = ", ".join(str(off) for off in export_offsets(layout))
-    assert "int kfunc__nfsd__fh_verify(unsigned long long *ctx)\n{\n    server_fh((u64)ctx[1]);" in probe.c_text
-    assert f"int kretfunc__nfsd__fh_verify(unsigned long long *ctx)\n{{\n    server_export({offsets});" in probe.c_text
+    fh_export, dentry, d_inode, i_ino, d_sb, s_dev = export_offsets(layout)
+    assert sources(defines(probe.c_text), 3) == [(1, 0, 0, ()), (1, 1, 0, (fh_export,)),
+                                                 (1, 3, 0, (dentry, d_inode, i_ino)), (1, 3, 0, (dentry, d_sb, s_dev))]
+    assert "CONTEXT_ENTRY(3, fentry_arg);" in probe.c_text and "CONTEXT_EXIT(3);" in probe.c_text
     assert probe.programs["kfunc__nfsd__fh_verify"] == () == probe.programs["kretfunc__nfsd__fh_verify"]
-    kprobed = generate(chosen, Tool(server=True), layout)
-    assert "server_fh((u64)PT_REGS_PARM2(ctx));" in kprobed.c_text
-    assert ("fh_verify", "exit", "p3_exit") in kprobed.kprobes
+    kprobed = generate(chosen, Tool(server=True), layout, no_formats)
+    assert "CONTEXT_ENTRY(3, kprobe_arg);" in kprobed.c_text
+    assert ("kretprobe", "fh_verify", "p3_kretprobe") in kprobed.attach
 
 
 def test_an_export_that_is_no_svc_export_is_refused(layout: KernelLayout) -> None:
@@ -140,6 +153,7 @@ def test_an_export_that_is_no_svc_export_is_refused(layout: KernelLayout) -> Non
     assert context is not None
     point = dict(context.points[0], args={"export": "fhp->fh_dentry"})
     with pytest.raises(UserError, match=r"cannot read the export at fh_verify .*'fhp->fh_dentry'"):
-        generate(select(SPEC, FACTS, ["rpc"]).chosen + [context._replace(points=[point])], Tool(server=True), layout)
+        generate(select(SPEC, FACTS, ["rpc"]).chosen + [context._replace(points=[point])], Tool(server=True), layout,
+                 no_formats)
     with pytest.raises(ValueError, match="Tool.server only"):
-        generate(select(SPEC, FACTS, ["rpc"]).chosen + [context], Tool(dist=True), layout)
+        generate(select(SPEC, FACTS, ["rpc"]).chosen + [context], Tool(dist=True), layout, no_formats)

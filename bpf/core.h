@@ -1,0 +1,175 @@
+/* probekit's CO-RE layer: how libbpf's form spells what bpf/probe.bpf.c asks of its loader.
+ *
+ * The object is compiled once, where the package is built, for kernels nobody has seen yet: it
+ * holds every candidate attach point of a spec as programs of its own (the loader autoloads
+ * the chosen ones); every setting lives in the read-only `cfg` the loader fills before loading
+ * (the verifier then knows each value and prunes what a setting turns off); kernel structs
+ * are read through CO-RE relocations on the minimal definitions below; maps are sized by the
+ * loader (SIZE is a placeholder).
+ */
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __s64 s64;
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define CFG(name) cfg.name
+#define P(point, name) cfg.points[point].name
+#define SIZE(map) 1
+
+#define MAP_DEF(map_type, name, K, V, n, flags) \
+    struct { \
+        __uint(type, map_type); \
+        __uint(max_entries, n); \
+        __uint(map_flags, flags); \
+        __type(key, K); \
+        __type(value, V); \
+    } name SEC(".maps")
+#define MAP_HASH(name, K, V, n) MAP_DEF(BPF_MAP_TYPE_HASH, name, K, V, n, 0)
+#define MAP_HASH_NO_PREALLOC(name, K, V, n) MAP_DEF(BPF_MAP_TYPE_HASH, name, K, V, n, BPF_F_NO_PREALLOC)
+#define MAP_ARRAY(name, V, n) MAP_DEF(BPF_MAP_TYPE_ARRAY, name, u32, V, n, 0)
+#define MAP_CGROUP_ARRAY(name, n) MAP_DEF(BPF_MAP_TYPE_CGROUP_ARRAY, name, u32, u32, n, 0)
+#define MAP_TASK_STORAGE(name, V) MAP_DEF(BPF_MAP_TYPE_TASK_STORAGE, name, int, V, 0, BPF_F_NO_PREALLOC)
+#define MAP_RINGBUF(name, bytes) \
+    struct { \
+        __uint(type, BPF_MAP_TYPE_RINGBUF); \
+        __uint(max_entries, bytes); \
+    } name SEC(".maps")
+#define MAP_LOOKUP(map, key) bpf_map_lookup_elem(&map, key)
+#define MAP_UPDATE(map, key, value) bpf_map_update_elem(&map, key, value, BPF_ANY)
+#define MAP_INSERT(map, key, value) bpf_map_update_elem(&map, key, value, BPF_NOEXIST)
+#define MAP_DELETE(map, key) bpf_map_delete_elem(&map, key)
+#define MAP_TASK_STORAGE_GET(map, task, value, flags) bpf_task_storage_get(&map, task, value, flags)
+#define MAP_UNDER_CGROUP(map, index) bpf_current_task_under_cgroup(&map, index)
+#define MAP_RINGBUF_RESERVE(map, size) bpf_ringbuf_reserve(&map, size, 0)
+#define MAP_RINGBUF_SUBMIT(map, record, flags) bpf_ringbuf_submit(record, flags)
+
+/* The kernel structs the probe follows, reduced to the members it reads: CO-RE finds each
+ * member in the running kernel's BTF, wherever that kernel put it. */
+struct qstr {
+    const unsigned char *name;
+} __attribute__((preserve_access_index));
+
+struct super_block {
+    u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+    struct qstr d_name;
+    struct super_block *d_sb;
+} __attribute__((preserve_access_index));
+
+struct path {
+    struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct inode {
+    unsigned long i_ino;
+    struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+    struct path f_path;
+    struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+/* x86-64 registers: of a kprobe's context, for its arguments and return value; of a thread's
+ * entry into the kernel, for the system call it is in (orig_ax) */
+struct pt_regs {
+    unsigned long di;
+    unsigned long si;
+    unsigned long dx;
+    unsigned long cx;
+    unsigned long r8;
+    unsigned long r9;
+    unsigned long ax;
+    unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+
+static __always_inline u64 file_sb(u64 file)
+{
+    return (u64)BPF_CORE_READ((struct file *)file, f_inode, i_sb);
+}
+
+static __always_inline u64 dentry_sb(u64 dentry)
+{
+    return (u64)BPF_CORE_READ((struct dentry *)dentry, d_sb);
+}
+
+static __always_inline u64 sb_dev(u64 sb)
+{
+    return BPF_CORE_READ((struct super_block *)sb, s_dev);
+}
+
+static __always_inline u64 file_dentry(u64 file)
+{
+    return (u64)BPF_CORE_READ((struct file *)file, f_path.dentry);
+}
+
+static __always_inline u64 dentry_name_ptr(u64 dentry)
+{
+    return (u64)BPF_CORE_READ((struct dentry *)dentry, d_name.name);
+}
+
+static __always_inline u64 file_ino(u64 file)
+{
+    return BPF_CORE_READ((struct file *)file, f_inode, i_ino);
+}
+
+/* What the current thread entered the kernel for: the system call number (orig_ax of the
+ * registers it entered with; an exception's error code; 0 for kernel threads). */
+static __always_inline s64 current_call(void)
+{
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    return (s64)BPF_CORE_READ(regs, orig_ax);
+}
+
+/* parameter n of a kprobe's function (x86-64 calling convention), 0 past the sixth */
+static __always_inline u64 kprobe_arg(struct pt_regs *ctx, u32 n)
+{
+    u64 val = 0;
+    u32 off;
+    switch (n) {
+    case 0: off = bpf_core_field_offset(struct pt_regs, di); break;
+    case 1: off = bpf_core_field_offset(struct pt_regs, si); break;
+    case 2: off = bpf_core_field_offset(struct pt_regs, dx); break;
+    case 3: off = bpf_core_field_offset(struct pt_regs, cx); break;
+    case 4: off = bpf_core_field_offset(struct pt_regs, r8); break;
+    case 5: off = bpf_core_field_offset(struct pt_regs, r9); break;
+    default: return 0;
+    }
+    bpf_probe_read_kernel(&val, sizeof(val), (void *)ctx + off);
+    return val;
+}
+
+static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
+{
+    u64 val = 0;
+    bpf_probe_read_kernel(&val, sizeof(val), (void *)ctx + bpf_core_field_offset(struct pt_regs, ax));
+    return (s64)val;
+}
+
+/* a trampoline's arguments and return value through the helpers (5.17): the object is built
+ * before the functions' prototypes are known */
+static __always_inline u64 fentry_arg(u64 *ctx, u32 n)
+{
+    u64 val = 0;
+    bpf_get_func_arg(ctx, n, &val);
+    return val;
+}
+
+static __always_inline s64 fexit_ret(u64 *ctx, u32 nargs)
+{
+    u64 val = 0;
+    bpf_get_func_ret(ctx, &val);
+    return (s64)val;
+}
+
+#define PROGRAM(name, section, ...) SEC(section) int name(__VA_ARGS__)
