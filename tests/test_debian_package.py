@@ -1,5 +1,6 @@
 """The Debian package (scripts/build-deb) carries what a client installs: every command of
-pyproject.toml on PATH and resolving to its code in the private directory, the exporter's
+pyproject.toml but the lab's on PATH and resolving to its code in the private directory, no VM
+lab (labs/ runs from a checkout: docs/install.md), the exporter's
 unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, the Prometheus
 rules in /usr/share/probekit/prometheus/, the CO-RE objects, and Depends on Debian's packages of
 every Python dependency. Built once from the working tree (about 30 s) and read back with
@@ -7,6 +8,8 @@ dpkg-deb; lintian, when installed, must find no error.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -24,6 +27,8 @@ from needs import missing
 REPO = Path(__file__).resolve().parent.parent
 PRIVATE = "usr/lib/probekit"
 BUILD_TOOLS = ("dpkg-buildpackage", "dh", "dh_python3", "pybuild")
+#: commands of [project.scripts] the package leaves out: the lab's (packaging/debian/without-labs)
+NOT_PACKAGED = ("labs",)
 
 
 def _project_section(name: str) -> str:
@@ -81,8 +86,9 @@ def test_the_probe_source_and_both_loader_layers_are_shipped(tree: Path) -> None
 
 
 def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path, tmp_path: Path) -> None:
-    scripts: Dict[str, str] = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"),
-                                              re.M))
+    scripts: Dict[str, str] = {name: target for name, target in
+                               re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"), re.M)
+                               if name not in NOT_PACKAGED}
     assert sorted(p.name for p in (tree / "usr/bin").iterdir()) == sorted(scripts)
     private = str(tree / PRIVATE)
     for name, target in scripts.items():
@@ -103,6 +109,28 @@ def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path
     res = subprocess.run([sys.executable, "-c", check], stdout=subprocess.PIPE, universal_newlines=True,
                          check=True, cwd=tmp_path)
     assert res.stdout.strip() == "[]"
+
+
+def test_the_lab_is_not_in_the_package(deb: Path, tree: Path) -> None:
+    """An NFS client gets the tools, not the VM lab: no labs/, no labs command, and no file of
+    dpkg-deb's listing under either; the metadata left in the private directory agrees."""
+    listed = [line.split()[-1] for line in _dpkg_deb("--contents", str(deb)).splitlines()]
+    assert "./usr/bin/nfsslower" in listed
+    lab = [path for path in listed if path == "./usr/bin/labs" or path.startswith(f"./{PRIVATE}/labs")]
+    assert lab == []
+    (distinfo,) = (tree / PRIVATE).glob("probekit-*.dist-info")
+    assert (distinfo / "top_level.txt").read_text().split() == ["bpf", "discover", "probes"]
+    assert not re.search(r"^labs\b", (distinfo / "entry_points.txt").read_text(), re.M)
+    # RECORD names what is there, with its hash (pip's check of an install)
+    for row in (distinfo / "RECORD").read_text().splitlines():
+        path, digest, _ = row.rsplit(",", 2)
+        assert not path.startswith("labs/") and path != "../scripts/labs", row
+        if digest and not path.startswith("../"):
+            data = (tree / PRIVATE / path).read_bytes()
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode(), row
+    # and nothing suggests the lab's own tools (QEMU, Vagrant, mmdebstrap) to a client
+    suggests = [s.strip() for s in _dpkg_deb("--field", str(deb), "Suggests").split(",")]
+    assert sorted(suggests) == ["python3-bpfcc", "python3-zstandard"]
 
 
 def test_exporter_unit_reads_its_options_file(deb: Path, tree: Path) -> None:
