@@ -10,9 +10,10 @@
 #define CFG(name) CFG_##name
 #define P(point, name) P_##point##_##name
 #define SIZE(map) SIZE_##map
+#define FLAGS(map) FLAGS_##map
 
 #define MAP_HASH(name, K, V, n) BPF_TABLE("hash", K, V, name, n)
-#define MAP_HASH_NO_PREALLOC(name, K, V, n) BPF_F_TABLE("hash", K, V, name, n, BPF_F_NO_PREALLOC)
+#define MAP_HASH_FLAGS(name, K, V, n, flags) BPF_F_TABLE("hash", K, V, name, n, flags)
 #define MAP_ARRAY(name, V, n) BPF_TABLE("array", int, V, name, n)
 #define MAP_CGROUP_ARRAY(name, n) BPF_CGROUP_ARRAY(name, n)
 /* a ring buffer: kernel 5.8, bcc 0.16 */

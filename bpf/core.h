@@ -5,7 +5,7 @@
  * the chosen ones); every setting lives in the read-only `cfg` the loader fills before loading
  * (the verifier then knows each value and prunes what a setting turns off); kernel structs
  * are read through CO-RE relocations on the minimal definitions below; maps are sized by the
- * loader (SIZE is a placeholder).
+ * loader (SIZE and FLAGS are placeholders).
  */
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -23,6 +23,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define CFG(name) cfg.name
 #define P(point, name) cfg.points[point].name
 #define SIZE(map) 1
+#define FLAGS(map) 0
 
 #define MAP_DEF(map_type, name, K, V, n, flags) \
     struct { \
@@ -33,7 +34,7 @@ char LICENSE[] SEC("license") = "GPL";
         __type(value, V); \
     } name SEC(".maps")
 #define MAP_HASH(name, K, V, n) MAP_DEF(BPF_MAP_TYPE_HASH, name, K, V, n, 0)
-#define MAP_HASH_NO_PREALLOC(name, K, V, n) MAP_DEF(BPF_MAP_TYPE_HASH, name, K, V, n, BPF_F_NO_PREALLOC)
+#define MAP_HASH_FLAGS(name, K, V, n, flags) MAP_DEF(BPF_MAP_TYPE_HASH, name, K, V, n, flags)
 #define MAP_ARRAY(name, V, n) MAP_DEF(BPF_MAP_TYPE_ARRAY, name, u32, V, n, 0)
 #define MAP_CGROUP_ARRAY(name, n) MAP_DEF(BPF_MAP_TYPE_CGROUP_ARRAY, name, u32, u32, n, 0)
 #define MAP_TASK_STORAGE(name, V) MAP_DEF(BPF_MAP_TYPE_TASK_STORAGE, name, int, V, 0, BPF_F_NO_PREALLOC)

@@ -99,8 +99,9 @@ struct dist_key {
     u32 pad;
     u64 cgroup;   /* an admitted cgroup v2 id, or 0: every other cgroup (the overflow series) */
 };
-/* allocated as used: room for every key is far more than a fleet's cgroups ever fill */
-MAP_HASH_NO_PREALLOC(dist, struct dist_key, u64, SIZE(dist));
+/* with cgroup keys allocated as used (FLAGS: room for every key is far more than a fleet's
+ * cgroups ever fill), else preallocated (5.10 warns of run-time allocation in tracing programs) */
+MAP_HASH_FLAGS(dist, struct dist_key, u64, SIZE(dist), FLAGS(dist));
 
 /* per (op, mount, cgroup): bytes moved and, for the exporter (CFG(want_lat_sum)), the sum of
  * latencies (a Prometheus histogram's _sum), both added under the one lookup */
@@ -113,7 +114,7 @@ struct op_total {
     u64 bytes;
     u64 lat_ns;
 };
-MAP_HASH_NO_PREALLOC(op_totals, struct total_key, struct op_total, SIZE(op_totals));
+MAP_HASH_FLAGS(op_totals, struct total_key, struct op_total, SIZE(op_totals), FLAGS(op_totals));
 /* the cgroups that get series of their own: the first SIZE(cgroup_ids) seen (user space
  * deletes the ones gone), so the label set stays bounded however many units come and go */
 MAP_HASH(cgroup_ids, u64, u8, SIZE(cgroup_ids));

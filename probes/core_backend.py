@@ -16,8 +16,8 @@ from probes.generate import tracepoint_program_name
 from probes.generate_core import CFG_MAP, CoreTable, cfg_bytes, core_table, function_program_names
 from probes.layout import KernelLayout
 from probes.libbpf import BpfObject, Libbpf, LibbpfError
-from probes.model import (Formats, Point, Probe, Tool, check_tool, map_sizes, plan_point, points_of, probe_settings,
-                          program_ops)
+from probes.model import (Formats, Point, Probe, Tool, check_tool, map_flags, map_sizes, plan_point, points_of,
+                          probe_settings, program_ops)
 from probes.select import Chosen
 
 #: the first libbpf that takes a fentry target as MODULE:FUNCTION; an older one finds a module
@@ -204,6 +204,9 @@ class CoreBackend:
             obj.set_initial_value(CFG_MAP, cfg)
             for name, entries in sizes.items():
                 obj.set_max_entries(name, entries)
+            assert self._tool is not None
+            for name, flags in map_flags(self._tool).items():
+                obj.set_map_flags(name, flags)
         except LibbpfError as exc:
             obj.close()
             raise Rejected(str(exc)) from None

@@ -15,7 +15,7 @@ from typing import Collection, Dict, List, NamedTuple, Optional, Protocol, Seque
 
 from probes.layout import KernelLayout
 from probes.model import (COMM_LEN, COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, NAME_LEN, NO_PARAM, PROC_LEN, PTR_KINDS,
-                          Formats, Point, Probe, Tool, check_tool, event_c_struct, map_sizes,
+                          Formats, Point, Probe, Tool, check_tool, event_c_struct, map_flags, map_sizes,
                           plan_point, points_of, probe_settings, program_ops)
 from probes.select import Chosen
 
@@ -197,6 +197,7 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     defines = constants(len(points), nkeys)
     defines += [(f"CFG_{name}", value) for name, value in probe_settings(tool, task_storage, ops).items()]
     defines += [(f"SIZE_{name}", value) for name, value in map_sizes(tool, len(ops), task_storage, keyed).items()]
+    defines += [(f"FLAGS_{name}", value) for name, value in map_flags(tool).items()]
     defines += [(name, offsets.get(name, -1)) for name in OFFSETS]
     for point, plan in zip(points, plans):
         defines += [(f"P_{point.id}_{name}", value) for name, value in plan.values.items()]

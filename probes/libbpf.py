@@ -29,6 +29,7 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("bpf_link__destroy", _i, (_p,)),
     ("bpf_map__name", ctypes.c_char_p, (_p,)), ("bpf_map__fd", _i, (_p,)),
     ("bpf_map__set_max_entries", _i, (_p, _u32)), ("bpf_map__max_entries", _u32, (_p,)),
+    ("bpf_map__set_map_flags", _i, (_p, _u32)), ("bpf_map__map_flags", _u32, (_p,)),
     ("bpf_map__set_initial_value", _i, (_p, _p, _sz)), ("bpf_map__value_size", _u32, (_p,)),
     ("bpf_map__key_size", _u32, (_p,)), ("bpf_map__reuse_fd", _i, (_p, _i)),
     ("bpf_map__btf_key_type_id", _u32, (_p,)), ("bpf_map__btf_value_type_id", _u32, (_p,)),
@@ -253,6 +254,10 @@ class BpfObject:
         in a 6.12 TCG guest with 74 module BTFs)."""
         if self.lib.lib.bpf_program__set_attach_target(self._programs[program], 0, target.encode()) != 0:
             raise self.lib.fail(f"bpf_program__set_attach_target({program}, {target})")
+
+    def set_map_flags(self, map_name: str, flags: int) -> None:
+        if self.lib.lib.bpf_map__set_map_flags(self._maps[map_name], flags) != 0:
+            raise self.lib.fail(f"bpf_map__set_map_flags({map_name})")
 
     def set_max_entries(self, map_name: str, entries: int) -> None:
         if self.lib.lib.bpf_map__set_max_entries(self._maps[map_name], entries) != 0:

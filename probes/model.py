@@ -187,6 +187,14 @@ def map_sizes(tool: Tool, nops: int, task_storage: bool, keyed: bool) -> Dict[st
             "server_stats": used(tool.server, TOP_ENTRIES), "server_hist": used(tool.server, TOP_HIST_ENTRIES)}
 
 
+def map_flags(tool: Tool) -> Dict[str, int]:
+    """The histogram maps' flags: allocated as used (BPF_F_NO_PREALLOC) for cgroup keys, whose
+    room is far more than is ever filled; else preallocated, which is also what Linux 5.10 wants
+    of a tracing program (it warns of run-time allocation there)."""
+    flags = 1 if tool.cgroup_limit else 0  # BPF_F_NO_PREALLOC
+    return {"dist": flags, "op_totals": flags}
+
+
 class Point(NamedTuple):
     """One attach point as the emitters and readers use it."""
 

@@ -27,7 +27,7 @@ from probes.generate import generate
 from probes.generate_core import cfg_format, core_table, generate_core
 from probes.layout import KernelLayout
 from probes.libbpf import Libbpf
-from probes.model import CFG_FIELDS, Tool, point_fields, spec_nkeys
+from probes.model import CFG_FIELDS, Tool, map_flags, point_fields, spec_nkeys
 from probes.runtime import fentry_can_attach
 from probes.select import KernelFacts, select, select_context
 
@@ -146,6 +146,8 @@ def test_both_emitters_give_the_same_probe(layout: KernelLayout) -> None:
                 assert settings == {name: constants[f"P_{settings['id']}_{name}"] for name in fields}, case
         assert sorted(core_of) == [p.id for p in bcc.points], case
         assert constants["NKEYS"] == table.nkeys, case
+        assert {f"FLAGS_{name}": flags for name, flags in map_flags(tool).items()} == \
+            {k: v for k, v in constants.items() if k.startswith("FLAGS_")}, case
         assert {f"SIZE_{name}": size for name, size in sizes.items()} == \
             {k: v for k, v in constants.items() if k.startswith("SIZE_")}, case
         # the same programs per point, on the same attach ends
