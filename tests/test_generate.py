@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from discover.errors import UserError
 from discover.profile import KernelProfile, parse_filter_functions
 from probes import bcc_backend, commands, runtime
+from generated_c import defines, formats_of
 from probes.generate import generate
 from probes.model import (EVENT_FIELDS, MAX_LAT_NS, PTR_KINDS, Tool, decode_event, event_c_struct,
                           event_format)
@@ -120,20 +121,6 @@ def test_missing_key_field_skips_the_async_candidate(spec: Dict[str, Any], profi
     commit = next(c for c in select(spec, facts, ["commit"]).chosen)
     assert commit.index > 0 and commit.candidate["match"] == "task"
     assert any("no field fhandle" in why for why in commit.skipped)
-
-
-def defines(text: str) -> Dict[str, int]:
-    """The generated constants of a bcc text (its settings among them), as integers."""
-    return {name: int(value) for name, value in re.findall(r"^#define (\w+) (-?\d+)(?:ULL)?$", text, re.M)}
-
-
-def formats_of(data: Dict[str, Any]) -> Any:
-    """The profile's tracepoint formats, as the running kernel's tracefs gives them."""
-    def fields(event: str) -> Any:
-        system, _, name = event.partition(":")
-        info = data["events"].get(system, {}).get(name)
-        return info["fields"] if info else None
-    return fields
 
 
 def test_c_and_python_agree(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:

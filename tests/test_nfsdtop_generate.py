@@ -15,6 +15,7 @@ from debian_kernels import ABI_612, btf_dir
 from discover.btf import KIND_STRUCT
 from discover.errors import UserError
 from discover.spec import load_spec
+from generated_c import defines
 from probes.generate import generate
 from probes.model import Tool
 from probes.layout import KernelLayout
@@ -48,10 +49,6 @@ def offsets(layout: KernelLayout) -> Dict[str, int]:
     assert name is not None
     out["pc_name"] = name.derefs[1]
     return out
-
-
-def defines(text: str) -> Dict[str, int]:
-    return {name: int(value) for name, value in re.findall(r"^#define (\w+) (-?\d+)(?:ULL)?$", text, re.M)}
 
 
 def sources(values: Dict[str, int], point: int) -> List[Tuple[int, int, int, Tuple[int, ...]]]:

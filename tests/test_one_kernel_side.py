@@ -22,6 +22,7 @@ import pytest
 from debian_kernels import ABI_612, btf_dir
 from discover.profile import KernelProfile
 from discover.spec import load_spec
+from generated_c import defines, formats_of
 from probes.core_backend import CoreBackend
 from probes.generate import generate
 from probes.generate_core import cfg_format, core_table, generate_core
@@ -60,18 +61,6 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> KernelLayout:
 
 def profile_data(name: str) -> Dict[str, Any]:
     return json.loads(gzip.decompress((FIXTURES / name).read_bytes()))
-
-
-def formats_of(data: Dict[str, Any]) -> Any:
-    def fields(event: str) -> Any:
-        system, _, name = event.partition(":")
-        info = data["events"].get(system, {}).get(name)
-        return info["fields"] if info else None
-    return fields
-
-
-def defines(text: str) -> Dict[str, int]:
-    return {name: int(value) for name, value in re.findall(r"^#define (\w+) (-?\d+)(?:ULL)?$", text, re.M)}
 
 
 def statements(body: str) -> List[Tuple[int, str]]:
