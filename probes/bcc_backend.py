@@ -133,9 +133,11 @@ class BccMap:
 
     def all_values(self, count: int) -> List[Any]:
         try:  # one system call for the whole array where bcc and the kernel can (5.6+)
-            return [v for _k, v in self.table.items_lookup_batch()]
+            batch = [v for _k, v in self.table.items_lookup_batch()][:count]
         except Exception:  # older bcc or kernel: one lookup per slot
             return [self.at(i) for i in range(count)]
+        # a batch of scalars comes back as ints (ctypes array items): give the map's value type, as at() does
+        return [self.table.Leaf(v) if isinstance(v, int) else v for v in batch]
 
     def key(self, value: int) -> Any:
         return self.table.Key(value)
