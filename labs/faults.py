@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from discover.spec import DEFAULT_OPS
-from labs.base import SERVER, CommandResult
-from labs.console import GuestFailure
+from labs.vm.base import SERVER, CommandResult
+from labs.vm.console import GuestFailure
 from labs.guest.probes_guest import interval_in
 from labs.probe_checks import counted_once, mean_bucket, phase_hist
 

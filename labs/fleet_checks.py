@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from labs.base import SERVER
+from labs.vm.base import SERVER
 from labs.exporter_checks import counters
 from labs.integration import install_tools
 from labs.probe_checks import counted_once

@@ -1,4 +1,4 @@
-"""`labs test`: the VM integration run, backend-neutral (only the labs.base.Lab interface).
+"""`labs test`: the VM integration run, backend-neutral (only the labs.vm.base.Lab interface).
 
 One run = one lab on one kernel: boot, check NFSv3 and v4.2 mounts, run the known
 workload, run `discover callgraph` inside the guest for the NFS entry points, kill a
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from discover.errors import UserError, cache_root
-from labs.base import CLIENT, Lab
-from labs.console import GuestFailure
+from labs.vm.base import CLIENT, Lab
+from labs.vm.console import GuestFailure
 
 Progress = Callable[[str], None]
 

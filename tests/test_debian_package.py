@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from labs.images import KERNEL_SUITES, read_package_list
+from labs.vm.images import KERNEL_SUITES, read_package_list
 from needs import missing
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ import pytest
 from conftest import guest_run, on_kernels, once_run
 
 from labs import exporter_checks as ec
-from labs.base import Lab
+from labs.vm.base import Lab
 
 #: kernel -> the guest side's options: on 7.2 and 7.3 the exporter runs with the cgroup label and starts
 #: before nfsv4 is loaded (it must trace it once loaded); elsewhere as installed, with every module there

@@ -35,7 +35,7 @@ from conftest import guest_run, matrix, on_kernels, once_run
 
 from discover.errors import UserError
 from labs import probe_checks as pc
-from labs.base import Lab
+from labs.vm.base import Lab
 from labs.probe_checks import Results, data
 
 pytestmark = pytest.mark.lab

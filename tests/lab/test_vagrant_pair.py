@@ -21,9 +21,9 @@ import pytest
 from conftest import Job, lane_job, wait_for_job
 
 from labs import probe_checks as pc
-from labs.base import CLIENT, SERVER
+from labs.vm.base import CLIENT, SERVER
 from labs.integration import install_tools
-from labs.netrule import check_domain_xml, check_net_list, parse_net_list
+from labs.vm.netrule import check_domain_xml, check_net_list, parse_net_list
 
 pytestmark = pytest.mark.lab
 
@@ -54,7 +54,7 @@ class VagrantSmoke(Job):
 
     def __init__(self, artifacts_root: Path) -> None:
         super().__init__()
-        from labs.vagrant import VagrantLab
+        from labs.vm.vagrant import VagrantLab
         self.root = artifacts_root / "vagrant"
         self.lab = VagrantLab(kernel="6.1", topology="pair", name=LAB_NAME)
         self.facts: Dict[str, Any] = {}
@@ -64,7 +64,7 @@ class VagrantSmoke(Job):
         return "6.1"
 
     def run(self) -> None:
-        from labs.libvirt_daemons import ensure_daemons
+        from labs.vm.libvirt_daemons import ensure_daemons
         from conftest import _record_times
         self.started_at = time.monotonic()
         try:
@@ -94,7 +94,7 @@ class VagrantSmoke(Job):
             self.done.set()
 
     def _gather(self) -> None:
-        from labs.vagrant import domain_prefix, lab_domains
+        from labs.vm.vagrant import domain_prefix, lab_domains
         lab, facts = self.lab, self.facts
         facts["image_release"] = lab.state["kernel_release"]
         facts["nodes"] = {node: {"release": lab.kernel_info(node)["release"], "hostname": r.stdout.strip(),
@@ -138,8 +138,8 @@ class VagrantSmoke(Job):
         facts["links_during"] = host_links()
 
     def _down_and_leftovers(self) -> None:
-        from labs.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
-        from labs.vagrant import domain_prefix, state_dir
+        from labs.vm.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
+        from labs.vm.vagrant import domain_prefix, state_dir
         self.lab.down()
         prefix = domain_prefix(LAB_NAME)
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout

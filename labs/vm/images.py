@@ -5,7 +5,7 @@ built on top of it). Images are cached under ``~/.cache/probekit/images/<key>/``
 the key hashes every input (suite, package list, provision scripts, the lab SSH key,
 builder version), so a changed input builds a new image and an unchanged one is reused.
 
-Stable API (used by labs.qemu and labs.vagrant)::
+Stable API (used by labs.vm.qemu and labs.vm.vagrant)::
 
     info = build_image("6.1")          # ImageInfo; builds once, then returns the cache
     info.rootfs, info.vmlinuz, info.initrd, info.kernel_release, info.ssh_private_key
@@ -33,7 +33,7 @@ from discover.errors import UserError, cache_root
 #: Bump when the build steps change in a way that changes the image.
 BUILDER_VERSION = "1"
 
-PROVISION_DIR = Path(__file__).resolve().parent / "provision"
+PROVISION_DIR = Path(__file__).resolve().parents[1] / "provision"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 #: kernel series -> the Debian suite whose linux-image-amd64 ships it (checked after the build).
@@ -374,7 +374,7 @@ class _locked:
 
 
 def _main(argv: List[str]) -> None:
-    """`python -m labs.images KERNEL`: build or show the cached image (for scripts and benches).
+    """`python -m labs.vm.images KERNEL`: build or show the cached image (for scripts and benches).
     SIGTERM (a test session's prebuild being stopped) ends it through its clean-up."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     info = build_image(argv[0] if argv else "6.1", progress=lambda m: print(m, file=sys.stderr, flush=True))

@@ -1,7 +1,7 @@
 """VagrantLab: the NFS lab through python-vagrant, the repository's Vagrantfile and vagrant-libvirt.
 
 Here (and in CI) the Vagrantfile runs in its local mode (PROBEKIT_VAGRANT_LOCAL=1):
-the box comes from labs/images.py via labs/vagrant_box.py, QEMU runs under TCG
+the box comes from labs/vm/images.py via labs/vm/vagrant_box.py, QEMU runs under TCG
 with direct kernel boot, and the guests have no host network at all: the nodes
 share QEMU socket links on 127.0.0.1 and SSH arrives through a restricted
 user-mode NIC forwarded on 127.0.0.1. What each machine gets (link NIC, ports, kernel
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Sequence, Set, Tuple, Union
 
 from discover.errors import UserError
-from labs.agent import GUEST_ENV
-from labs.base import CLIENT, SERVER, CommandResult, Lab
-from labs.qemu import LAB_SUBNET_PREFIX, TOPOLOGIES, free_port, hub_netdevs
+from labs.vm.agent import GUEST_ENV
+from labs.vm.base import CLIENT, SERVER, CommandResult, Lab
+from labs.vm.qemu import LAB_SUBNET_PREFIX, TOPOLOGIES, free_port, hub_netdevs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: libvirt domain and volume names start with this, then the lab name.
 DOMAIN_PREFIX = "probekit_"
 #: Vagrant machine names (and hostnames) are the lab node's, after this.
@@ -49,7 +49,7 @@ CONTROL_PERSIST_S = 120
 
 
 def state_dir(name: str = "default") -> Path:
-    from labs.images import cache_root
+    from labs.vm.images import cache_root
     return cache_root() / "vagrant" / name
 
 
@@ -237,9 +237,9 @@ class VagrantLab(Lab):
     # -- Lab interface ----------------------------------------------------------------
 
     def up(self) -> None:
-        from labs.images import build_image
-        from labs.libvirt_daemons import ensure_daemons
-        from labs.vagrant_box import ensure_box
+        from labs.vm.images import build_image
+        from labs.vm.libvirt_daemons import ensure_daemons
+        from labs.vm.vagrant_box import ensure_box
 
         ensure_daemons()
         if self.state.get("box"):
@@ -486,7 +486,7 @@ class VagrantLab(Lab):
 
     def down(self) -> None:
         """`vagrant destroy -f`, then make sure no domain, volume or process of ours is left."""
-        from labs.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
+        from labs.vm.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
 
         if self.state_file.exists() and self.state.get("box"):
             self._close_ssh_masters()
@@ -511,7 +511,7 @@ class VagrantLab(Lab):
         nodes = (SERVER, CLIENT) if self.topology == "single" else self.nodes()
         if not self.state.get("box"):
             return {node: "absent" for node in nodes}
-        from labs.libvirt_daemons import LIBVIRTD, socket_answers
+        from labs.vm.libvirt_daemons import LIBVIRTD, socket_answers
         if not socket_answers(LIBVIRTD.sock):
             return {node: "absent" for node in nodes}
         states = {s.name: words.get(s.state, s.state) for s in self.vagrant().status()}

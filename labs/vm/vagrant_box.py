@@ -1,4 +1,4 @@
-"""Package a lab image (labs/images.py) as a vagrant-libvirt box, once per image key.
+"""Package a lab image (labs/vm/images.py) as a vagrant-libvirt box, once per image key.
 
 A vagrant-libvirt box is a tar of box.img (the qcow2), metadata.json and a
 Vagrantfile with provider defaults. The box name carries the image key, so a
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, List, NamedTuple
 
 from discover.errors import UserError
-from labs.images import ImageInfo
+from labs.vm.images import ImageInfo
 
 #: Readable by the libvirt-qemu user (Debian's default QEMU user under libvirt).
 BOOT_DIR = Path("/var/lib/libvirt/boot")

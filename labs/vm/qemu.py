@@ -32,12 +32,12 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 
 from discover.errors import UserError
 from discover.schema import ANY, ListOf, MapOf, Nullable, OneOf, Record, validate
-from labs.agent import AgentError, AgentTimeout, connect, run_command
-from labs.base import CLIENT, SERVER, CommandResult, Lab
-from labs.console import ConsoleWatch, GuestFailure, failure
-from labs.images import ImageInfo, build_image, cache_root
+from labs.vm.agent import AgentError, AgentTimeout, connect, run_command
+from labs.vm.base import CLIENT, SERVER, CommandResult, Lab
+from labs.vm.console import ConsoleWatch, GuestFailure, failure
+from labs.vm.images import ImageInfo, build_image, cache_root
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 GUEST_PROVISION = "/usr/local/lib/probekit/provision"
 LAB_SUBNET_PREFIX = "10.77.0."
 #: a TCG boot is stuck after this long without a console line (a busy host only slows it)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from labs.base import CommandResult
+from labs.vm.base import CommandResult
 
 #: a guest's command environment: the lab's tools, the project from the 9p share
 GUEST_ENV = [
