@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from labs.vm.base import SERVER
 from labs.exporter_checks import counters
-from labs.integration import install_tools
+from labs.install import install_tools
 from labs.probe_checks import counted_once
 from probes.commands import proc_label
 

@@ -39,11 +39,11 @@ GAP_S = 5.0  # quiet seconds between workload phases (their COMMITs done)
 
 
 def installed(command: str) -> str:
-    """A command of probekit's Debian package, as the host installed it (labs.integration.install_tools)."""
+    """A command of probekit's Debian package, as the host installed it (labs.install.install_tools)."""
     path = os.path.join(INSTALLED, command)
     if not os.path.exists(path):
         raise RuntimeError(f"{path} is missing: the host installs probekit's Debian package first "
-                           "(labs.integration.install_tools)")
+                           "(labs.install.install_tools)")
     return path
 
 

@@ -39,7 +39,7 @@ import pytest
 from discover.errors import UserError
 from labs.vm.base import Lab
 from labs.vm.console import GuestFailure
-from labs.integration import install_tools
+from labs.install import install_tools
 from labs.vm.qemu import QemuLab
 from lab_lanes import Job, Lanes
 

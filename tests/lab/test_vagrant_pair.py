@@ -22,7 +22,7 @@ from conftest import Job, lane_job, wait_for_job
 
 from labs import probe_checks as pc
 from labs.vm.base import CLIENT, SERVER
-from labs.integration import install_tools
+from labs.install import install_tools
 from labs.vm.netrule import check_domain_xml, check_net_list, parse_net_list
 
 pytestmark = pytest.mark.lab
