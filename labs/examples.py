@@ -161,7 +161,7 @@ def nfsslower(lab: str) -> Example:
         "operations and every RPC), in bcc nfsslower's columns and CSV; operations that stay "
         "stuck are printed while they are stuck.",
         lab + " netem added 50 ms to every packet on lo, so each NFS round trip took about "
-        "100 ms more; the workload is labs/guest/workload.sh (64 KiB writes with fsync, eight "
+        "100 ms more; the workload is labs/checks/workload.sh (64 KiB writes with fsync, eight "
         "4 KiB O_SYNC writes, a read after dropping the page cache, stat, cat).",
         [lab_section(
             "nfsslower",
@@ -220,7 +220,7 @@ def nfsdist(lab: str) -> Example:
         "nfsdist summarizes NFS operation latency as one log2 histogram per operation, every "
         "INTERVAL seconds COUNT times or, as here, once at Ctrl-C; the histograms are kept in "
         "the kernel, so the cost per operation is a map update.",
-        lab + " netem added 50 ms to every packet on lo; the workload is labs/guest/workload.sh "
+        lab + " netem added 50 ms to every packet on lo; the workload is labs/checks/workload.sh "
         "`all` (writes with fsync, O_SYNC writes, a read after dropping the cache, stat, cat).",
         [lab_section(
             "nfsdist",
@@ -281,7 +281,7 @@ def nfstop(lab: str) -> Example:
         (("nfstop",),))
 
 
-#: nfsdtop's lab check run kept as a fixture (README.md there): labs/guest/nfsdtop_guest.py's output
+#: nfsdtop's lab check run kept as a fixture (README.md there): labs/checks/nfsdtop/guest.py's output
 NFSDTOP_LAB = REPO / "tests" / "fixtures" / "6.12.117+deb13-amd64" / "nfsdtop" / "guest-run.json.gz"
 
 
@@ -352,7 +352,7 @@ def nfsdtop() -> Example:
         "been served.",
         f"Real output of a lab run: Debian kernel {data['release']}, bcc {data['bcc']}, Python "
         f"{data['python']}, {data['date']}, a single-guest QEMU lab (NFS server and client in one VM, "
-        "mounts over 127.0.0.1), labs/guest/nfsdtop_guest.py (the CI check of tests/lab/"
+        "mounts over 127.0.0.1), labs/checks/nfsdtop/guest.py (the CI check of tests/lab/"
         f"test_nfsdtop_lab.py); the run: {NFSDTOP_LAB.relative_to(REPO)}, how it was kept: README.md "
         "there. The workload, on the NFSv3 and then the NFSv4.2 mount: a 2 MiB file written in "
         "64 KiB blocks and fsynced, the page cache dropped, the file read back, five stats; then "
@@ -468,7 +468,7 @@ def exporter(lab: str) -> Example:
         "nfs-exporter serves the NFS latency histograms of nfsdist, per operation and mount, "
         "as Prometheus metrics (127.0.0.1:19910 by default), with node_exporter's mount "
         "labels (export, protocol, mountaddr) plus mountpoint and nfs_version.",
-        lab + " One scrape of http://127.0.0.1:19910/metrics after labs/guest/workload.sh "
+        lab + " One scrape of http://127.0.0.1:19910/metrics after labs/checks/workload.sh "
         "`all` on the NFSv3 mount (no netem), then Ctrl-C.",
         [Section(command, [f"(stderr) {line}" for line in err], "On stderr: where it serves (at "
                  "once: a scrape meanwhile says probekit_nfs_probe_attached 0), the operations "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from discover.errors import UserError
+from labs.checks.shared import GUEST_SCRIPTS
 from labs.install import install_tools
 from labs.vm.base import CLIENT, Lab
 from labs.vm.console import GuestFailure
@@ -27,8 +28,6 @@ Progress = Callable[[str], None]
 
 #: guest-local scratch for one run (tarred and copied out by Lab.get: works on every backend)
 GUEST_RESULTS = "/var/tmp/probekit-results"
-WORKLOAD = "labs/guest/workload.sh"
-PROBES_GUEST = "labs/guest/probes_guest.py"
 
 
 class Check(NamedTuple):
@@ -131,7 +130,7 @@ class Integration:
         return res.stdout
 
     def workload(self, step: str, mount: str) -> str:
-        return f"sh {self.share}/{WORKLOAD} {step} {mount}"
+        return f"sh {self.share}/{GUEST_SCRIPTS['workload']} {step} {mount}"
 
     # -- checks --------------------------------------------------------------------------
 
@@ -214,7 +213,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
 
     def interrupt(self, sig: str) -> str:
         """Kill discover mid-capture with a signal; tracefs must be exactly as before."""
-        script = f"{self.share}/labs/guest/kill_check.py"
+        script = f"{self.share}/{GUEST_SCRIPTS['interrupt']}"
         workload = "for i in $(seq 1 600); do " + self.workload("stat", "/mnt/nfs3") + "; sleep 0.2; done"
         text = self.sh(f"mkdir -p {self.guest_run}/interrupt && python3 {script} {sig} nfs_getattr "
                        f"{shlex.quote(workload)} > {self.guest_run}/interrupt/{sig}.json && "
@@ -235,7 +234,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
     def probe_picks(self) -> str:
         """nfsdist around the workload on both mounts: per op the candidate used, and recorded?"""
         install_tools(self.lab, self.report.run_dir)
-        result = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} picks", timeout=900)
+        result = json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPTS['probes']} picks", timeout=900)
                             .strip().splitlines()[-1])
         assert result["ok"], result.get("error")
         self.report.lab_results = result["data"]["lab_results"]
@@ -248,16 +247,16 @@ wc -l < {out}/available_filter_functions.nfs.txt
     def probe_checks(self, with_faults: bool) -> None:
         """The probe checks of tests/lab/test_probes_lab.py on the pair's client (netem on its link),
         one check per verdict: the guest runs `main` and `v3only`, or only `main` when the fault
-        run follows (it checks the v3-only client: labs.probe_checks.V3ONLY_CHECKS); `main` also
+        run follows (it checks the v3-only client: labs.checks.probes.verdicts.V3ONLY_CHECKS); `main` also
         gives the lab results of every operation."""
-        from labs.probe_checks import PROBE_CHECKS, V3ONLY_CHECKS, guest_runs
+        from labs.checks.probes.verdicts import PROBE_CHECKS, V3ONLY_CHECKS, guest_runs
         install_tools(self.lab, self.report.run_dir)
         found: Dict[str, Any] = {}
 
         def runs() -> str:
             for what in guest_runs(with_faults):
-                found[what] = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} {what}", timeout=1500)
-                                         .strip().splitlines()[-1])
+                out = self.sh(f"cd {self.share} && python3 {GUEST_SCRIPTS['probes']} {what}", timeout=1500)
+                found[what] = json.loads(out.strip().splitlines()[-1])
             (self.report.run_dir / "probes.json").write_text(json.dumps(found, indent=1) + "\n")
             assert found["main"]["ok"], found["main"].get("error")
             self.report.lab_results = found["main"]["data"]["lab_results"]
@@ -272,14 +271,14 @@ wc -l < {out}/available_filter_functions.nfs.txt
                     self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
 
     def exporter_checks(self) -> None:
-        """nfs-exporter with Debian's Prometheus and node_exporter (labs/exporter_checks.py): one
+        """nfs-exporter with Debian's Prometheus and node_exporter (labs/checks/exporter/verdicts.py): one
         guest run, one check per verdict; the scraped texts land in metrics/ of the run directory."""
-        from labs.exporter_checks import EXPORTER_CHECKS, GUEST_SCRIPT, keep_results
+        from labs.checks.exporter.verdicts import EXPORTER_CHECKS, keep_results
         found: Dict[str, Any] = {}
 
         def exporter_run() -> str:
             install_tools(self.lab, self.report.run_dir)
-            found.update(json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPT}", timeout=1200)
+            found.update(json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPTS['exporter']}", timeout=1200)
                                     .strip().splitlines()[-1]))
             keep_results(found, self.report.run_dir)
             return f"scraped texts in {self.report.run_dir / 'metrics'}"
@@ -290,8 +289,8 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
 
     def fault_checks(self) -> None:
-        """The pair's fault checks (labs/faults.py): one guest run, one check per fault."""
-        from labs.faults import FAULT_CHECKS, run_faults
+        """The pair's fault checks (labs/checks/faults/verdicts.py): one guest run, one check per fault."""
+        from labs.checks.faults.verdicts import FAULT_CHECKS, run_faults
         found: Dict[str, Any] = {}
 
         def faults_run() -> str:
@@ -308,9 +307,9 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 self.check(name, lambda v=verify: v(found))
 
     def fleet_checks(self) -> None:
-        """The fleet check (labs/fleet_checks.py) on a lab with two clients: one run of the three
+        """The fleet check (labs/checks/fleet/verdicts.py) on a lab with two clients: one run of the three
         guests at once, one check per verdict; the run's JSON is fleet.json in the run directory."""
-        from labs.fleet_checks import FLEET_CHECKS, run_fleet, summary
+        from labs.checks.fleet.verdicts import FLEET_CHECKS, run_fleet, summary
         found: Dict[str, Any] = {}
 
         def fleet_run() -> str:

@@ -12,7 +12,7 @@
 # unpacked under /results), named in env.txt.
 set -eu
 O=/results/examples
-W=/opt/probekit/labs/guest/workload.sh
+W=/opt/probekit/labs/checks/workload.sh
 TREE=${PROBEKIT_TREE:-/opt/probekit}
 cd "$TREE"
 mkdir -p $O

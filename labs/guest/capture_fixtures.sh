@@ -23,11 +23,11 @@ defaults() {
     echo "$saved_buffer" > "$T/buffer_size_kb"
 }
 
-# --- the workload (labs/guest/workload.sh), 128 KiB per file: each trace stays under 2 MB
+# --- the workload (labs/checks/workload.sh), 128 KiB per file: each trace stays under 2 MB
 here=$(cd "$(dirname "$0")" && pwd)
 export PROBEKIT_WORKLOAD_BLOCKS=2
-prepare() { sh "$here/workload.sh" prepare "$1"; }
-workload() { sh "$here/workload.sh" all "$1"; }
+prepare() { sh "$here/../checks/workload.sh" prepare "$1"; }
+workload() { sh "$here/../checks/workload.sh" all "$1"; }
 
 # capture MOUNT FUNCS OPTIONS_LABEL [STEP]: one traced workload (all steps, or one),
 # `cat trace` stored untouched
@@ -38,7 +38,7 @@ capture() {
     : > "$T/trace"
     echo "$funcs" > "$T/set_graph_function"
     echo 1 > "$T/tracing_on"
-    sh "$here/workload.sh" "$step" "$mnt"
+    sh "$here/../checks/workload.sh" "$step" "$mnt"
     echo 0 > "$T/tracing_on"
     cat "$T/trace" > "$out/$name.trace"
     cat "$T/set_graph_function" > "$out/$name.set_graph_function"

@@ -26,7 +26,7 @@ made=""
 cleanup() {
     for name in $made; do
         case $name in
-        cifs-*) sh "$here/smb_share.sh" umount "/mnt/probekit-$name" ;;
+        cifs-*) sh "$here/../checks/fs/smb_share.sh" umount "/mnt/probekit-$name" ;;
         *)
             umount "/mnt/probekit-$name" 2>/dev/null || true
             dev=$(losetup -j "/var/tmp/probekit-$name.img" -O NAME -n 2>/dev/null || true)
@@ -44,7 +44,7 @@ for fs in "$@"; do
     name=$(echo "$fs" | tr : -) mnt=/mnt/probekit-$(echo "$fs" | tr : -)
     made="$made $name"
     case $fs in
-    cifs:*) sh "$here/smb_share.sh" mount "$mnt" "${fs#cifs:}" ;;
+    cifs:*) sh "$here/../checks/fs/smb_share.sh" mount "$mnt" "${fs#cifs:}" ;;
     *)
         img=/var/tmp/probekit-$fs.img
         truncate -s 512M "$img"

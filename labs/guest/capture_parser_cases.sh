@@ -16,7 +16,7 @@ mount=${2:?usage: capture_parser_cases.sh OUTDIR MOUNT}
 here=$(dirname "$0")
 . "$here/tracefs_state.sh"
 capture_dir "$out"
-sh "$here/workload.sh" prepare "$mount"
+sh "$here/../checks/workload.sh" prepare "$mount"
 
 # -- a small overwriting buffer, snapshots taken without switching the tracer again
 echo 0 > "$T/tracing_on"
@@ -29,7 +29,7 @@ i=1
 while [ $i -le 6 ]; do
     : > "$T/trace"
     echo 1 > "$T/tracing_on"
-    sh "$here/workload.sh" read "$mount"
+    sh "$here/../checks/workload.sh" read "$mount"
     echo 0 > "$T/tracing_on"
     cat "$T/trace" > "$out/start-in-irq.$i.trace"
     cat "$T/per_cpu/cpu0/stats" > "$out/start-in-irq.$i.stats"

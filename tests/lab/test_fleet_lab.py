@@ -1,8 +1,8 @@
-"""Lab test of a shared NFS server and two clients: client-a's load slows client-b (labs/fleet_checks.py).
+"""Lab test of a shared NFS server and two clients: client-a's load slows client-b (labs/checks/fleet/verdicts.py).
 
 On the fleet kernels of tests/lab/conftest.py (FULL_MATRIX's "fleet"), whose job boots three guests:
 the server and client-a and client-b, each client on its own socket link. One guest run drives
-labs/guest/fleet_guest.py in all three at once (nfsdtop by client and nfs-exporter --nfsd on the
+labs/checks/fleet/guest.py in all three at once (nfsdtop by client and nfs-exporter --nfsd on the
 server, a light timed reader under nfsdist and nfs-exporter on client-b beside a Prometheus with
 the shipped rules, parallel writers and readers in a unit of their own on client-a part-way
 under nfstop by cgroup, then the server stopped); the verdicts compare its phases. The run's JSON is kept as fleet.json among the artefacts
@@ -16,7 +16,7 @@ from typing import Any, Dict
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
-from labs import fleet_checks as fc
+from labs.checks.fleet import verdicts as fc
 
 pytestmark = pytest.mark.lab
 

@@ -20,9 +20,10 @@ from typing import Any, Dict, List
 import pytest
 from conftest import Job, lane_job, wait_for_job
 
-from labs import probe_checks as pc
-from labs.vm.base import CLIENT, SERVER
+from labs.checks.probes import verdicts as pc
+from labs.checks.shared import GUEST_SCRIPTS
 from labs.install import install_tools
+from labs.vm.base import CLIENT, SERVER
 from labs.vm.netrule import check_domain_xml, check_net_list, parse_net_list
 
 pytestmark = pytest.mark.lab
@@ -117,17 +118,17 @@ class VagrantSmoke(Job):
             lab.get("/root/probekit-payload.bin", back, node=SERVER)
             facts["put_get_equal"] = back.read_bytes() == src.read_bytes()
         started = time.monotonic()
-        lab.run(f"sh {SHARE}/labs/guest/workload.sh prepare /mnt/nfs3", node=CLIENT, timeout=300)
+        lab.run(f"sh {SHARE}/{GUEST_SCRIPTS['workload']} prepare /mnt/nfs3", node=CLIENT, timeout=300)
         capture = lab.run(f"cd {SHARE} && python3 -m discover callgraph nfs_file_read --workload "
-                          f"'sh {SHARE}/labs/guest/workload.sh read /mnt/nfs3' --format json -o /tmp/smoke-graph.json "
-                          "&& cat /sys/kernel/tracing/current_tracer", node=CLIENT, timeout=900)
+                          f"'sh {SHARE}/{GUEST_SCRIPTS['workload']} read /mnt/nfs3' --format json "
+                          "-o /tmp/smoke-graph.json && cat /sys/kernel/tracing/current_tracer", node=CLIENT, timeout=900)
         graph = lab.run("cat /tmp/smoke-graph.json", node=CLIENT).stdout if capture.exit_code == 0 else "{}"
         facts["capture"] = {"rc": capture.exit_code, "stderr": capture.stderr[-1500:],
                             "tracer_after": capture.stdout.strip().splitlines()[-1:], "graph": json.loads(graph or "{}")}
         self.times["capture"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
         install_tools(lab, self.root)
-        res = lab.run(f"cd {SHARE} && python3 labs/guest/smoke_guest.py", node=CLIENT, timeout=1200)
+        res = lab.run(f"cd {SHARE} && python3 {GUEST_SCRIPTS['smoke']}", node=CLIENT, timeout=1200)
         facts["probe"] = json.loads(res.stdout.strip().splitlines()[-1]) if res.stdout.strip() else \
             {"ok": False, "error": f"exit {res.exit_code}: {res.stderr[-1500:]}"}
         self.times["probe"] = round(time.monotonic() - started, 1)

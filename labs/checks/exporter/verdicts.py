@@ -1,5 +1,5 @@
 """The exporter lab check's verdicts: nfs-exporter, Debian's Prometheus and node_exporter
-around the known workload (labs/guest/exporter_guest.py, run in a guest).
+around the known workload (labs/checks/exporter/guest.py, run in a guest).
 
 Each verify_* raises AssertionError saying what is wrong; tests/lab/test_exporter_lab.py
 runs them on its kernels, `labs test --lab-results FILE` on any lab it boots (its artefact
@@ -13,10 +13,9 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from labs.probe_checks import WORKLOAD_EXACT as EXACT, counted_once
+from labs.checks.probes.verdicts import WORKLOAD_EXACT as EXACT, counted_once
 from probes.exporter import BUCKET_SLOTS
 
-GUEST_SCRIPT = "labs/guest/exporter_guest.py"
 MOUNT_POINTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
 
 

@@ -6,11 +6,11 @@ apt-get, as on a client that never had them, and records what shows they are gon
 cannot import bcc, no LLVM or clang library in ld.so's cache, no build tree for the running
 kernel); then it runs the installed commands on their default `--backend auto` through the
 other checks' own guest runs: `v3only` (nfsslower, nfsdist and nfstop around the workload,
-probes_guest.py), `fsslower -t xfs` over dm-delay (fs_guest.py) and nfs-exporter scraped
-around the workload on NFSv3 (exporter_guest.py's phase). Each part is reported as data,
+the probes guest), `fsslower -t xfs` over dm-delay (the fs guest) and nfs-exporter scraped
+around the workload on NFSv3 (the exporter guest's phase). Each part is reported as data,
 with its seconds; tests/lab/test_nollvm_lab.py judges them with those checks' verdicts.
 
-  python3 labs/guest/nollvm_guest.py
+  python3 labs/checks/nollvm/guest.py
 """
 from __future__ import annotations
 
@@ -25,9 +25,12 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
-import exporter_guest as eg
-from fs_guest import run as fs_run, sbin_on_path
-from probes_guest import EVIDENCE_WAIT_S, MOUNTS, check_v3only, kernel_attachments, prepare, user_env, workload
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.exporter import guest as eg  # noqa: E402
+from labs.checks.fs.guest import run as fs_run, sbin_on_path  # noqa: E402
+from labs.checks.probes.guest import (EVIDENCE_WAIT_S, MOUNTS, check_v3only, kernel_attachments, prepare,  # noqa: E402
+                                      user_env, workload)
 
 #: what a client on core does without, as dpkg names it: bcc (its Python module, library and
 #: tools), LLVM and clang (bcc's compiler) and the kernel headers (bcc compiles against them)
@@ -85,7 +88,7 @@ def nfs3_workload() -> Tuple[Dict[str, int], None]:
 
 def exporter() -> Dict[str, Any]:
     """nfs-exporter as installed, with its defaults: one phase of the workload on NFSv3 between
-    two scrapes (exporter_guest.scraped_phase), the last scrape's text, its exit after SIGTERM,
+    two scrapes (the exporter guest's scraped_phase), the last scrape's text, its exit after SIGTERM,
     and the tracing programs before, during and after it (the exporter check's keys)."""
     prepare(MOUNTS["nfs3"], TAG)
     before = kernel_attachments()

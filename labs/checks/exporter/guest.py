@@ -15,7 +15,7 @@ With --late-nfsv4 the exporter starts on a v3-only client (nfsv4 unloaded, /mnt/
 unmounted) and, once nfsv4 is loaded and v4.2 mounted, before the workload, must trace it
 beside its running programs, its counters going on (core), or attach again (bcc).
 
-  python3 labs/guest/exporter_guest.py [--cgroup-label] [--late-nfsv4]
+  python3 labs/checks/exporter/guest.py [--cgroup-label] [--late-nfsv4]
 """
 from __future__ import annotations
 
@@ -32,11 +32,13 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import (EVIDENCE_WAIT_S, GAP_S, IDENTITY_UNITS, MOUNTS, in_scope, installed,  # noqa: E402
-                          interval_in, json_lines, kernel_attachments, netem, netem_delay, nfs_server, prepare,
-                          route_device, mount_v42, slice_path, stop, tool, user_env, wait_flushed,
-                          wait_ready, workload)
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.probes.guest import (EVIDENCE_WAIT_S, GAP_S, IDENTITY_UNITS, MOUNTS, in_scope,  # noqa: E402
+                                      installed, json_lines, kernel_attachments, netem, netem_delay, nfs_server,
+                                      prepare, route_device, mount_v42, slice_path, stop, tool, user_env,
+                                      wait_flushed, wait_ready, workload)
+from labs.checks.shared import guest_path, interval_in  # noqa: E402
 
 PORT, NODE_PORT, PROM_PORT = 19910, 9100, 9090
 SCRAPE_S = 2
@@ -297,8 +299,7 @@ def unit_workload(name: str, mount: str, tag: str, units: List[subprocess.Popen]
     What it issued, and its cgroup's path."""
     slice_name = IDENTITY_UNITS[name][0]
     unit = f"probekit-exporter-{tag}-{time.monotonic_ns()}"
-    child = in_scope(slice_name, unit, [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                     "probes_guest.py"), "workload-on", mount, tag,
+    child = in_scope(slice_name, unit, [sys.executable, guest_path("probes"), "workload-on", mount, tag,
                                         f"/tmp/{unit}.leave"], stdout=subprocess.PIPE)
     units.append(child)
     line = child.stdout.readline() if child.stdout else ""

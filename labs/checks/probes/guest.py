@@ -6,7 +6,7 @@ next to what the workload issued. tests/lab/test_probes_lab.py asserts on it; `p
 alone gives this kernel's --lab-results for `probes compat` (docs/compat.md), for
 `labs test --lab-results FILE`.
 
-  python3 labs/guest/probes_guest.py main|v3only|identity|picks
+  python3 labs/checks/probes/guest.py main|v3only|identity|picks
 """
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, PROJECT)
-from discover.spec import OPS  # noqa: E402  (the project share is not on sys.path by itself)
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from discover.spec import OPS  # noqa: E402
+from labs.checks.shared import META_EXACT, attach_kinds, wall  # noqa: E402
 
 MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
 #: where probekit's Debian package puts its commands (the host installs it after boot)
@@ -173,12 +174,6 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     return issued
 
 
-#: metadata ops issued an exact number of times by metadata(), whatever the dentry cache holds;
-#: lookup, access and readdir (cache-dependent) happen at least once
-META_EXACT = ("mkdir", "rmdir", "unlink", "rename", "link", "symlink", "setattr")
-META_SOME = ("lookup", "access", "readdir")
-
-
 def metadata(mount: str, tag: str) -> Dict[str, int]:
     """Every metadata operation on one mount, in a fresh directory, closed files only (an open
     file's unlink would be a silly-rename); returns what was issued."""
@@ -221,24 +216,6 @@ def picks(stderr: str) -> Dict[str, int]:
     return found
 
 
-def attach_kinds(stderr: str) -> Dict[str, Any]:
-    """How a tool attached, from its --verbose lines: the loader (`backend: core (why)`), the
-    `attach:` verdict, and per operation each fentry candidate's function with `fentry/fexit`
-    or `kprobes (why)`."""
-    found: Dict[str, Any] = {"backend": None, "backend_why": None, "attach": None, "functions": {}}
-    for line in stderr.splitlines():
-        match = re.match(r"^\S+: backend: (\w+) \((.*)\)$", line)
-        if match:
-            found["backend"], found["backend_why"] = match.group(1), match.group(2)
-        match = re.match(r"^\S+: attach: (.*)$", line)
-        if match:
-            found["attach"] = match.group(1)
-        match = re.match(r"^\S+: (\w+): (\w+): (fentry/fexit|kprobes \(.*\))$", line)
-        if match:
-            found["functions"].setdefault(match.group(1), {})[match.group(2)] = match.group(3)
-    return found
-
-
 def lab_results(picked: Dict[str, int], recorded: Dict[str, int]) -> Dict[str, Any]:
     """docs/compat.md's --lab-results for this kernel: per op the candidate used and whether it
     attached (the tool ran) and recorded the op (count > 0)."""
@@ -255,27 +232,9 @@ def kernel_facts() -> Dict[str, Any]:
             "module_btf": os.path.exists("/sys/kernel/btf/nfs"), "fdinfo_ino": fdinfo_ino}
 
 
-#: runs recorded before phases kept their "flushed" evidence: how late after a phase's end a
-#: tool printed the interval that held its last operations (1.7 s and 1.8 s seen on a loaded
-#: 7.3 pair client); new runs wait for the evidence instead (wait_flushed)
-INTERVAL_LATE_S = 3.0
 #: upper bound of every wait on evidence (a tool's interval, a scrape, a marker): its expiry is
 #: reported as what never happened, never taken as a verdict
 EVIDENCE_WAIT_S = 600.0
-
-
-def wall(ts: str) -> float:
-    """A tool's interval stamp (local wall second) as epoch seconds."""
-    return time.mktime(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
-
-
-def interval_in(ts: str, phase: Dict[str, Any]) -> bool:
-    """Did a tool's interval stamped `ts` fall inside the phase? An interval is stamped when it is
-    printed, after its counts were read, so one stamped before start - 1 holds none of the phase;
-    every interval holding the phase's operations was printed by phase["flushed"] (wait_flushed),
-    or, in runs recorded before that evidence was kept, by end + INTERVAL_LATE_S."""
-    last = phase["flushed"] if "flushed" in phase else phase["end"] + INTERVAL_LATE_S
-    return phase["start"] - 1 <= wall(ts) <= last
 
 
 def printed_intervals(log: str) -> List[Dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The fleet check: on a QEMU fleet (one server, client-a, client-b), client-a's load slows client-b.
 
-The host drives labs/guest/fleet_guest.py in the three guests at once (run_fleet): nfsdtop by
+The host drives labs/checks/fleet/guest.py in the three guests at once (run_fleet): nfsdtop by
 client and nfs-exporter --nfsd on the server throughout; client-b reads lightly and steadily,
 timing each read, under nfsdist and nfs-exporter, beside a Prometheus scraping the three
 exporters with the shipped rules; client-a, under nfs-exporter and nfstop by cgroup, runs
@@ -28,13 +28,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from labs.vm.base import SERVER
-from labs.exporter_checks import counters
+from labs.checks.exporter.verdicts import counters
+from labs.checks.probes.verdicts import counted_once
+from labs.checks.shared import GUEST_SCRIPTS
 from labs.install import install_tools
-from labs.probe_checks import counted_once
+from labs.vm.base import SERVER
 from probes.commands import proc_label
 
-GUEST_SCRIPT = "labs/guest/fleet_guest.py"
+#: the guest side, run in the three guests at once
+SCRIPT = GUEST_SCRIPTS["fleet"]
 #: seconds of the compared phases: each holds over ten nfsdtop intervals and a few hundred reads
 #: (`heavy` lasts until Prometheus fires NFSNoisyClient for client-a, NOISY_WAIT_S at most)
 PHASE_S = {"before": 30.0, "heavy": 45.0, "after": 30.0}
@@ -52,11 +54,11 @@ Progress = Callable[[str], None]
 
 
 def _guest(lab: Any, node: str, args: str) -> Dict[str, Any]:
-    """One fleet_guest.py role in a guest: the JSON document it printed last."""
+    """One role of the fleet guest script in a guest: the JSON document it printed last."""
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
-    res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT} {args}", node=node, timeout=2400)
+    res = lab.run(f"cd {share} && python3 {SCRIPT} {args}", node=node, timeout=2400)
     if res.exit_code != 0:
-        raise AssertionError(f"{node}: {GUEST_SCRIPT} {args}: exit {res.exit_code}: {res.stderr[-2000:]}")
+        raise AssertionError(f"{node}: {SCRIPT} {args}: exit {res.exit_code}: {res.stderr[-2000:]}")
     out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
 
@@ -66,15 +68,15 @@ def _detached(lab: Any, node: str, role: str, share: Path) -> Dict[str, Any]:
     share: no command of the guest's agent is outstanding while the host stops its QEMU."""
     project = getattr(lab, "guest_project_dir", "/opt/probekit")
     log = f"/tmp/fleet-{role}.log"
-    res = lab.run(f"cd {project} && (setsid python3 {GUEST_SCRIPT} {role} --to /results/fleet/{role}.json "
+    res = lab.run(f"cd {project} && (setsid python3 {SCRIPT} {role} --to /results/fleet/{role}.json "
                   f"</dev/null >{log} 2>&1 &)", node=node, timeout=120)
     if res.exit_code != 0:
-        raise AssertionError(f"{node}: {GUEST_SCRIPT} {role} did not start: {res.stderr[-2000:]}")
+        raise AssertionError(f"{node}: {SCRIPT} {role} did not start: {res.stderr[-2000:]}")
     done = share / f"{role}.json"
     deadline = time.monotonic() + 2400
     while not done.exists():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{node}: no {done.name} from {GUEST_SCRIPT} {role} after 2400 s")
+            raise AssertionError(f"{node}: no {done.name} from {SCRIPT} {role} after 2400 s")
         time.sleep(1)
     out: Dict[str, Any] = json.loads(done.read_text())
     return out

@@ -4,7 +4,7 @@ Runs inside a lab guest as root (Python 3.9+, stdlib only). Prints one JSON obje
 the tracefs state before, during (function_graph on) and after, the signal sent and
 discover's exit code. The signal is delivered to discover itself with default
 dispositions, as a terminal's Ctrl-C or a service manager's stop would deliver it.
-Usage: kill_check.py SIGNAL FUNCTION WORKLOAD  (SIGNAL: INT, TERM or HUP)
+Usage: python3 labs/checks/interrupt/guest.py SIGNAL FUNCTION WORKLOAD  (SIGNAL: INT, TERM or HUP)
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ discover it runs is the share's). Prints one JSON object. Steps:
 5. trace-cmd is stopped and its report counted; when discover refused to share (the
    global path, before 6.11) discover runs once more alone to show that path works.
 
-Usage: coexist_check.py FUNCTION MOUNT
+Usage: python3 labs/checks/coexist/guest.py FUNCTION MOUNT
 """
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from kill_check import TRACEFS, capturing_place, tracefs_state
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.interrupt.guest import TRACEFS, capturing_place, tracefs_state  # noqa: E402
+from labs.checks.shared import PROJECT, guest_path  # noqa: E402
 
-SHARE = "/opt/probekit"
-WORKLOAD = f"{SHARE}/labs/guest/workload.sh"
+WORKLOAD = guest_path("workload")
 #: written once the second discover has ended; the first one's workload waits for it
 SECOND_DONE = "/tmp/coexist-second.done"
 #: upper bound of that wait (and of every wait here): its expiry is reported, never judged
@@ -64,7 +66,7 @@ def dead_pid() -> int:
 
 
 def discover(args: List[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "discover", "callgraph", *args], cwd=SHARE,
+    return subprocess.Popen([sys.executable, "-m", "discover", "callgraph", *args], cwd=PROJECT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

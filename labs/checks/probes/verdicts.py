@@ -1,5 +1,5 @@
 """The probe checks' verdicts: what nfsslower, nfsdist and nfstop reported against what the
-known workload issued (labs/guest/probes_guest.py `main` and `v3only`, run in a guest).
+known workload issued (labs/checks/probes/guest.py `main` and `v3only`, run in a guest).
 
 Each verify_* raises AssertionError saying what is wrong; tests/lab/test_probes_lab.py runs
 them on every CI kernel, `labs test --topology pair --lab-results` on the pair's client.
@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from labs.guest.probes_guest import META_EXACT, META_SOME
 from discover.spec import OPS
+from labs.checks.shared import META_EXACT, META_SOME
 from probes.backend import major_minor
 from probes.bcc_backend import FENTRY_MIN_BCC
 from probes.core_backend import MODULE_TARGET_VERSION
@@ -102,7 +102,7 @@ def verify_nfsdist_counts_match_the_workload(results: Results, mount: str) -> No
 
 def verify_metadata_operations_are_counted(results: Results, mount: str) -> None:
     """mkdir, create, setattr, link, symlink, rename, access, readdir, lookup, unlink, rmdir in a
-    fresh directory (labs/guest/probes_guest.py metadata()): each counted as often as issued."""
+    fresh directory (labs/checks/probes/guest.py metadata()): each counted as often as issued."""
     run = data(results, "main")
     phase = "meta3" if mount == "nfs3" else "meta42"
     issued, seen, missed = run["phases"][phase]["issued"], run["seen"][phase]["ops"], run["seen"][phase].get("missed", {})
@@ -426,13 +426,13 @@ PROBE_CHECKS: List[Tuple[str, Callable[..., None], Tuple[str, ...]]] = [
 ]
 
 #: the checks of the `v3only` guest run. A QEMU pair skips that run (one bcc compile round
-#: less): its fault run starts all three tools on a v3-only client, and labs/faults.py's
+#: less): its fault run starts all three tools on a v3-only client, and labs/checks/faults/verdicts.py's
 #: verify_v4late and verify_nfstop_process check the same there.
 V3ONLY_CHECKS = (verify_nfstop_shows_the_workload_process, verify_every_command_runs_without_nfsv4,
                  verify_late_nfsv4_is_traced_by_the_running_tools)
 
 
 def guest_runs(with_faults: bool) -> Tuple[str, ...]:
-    """The probes_guest.py runs a lab makes: without v3only where the fault run checks the
+    """Which runs of the probes guest a lab makes: without v3only where the fault run checks the
     v3-only client (v3only unloads nfsv4: last)."""
     return ("main",) if with_faults else ("main", "v3only")

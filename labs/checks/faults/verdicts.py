@@ -1,6 +1,6 @@
 """Fault checks on a QEMU pair: the tools on the client while the server stops, restarts or loses packets.
 
-The client runs labs/guest/faults_guest.py (one nfsslower, nfsdist and nfstop each around
+The client runs labs/checks/faults/guest.py (one nfsslower, nfsdist and nfstop each around
 five phases of a mixed workload); the host plays the faults the guest cannot play itself: it
 stops the server's QEMU with SIGSTOP for PAUSE_S seconds and resumes it with SIGCONT, and
 restarts nfs-server in the server guest. They talk through the results share, which is
@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from discover.spec import DEFAULT_OPS
+from labs.checks.probes.verdicts import counted_once, mean_bucket, phase_hist
+from labs.checks.shared import GUEST_SCRIPTS, interval_in
 from labs.vm.base import SERVER, CommandResult
 from labs.vm.console import GuestFailure
-from labs.guest.probes_guest import interval_in
-from labs.probe_checks import counted_once, mean_bucket, phase_hist
 
-FAULTS_GUEST = "labs/guest/faults_guest.py"
+#: the guest side: the workload under the tools, through the phases
+SCRIPT = GUEST_SCRIPTS["faults"]
 PAUSE_S = 30.0
 #: NFSv3 procedures an operation of the mixed workload may wait in
 NFS3_PROCEDURES = {"NULL", "GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READ", "WRITE", "CREATE", "COMMIT",
@@ -85,7 +86,7 @@ def run_faults(lab: Any, progress: Progress = print, timeout: float = 2400.0) ->
 
     def guest() -> None:
         try:
-            box["result"] = lab.run(f"cd {share} && python3 {FAULTS_GUEST} run", timeout=timeout)
+            box["result"] = lab.run(f"cd {share} && python3 {SCRIPT} run", timeout=timeout)
         except Exception as exc:  # handed to the caller's thread
             box["error"] = exc
 
@@ -109,7 +110,7 @@ def run_faults(lab: Any, progress: Progress = print, timeout: float = 2400.0) ->
         raise box["error"]
     res: CommandResult = box["result"]
     if res.exit_code != 0:
-        raise AssertionError(f"{FAULTS_GUEST} exited {res.exit_code}: {res.stderr.strip()[-500:]}")
+        raise AssertionError(f"{SCRIPT} exited {res.exit_code}: {res.stderr.strip()[-500:]}")
     found = json.loads(res.stdout.strip().splitlines()[-1])
     if found.get("ok"):
         found["data"]["host"] = notes

@@ -1,4 +1,4 @@
-"""Verdicts on a local-filesystem lab run (labs/guest/fs_guest.py's JSON): fsslower, fsdist and
+"""Verdicts on a local-filesystem lab run (labs/checks/fs/guest.py's JSON): fsslower, fsdist and
 fstop -t FS against a known workload, without and with dm-delay under the filesystem.
 
 Each check takes the run's `data` and one filesystem, and fails with a message that names the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Tuple
 
-from labs.guest.probes_guest import interval_in
+from labs.checks.shared import interval_in
 
 #: what the workload issues per phase and which operations must show the delay
 BYTES_OPS = ("read", "write")
@@ -28,7 +28,7 @@ def _ops_of(run: Dict[str, Any]) -> List[str]:
 
 def _phase_of_interval(ts: str, phases: Dict[str, Any]) -> str:
     """The phase an interval printed at wall second `ts` belongs to ("" if none), by the NFS
-    checks' own window (probes_guest.interval_in)."""
+    checks' own window (shared.interval_in)."""
     return next((name for name, phase in phases.items() if interval_in(ts, phase)), "")
 
 

@@ -1,6 +1,6 @@
 """Guest side of the pair's fault checks: the tools watch a mixed workload while the server fails.
 
-Runs in the client guest of a QEMU pair (labs/faults.py drives it from the host) and prints
+Runs in the client guest of a QEMU pair (labs/checks/faults/verdicts.py drives it from the host) and prints
 one JSON document. nfsslower twice (`--ops all`, and bcc's default operations as a new user
 runs it; a threshold below the pause, a short stall interval), nfsdist (`--ops all`, 1 s
 intervals), nfstop (its default operations, 1 s intervals) and nfs-exporter (scraped every
@@ -18,7 +18,7 @@ The host is told through the results share (/results, the same directory on the 
 the guest writes PHASE.request once that phase's workload runs, the host acts and writes
 PHASE.done; the workload goes on for a few more rounds, then the next phase starts.
 
-  python3 labs/guest/faults_guest.py run
+  python3 labs/checks/faults/guest.py run
 """
 from __future__ import annotations
 
@@ -32,10 +32,12 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import probes_guest as pg  # noqa: E402  (the guest scripts' directory is not on sys.path by itself)
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.probes import guest as pg  # noqa: E402
+from labs.checks.shared import interval_in  # noqa: E402
 
-#: the host <-> guest handshake directory (labs/faults.py: results_dir / "faults")
+#: the host <-> guest handshake directory (labs/checks/faults/verdicts.py: results_dir / "faults")
 SIGNALS = "/results/faults"
 THRESHOLD_MS = 2000       # nfsslower's threshold: far below the 30 s pause
 STALL_INTERVAL_S = 5      # re-print a stuck operation at most this often
@@ -197,10 +199,10 @@ def netem_loss(device: str, percent: int) -> None:
 
 def label(intervals: List[Dict[str, Any]], phases: Dict[str, Any]) -> None:
     """An nfsdist interval belongs to the phase whose window holds its stamp (from the phase's
-    start to the moment nfsdist had printed the interval with its last operations: pg.interval_in),
+    start to the moment nfsdist had printed the interval with its last operations: interval_in),
     and to "gap" between phases (mounts, module loads)."""
     for interval in intervals:
-        interval["phase"] = next((name for name, p in phases.items() if pg.interval_in(interval["ts"], p)), "gap")
+        interval["phase"] = next((name for name, p in phases.items() if interval_in(interval["ts"], p)), "gap")
 
 
 def run() -> Dict[str, Any]:

@@ -1,11 +1,11 @@
 """Verdicts on the lab check of a client without LLVM, clang, bcc or kernel headers
-(labs/guest/nollvm_guest.py's JSON, one document of parts: purge, absent, v3only, fs, exporter).
+(labs/checks/nollvm/guest.py's JSON, one document of parts: purge, absent, v3only, fs, exporter).
 
 Those packages went, and nothing of them is left for a program to find; every tool ran from
 the installed package on core, which `--backend auto` chose; and each passed the verdicts its
-own check gives it elsewhere: labs/probe_checks.py's v3-only ones (nfsslower, nfsdist and nfstop
-count the workload), labs/fs_checks.py's (fsslower -t xfs counts it exactly and shows the
-delay, nothing left attached) and labs/exporter_checks.py's (the series move by the workload on
+own check gives it elsewhere: labs/checks/probes/verdicts.py's v3-only ones (nfsslower, nfsdist and nfstop
+count the workload), labs/checks/fs/verdicts.py's (fsslower -t xfs counts it exactly and shows the
+delay, nothing left attached) and labs/checks/exporter/verdicts.py's (the series move by the workload on
 its mount, one probe_info per op, SIGTERM detaches everything).
 """
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any, Callable, Dict, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from labs import exporter_checks as ec, fs_checks as fc
-from labs.guest.probes_guest import attach_kinds
-from labs.probe_checks import V3ONLY_CHECKS, data
+from labs.checks.exporter import verdicts as ec
+from labs.checks.fs import verdicts as fc
+from labs.checks.probes.verdicts import V3ONLY_CHECKS, data
+from labs.checks.shared import attach_kinds
 
 #: a package of each kind the purge must have removed: bcc's Python module, LLVM, clang, headers
 MUST_GO = ("python3-bpfcc", "libllvm", "libclang", "linux-headers-")

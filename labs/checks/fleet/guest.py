@@ -1,6 +1,6 @@
 """Guest side of the fleet check: one NFS server, two clients, one client's load beside the other's.
 
-Runs in each guest of a QEMU fleet (labs/fleet_checks.py drives it from the host), root,
+Runs in each guest of a QEMU fleet (labs/checks/fleet/verdicts.py drives it from the host), root,
 probekit's package installed. The guests meet through the results share: the host writes the
 phase (setup, before, heavy, drain, after, pause, resumed, stop, end) to /results/fleet/phase,
 each guest notes when it saw each phase and leaves markers there (light.tool, heavy.tool,
@@ -38,7 +38,7 @@ the client's RPC counters are read before its first and after its last: so the d
 what each client issued, request by request, which nfsdtop and nfs-exporter --nfsd on the
 server must show by address.
 
-  python3 labs/guest/fleet_guest.py ROLE [--to FILE]
+  python3 labs/checks/fleet/guest.py ROLE [--to FILE]
 """
 from __future__ import annotations
 
@@ -55,11 +55,12 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from exporter_guest import PROM_PORT, RULES, end, fetch, promql, service, start, wait_http  # noqa: E402
-from nfsdtop_guest import PROC_NAMES, nfs_clients  # noqa: E402
-from probes_guest import (EVIDENCE_WAIT_S, MOUNTS, kernel_attachments, nfs_server, stop, tool,  # noqa: E402
-                          wait_flushed, wait_ready)
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.exporter.guest import PROM_PORT, RULES, end, fetch, promql, service, start, wait_http  # noqa: E402
+from labs.checks.nfsdtop.guest import PROC_NAMES, nfs_clients  # noqa: E402
+from labs.checks.probes.guest import (EVIDENCE_WAIT_S, MOUNTS, kernel_attachments, nfs_server, stop, tool,  # noqa: E402
+                                      wait_flushed, wait_ready)
 
 SHARE = "/results/fleet"
 BLOCK = 64 * 1024
@@ -489,7 +490,7 @@ def main() -> int:
         "prepare": lambda: prepare(args[1])}
     if role not in roles or (role == "prepare" and args[1:2] not in (["light"], ["heavy"])) \
             or (role == "prom" and len(args) != 2):
-        print("usage: fleet_guest.py server|light|heavy|heavy-load|prom ADDRESS|prepare light|prepare heavy "
+        print("usage: fleet/guest.py server|light|heavy|heavy-load|prom ADDRESS|prepare light|prepare heavy "
               "[--to FILE]", file=sys.stderr)
         return 2
     try:

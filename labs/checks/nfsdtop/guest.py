@@ -18,7 +18,7 @@ neighbour and the quiet one, in nfsdtop's rows and the exporter's series. Then t
 `nfsdtop -C --by proc 2` and `nfsdtop -C --by export 2`, around the workload again, ended by
 Ctrl-C (SIGINT).
 
-  python3 labs/guest/nfsdtop_guest.py
+  python3 labs/checks/nfsdtop/guest.py
 """
 from __future__ import annotations
 
@@ -32,9 +32,10 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from probes_guest import (EVIDENCE_WAIT_S, MOUNTS, drop_caches, kernel_attachments, said, stop,  # noqa: E402
-                          tool, wait_ready)
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.probes.guest import (EVIDENCE_WAIT_S, MOUNTS, drop_caches, kernel_attachments, said,  # noqa: E402
+                                      stop, tool, wait_ready)
 
 #: /proc/net/rpc/nfsd's procedure counts, in the kernel's order, named as nfsd's pc_name
 PROC_NAMES = {

@@ -6,16 +6,20 @@ prints its totals then, so every operation the workload finished is in them, wha
 guest's speed. Prints one JSON document: what was issued, what nfsdist counted and reported
 missed, and the tracing programs before and after.
 
-  python3 labs/guest/smoke_guest.py
+  python3 labs/checks/smoke/guest.py
 """
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from typing import Any, Dict
 
-from probes_guest import MOUNTS, json_lines, kernel_attachments, prepare, stop, tool, wait_ready, workload
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from labs.checks.probes.guest import (MOUNTS, json_lines, kernel_attachments, prepare, stop, tool,  # noqa: E402
+                                      wait_ready, workload)
 
 
 def smoke() -> Dict[str, Any]:

@@ -5,13 +5,13 @@ over loopback with netem.
 Runs inside a lab guest (root, bcc, xfsprogs, btrfs-progs, dmsetup, samba, cifs-utils)
 from the read-only project share. Per local filesystem: a loop file under a dm `delay`
 device, mkfs, mounted at /mnt/probekit-FS; SMB: the lab's Samba share mounted with
-cache=strict and cache=loose (labs/guest/smb_share.sh), delayed by netem on lo. Each tool is started once (one at a time, so that two compilers never
+cache=strict and cache=loose (labs/checks/fs/smb_share.sh), delayed by netem on lo. Each tool is started once (one at a time, so that two compilers never
 share the guest's memory) and stays attached while every filesystem's phases run:
 `plain` (the workload, no delay) and `delay` (the same after `dmsetup reload` adds
 DELAY_MS to every I/O). One worker process runs every phase's workload (fsdist watches
 its pid alone: the root filesystem is ext4 too); phases are told apart by time: fsslower's
 events by their own timestamps, the interval tools' records by stamp, each phase ending
-once the tool has printed the interval read after its workload (probes_guest.wait_flushed)
+once the tool has printed the interval read after its workload (the probes guest's wait_flushed)
 and the next starting GAP_S later; the lab file systems are touched by nothing else.
 With --exporter, `nfs-exporter -t` over the same filesystems is started first, before any
 of them is mounted (so a filesystem whose module loads with its first mount, cifs, xfs,
@@ -19,7 +19,7 @@ btrfs on a fresh guest, is attached when it loads), and scraped right before and
 after each phase's workload, beside the tools.
 Prints one JSON document; tests/lab/test_fs_lab.py judges it.
 
-  python3 labs/guest/fs_guest.py [--exporter] [FS:TOOL ...]     (default: RUNS)
+  python3 labs/checks/fs/guest.py [--exporter] [FS:TOOL ...]     (default: RUNS)
 """
 from __future__ import annotations
 
@@ -33,9 +33,12 @@ import time
 import urllib.request
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from probes_guest import (EVIDENCE_WAIT_S, attach_kinds, json_lines, kernel_attachments, picks, said, stop, tool,
-                          wait_flushed, wait_ready, writes_and_two_fsyncs)
-from discover.spec import serves_fstype  # noqa: E402  (probes_guest put the share on sys.path)
+# run as a script (python3 PATH in the guest): its project tree is not on sys.path by itself
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+from discover.spec import serves_fstype  # noqa: E402
+from labs.checks.probes.guest import (EVIDENCE_WAIT_S, json_lines, kernel_attachments, picks, said, stop,  # noqa: E402
+                                      tool, wait_flushed, wait_ready, writes_and_two_fsyncs)
+from labs.checks.shared import attach_kinds, guest_path  # noqa: E402
 from probes.mounts import MountTable, kernel_dev, mount_dev  # noqa: E402
 
 #: which tool proves which filesystem, as issue 13 names them (fsslower at 0 ms: every
@@ -45,7 +48,7 @@ RUNS: Tuple[Tuple[str, str], ...] = (("xfs", "fsslower"), ("ext4", "fsdist"), ("
 STOP_SIGNAL = {"fsslower": signal.SIGTERM, "fsdist": signal.SIGINT, "fstop": signal.SIGHUP}
 #: the SMB client enters through other functions per cache mode: both are mounted and worked
 CIFS_MODES = ("strict", "loose")
-SMB_SHARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smb_share.sh")
+SMB_SHARE = guest_path("smb_share")
 #: added to every read and write of the device in the `delay` phase: under TCG an undelayed
 #: fsync of a loop device took up to 65 ms and a cold 64 KiB read 190 ms, so 600 ms (log2
 #: bucket 524-1048 ms) stands well apart
@@ -126,7 +129,7 @@ class DelayedFs:
 
 
 class SmbFs:
-    """The lab's SMB share mounted once per cache mode (labs/guest/smb_share.sh); the delay is
+    """The lab's SMB share mounted once per cache mode (labs/checks/fs/smb_share.sh); the delay is
     netem on lo, half of DELAY_MS each way, so that every request and its reply add DELAY_MS."""
 
     def __init__(self, fs: str) -> None:

@@ -1,4 +1,4 @@
-"""Judging the nfsdtop lab run (labs/guest/nfsdtop_guest.py) against the server's own counters.
+"""Judging the nfsdtop lab run (labs/checks/nfsdtop/guest.py) against the server's own counters.
 
 Each check takes the guest's `data` and asserts one property: nfsdtop's requests per NFSv3
 procedure equal the differences of /proc/net/rpc/nfsd over the run (NFSv3 carries nothing but
