@@ -1,5 +1,5 @@
 #!/bin/sh
-# The runs docs/examples/ quotes (labs/examples.py): each tool in its text layout (and
+# The runs docs/examples/ quotes (labs/capture/examples.py): each tool in its text layout (and
 # nfsslower's -j, --json, -M and stuck-operation lines, nfsdist --per-mount, nfstop --by
 # cgroup, one nfs-exporter scrape) around a known workload, in a single-guest lab.
 # NFS runs have netem on lo (50 ms per packet: about 100 ms per round trip, 1.6 s for the

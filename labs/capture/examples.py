@@ -1,11 +1,11 @@
 """docs/examples/TOOL_example.txt: per tool, the command, its real output, how to read it, caveats, --help.
 
-Why generated: the outputs must be a lab's (CAPTURES, written by labs/guest/capture_examples.sh
+Why generated: the outputs must be a lab's (CAPTURES, written by labs/capture/capture_examples.sh
 in a lab guest; discover's from the real captures in tests/fixtures/6.1.0-50-amd64) and the
 --help the code's of today. Written by hand, both drift from what the tools print;
 tests/test_examples.py checks the files against the captures, the help and the tools' headers.
 
-    python3 -m labs.examples          # rewrite docs/examples/ (no root, no VM)
+    python3 -m labs.capture.examples          # rewrite docs/examples/ (no root, no VM)
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: the lab runs the tool examples quote (README.md there: where, when, how); fs/: the -t FS tools'
 CAPTURES = REPO / "tests" / "fixtures" / "6.12.117+deb13-amd64" / "examples"
 FS_CAPTURES = CAPTURES / "fs"
@@ -86,7 +86,7 @@ def lab_provenance(part: str, where: Path = CAPTURES) -> str:
     source = "" if tree == "/opt/probekit" else f", the tools from {tree.rsplit('/', 1)[-1]}"
     return (f"Real output of a lab run: Debian kernel {kernel}, bcc {bcc}, {python}, {when[:10]}, a "
             f"single-guest QEMU lab (NFS server and client in one VM, mounts over 127.0.0.1), "
-            f"labs/guest/capture_examples.sh {part}{source}; the captures: {where.relative_to(REPO)}/, "
+            f"labs/capture/capture_examples.sh {part}{source}; the captures: {where.relative_to(REPO)}/, "
             f"how they were made: {CAPTURES.relative_to(REPO)}/README.md.")
 
 
@@ -550,7 +550,7 @@ def discover() -> Example:
         "Real kernel data: function_graph captures and the kernel profile of a Debian 6.1.0-50 "
         f"lab guest ({DISCOVER_61}/, README.md there). These commands need neither root nor "
         "tracefs; the outputs below are what they print on those files today (python3 -m "
-        "labs.examples runs them).",
+        "labs.capture.examples runs them).",
         sections,
         "callgraph on a live kernel needs root and function_graph (tracefs settings are "
         "restored on exit; 6.11 and later capture in a private instance). A capture holds "
