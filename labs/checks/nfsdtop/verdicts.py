@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Tuple
 
-from probes.commands import _server_rows, proc_label
+from probes.commands import proc_label, server_rows
 from probes.exports import exported_paths
 
 
@@ -135,9 +135,9 @@ def verify_every_nfsv3_request_names_the_export(data: Dict[str, Any]) -> None:
     server = {k: v for k, v in data["server_delta"].items() if k.startswith("NFSv3 ")}
     assert {k: v for k, v in by_export.get(export, {}).items() if k.startswith("NFSv3 ")} == server, (by_export, server)
     for interval in intervals(data):
-        rows = _server_rows({(p["client"], p["program"], p["version"], p["proc"], p["export"]):
-                             {**p, "slots": dict(p["slots"])} for p in interval["requests"]}, interval["seconds"],
-                            [], "export")
+        rows = server_rows({(p["client"], p["program"], p["version"], p["proc"], p["export"]):
+                            {**p, "slots": dict(p["slots"])} for p in interval["requests"]}, interval["seconds"],
+                           [], "export")
         assert sum(row["requests"] for row in rows) == sum(p["count"] for p in interval["requests"]), rows
 
 
