@@ -289,8 +289,9 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
 
     def fault_checks(self) -> None:
-        """The pair's fault checks (labs/checks/faults/verdicts.py): one guest run, one check per fault."""
-        from labs.checks.faults.verdicts import FAULT_CHECKS, run_faults
+        """The pair's fault checks (labs/checks/faults/): one guest run, one check per fault."""
+        from labs.checks.faults.run import run_faults
+        from labs.checks.faults.verdicts import FAULT_CHECKS
         found: Dict[str, Any] = {}
 
         def faults_run() -> str:
@@ -307,9 +308,10 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 self.check(name, lambda v=verify: v(found))
 
     def fleet_checks(self) -> None:
-        """The fleet check (labs/checks/fleet/verdicts.py) on a lab with two clients: one run of the three
-        guests at once, one check per verdict; the run's JSON is fleet.json in the run directory."""
-        from labs.checks.fleet.verdicts import FLEET_CHECKS, run_fleet, summary
+        """The fleet check (labs/checks/fleet/) on a lab with two clients: one run of the three guests
+        at once, one check per verdict; the run's JSON is fleet.json in the run directory."""
+        from labs.checks.fleet.run import run_fleet
+        from labs.checks.fleet.verdicts import FLEET_CHECKS, summary
         found: Dict[str, Any] = {}
 
         def fleet_run() -> str:

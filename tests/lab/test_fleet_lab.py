@@ -1,4 +1,4 @@
-"""Lab test of a shared NFS server and two clients: client-a's load slows client-b (labs/checks/fleet/verdicts.py).
+"""Lab test of a shared NFS server and two clients: client-a's load slows client-b (labs/checks/fleet/).
 
 On the fleet kernels of tests/lab/conftest.py (FULL_MATRIX's "fleet"), whose job boots three guests:
 the server and client-a and client-b, each client on its own socket link. One guest run drives
@@ -16,7 +16,7 @@ from typing import Any, Dict
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
-from labs.checks.fleet import verdicts as fc
+from labs.checks.fleet import run as fleet, verdicts as fc
 
 pytestmark = pytest.mark.lab
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.lab
 @guest_run("fleet", fixture="fleet_data")
 def run_fleet(kernel_lab: Any) -> Dict[str, Any]:
     with kernel_lab.timed("fleet"):
-        out = fc.run_fleet(kernel_lab.lab, kernel_lab.artifacts, progress=lambda line: print(line, flush=True))
+        out = fleet.run_fleet(kernel_lab.lab, kernel_lab.artifacts, progress=lambda line: print(line, flush=True))
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
     (kernel_lab.artifacts / "fleet.json").write_text(json.dumps(out, indent=1) + "\n")
     print(f"[fleet lab] {kernel_lab.kernel}: {kernel_lab.times['fleet']:.0f} s", flush=True)

@@ -1,6 +1,6 @@
 """Guest side of the pair's fault checks: the tools watch a mixed workload while the server fails.
 
-Runs in the client guest of a QEMU pair (labs/checks/faults/verdicts.py drives it from the host) and prints
+Runs in the client guest of a QEMU pair (labs/checks/faults/run.py drives it from the host) and prints
 one JSON document. nfsslower twice (`--ops all`, and bcc's default operations as a new user
 runs it; a threshold below the pause, a short stall interval), nfsdist (`--ops all`, 1 s
 intervals), nfstop (its default operations, 1 s intervals) and nfs-exporter (scraped every
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 from labs.checks.probes import guest as pg  # noqa: E402
 from labs.checks.shared import interval_in  # noqa: E402
 
-#: the host <-> guest handshake directory (labs/checks/faults/verdicts.py: results_dir / "faults")
+#: the host <-> guest handshake directory (labs/checks/faults/run.py: results_dir / "faults")
 SIGNALS = "/results/faults"
 THRESHOLD_MS = 2000       # nfsslower's threshold: far below the 30 s pause
 STALL_INTERVAL_S = 5      # re-print a stuck operation at most this often

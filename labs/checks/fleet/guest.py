@@ -1,6 +1,6 @@
 """Guest side of the fleet check: one NFS server, two clients, one client's load beside the other's.
 
-Runs in each guest of a QEMU fleet (labs/checks/fleet/verdicts.py drives it from the host), root,
+Runs in each guest of a QEMU fleet (labs/checks/fleet/run.py drives it from the host), root,
 probekit's package installed. The guests meet through the results share: the host writes the
 phase (setup, before, heavy, drain, after, pause, resumed, stop, end) to /results/fleet/phase,
 each guest notes when it saw each phase and leaves markers there (light.tool, heavy.tool,
