@@ -24,8 +24,8 @@ from typing import Dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labs.vm.images import build_image  # noqa: E402
 from labs.integration import run_integration  # noqa: E402
+from labs.vm.images import build_image  # noqa: E402
 from labs.vm.libvirt_daemons import ensure_daemons  # noqa: E402
 from labs.vm.vagrant import VagrantLab  # noqa: E402
 from labs.vm.vagrant_box import box_installed, box_name, ensure_box  # noqa: E402

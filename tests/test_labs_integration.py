@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Dict, List, Sequence, Union
 
+from labs.integration import run_integration
 from labs.vm.base import CLIENT, CommandResult, Lab
 from labs.vm.console import GuestFailure
-from labs.integration import run_integration
 
 DEATH = ("client (kernel 7.2.13+deb14-amd64): kernel panic on the guest console: "
          "'Kernel panic - not syncing: Fatal exception' (console log: /tmp/x/client.console.log)")

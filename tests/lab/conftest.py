@@ -37,9 +37,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from discover.errors import UserError
+from labs.install import install_tools
 from labs.vm.base import Lab
 from labs.vm.console import GuestFailure
-from labs.install import install_tools
 from labs.vm.qemu import QemuLab
 from lab_lanes import Job, Lanes
 
