@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from discover.errors import UserError
-from labs import images
+from labs.vm import images
 
 
 @pytest.mark.parametrize("kernel, suite", [

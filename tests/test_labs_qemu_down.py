@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.qemu import QemuLab
+from labs.vm.qemu import QemuLab
 
 SLEEPER = "import time; time.sleep(120)"
 
@@ -46,7 +46,7 @@ def test_a_stopped_qemu_is_reported_at_once(tmp_path: Path, monkeypatch: pytest.
     import signal
     import time
 
-    from labs.console import GuestFailure
+    from labs.vm.console import GuestFailure
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
     guest = subprocess.Popen([sys.executable, "-c", SLEEPER])
     try:
@@ -79,10 +79,10 @@ def test_a_slow_boot_waits_while_the_console_prints(tmp_path: Path, monkeypatch:
     import threading
     import time
 
-    import labs.qemu
-    from labs.console import GuestFailure
+    import labs.vm.qemu
+    from labs.vm.console import GuestFailure
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
-    monkeypatch.setattr(labs.qemu, "READY_POLL_S", 0.05)
+    monkeypatch.setattr(labs.vm.qemu, "READY_POLL_S", 0.05)
     guest = subprocess.Popen([sys.executable, "-c", SLEEPER])
     lab = QemuLab(kernel="6.1", topology="single", name="slow", ssh=False)
     lab.nodes = lab.plan_nodes()
@@ -116,7 +116,7 @@ def test_a_listening_link_socket_is_seen_without_connecting_to_it() -> None:
     peer: a test connection would take the client's place), read from /proc/net/tcp."""
     import socket
 
-    from labs.qemu import tcp_listening
+    from labs.vm.qemu import tcp_listening
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         port = server.getsockname()[1]
@@ -129,7 +129,7 @@ def test_a_listening_link_socket_is_seen_without_connecting_to_it() -> None:
 def test_a_fleet_is_saved_reattached_and_taken_down_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A three-guest lab's state names every guest, with its address and link port; a later
     process (`labs down`) reattaches to all three and stops each."""
-    from labs.images import ImageInfo
+    from labs.vm.images import ImageInfo
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
     lab = QemuLab(kernel="7.3", topology="fleet", name="fleet", ssh=False)
     lab.image = ImageInfo(key="test", suite="trixie", kernel_release="7.3.0-test-amd64", directory=tmp_path,
