@@ -315,9 +315,23 @@ def state_cases() -> Iterator[bi.Case]:
     for label, backend in (("backend-unknown", "xen\n"), ("backend-binary", b"\xff\xfe\0")):
         yield bi.Case(f"state/marker/{label}", ["labs", "run", "--name", "x", "--", "true"],
                       files={"../cache/labs/x.backend": backend}, match="labs down --name x")
-    # a stale marker is recoverable: `labs down` clears it (and then `labs up` is not refused)
+    # `labs down` clears a state that is not a lab's, as the lines above say, but not silently:
+    # one line naming the file and what is wrong, exit 1 (a script must not take it for a clean stop)
+    broken: Dict[str, Any] = {**{label: json.dumps(doc) for label, doc in mangles.items()},
+                              "not-json": "{", "directory": lambda path: path.mkdir()}
+    whole = {"not-json": "lab state is not JSON", "directory": "Is a directory"}
+    for label, content in broken.items():
+        line = f"{whole[label]}; cleared it: lab 'x' is down" if label in whole else "lab state: "
+        yield bi.Case(f"state/down/{label}", ["labs", "down", "--name", "x"],
+                      files={"../cache/labs/x.backend": "qemu\n", "../cache/labs/x/state.json": content},
+                      match=f"labs: error: {{home}}/cache/labs/x/state.json: {line}")
+    yield bi.Case("state/down/marker-unknown", ["labs", "down", "--name", "x"],
+                  files={"../cache/labs/x.backend": "xen\n"},
+                  match="labs: error: {home}/cache/labs/x.backend: unknown backend 'xen'; cleared it: lab 'x' is down")
+    # a stale marker (a `labs up` killed before it wrote any state) is recoverable: `labs down`
+    # clears it (and then `labs up` is not refused)
     yield bi.Case("state/down-clears-stale", ["labs", "down", "--name", "x"], code=0, lines=0,
-                  files={"../cache/labs/x.backend": "qemu\n", "../cache/labs/x/state.json": "{"})
+                  files={"../cache/labs/x.backend": "qemu\n"})
     # a marker without state (a `labs up` killed before it wrote any): not "run `labs up`", which refuses
     for command in (["status"], ["run", "--", "true"], ["shell"]):
         yield bi.Case(f"state/{command[0]}/stale-marker", ["labs", command[0], "--name", "x"] + command[1:],
