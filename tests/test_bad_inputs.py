@@ -589,9 +589,25 @@ def refusal_cases() -> Iterator[bi.Case]:
                       match="error: cannot use the cache directory {cwd}/cache (PROBEKIT_CACHE): Not a directory: ")
 
 
+def profile_cache_cases() -> Iterator[bi.Case]:
+    """PROBEKIT_PROFILE_CACHE naming a file (or a path under one): the variable and what is
+    wrong, before the kernel is fetched (a version) or analysed (a package directory)."""
+    for label, kernel in (("version", "6.1"), ("package", "{cwd}/pkg")):
+        for value, line in (("afile", "PROBEKIT_PROFILE_CACHE={cwd}/afile is a file, not a directory; "),
+                            ("afile/sub", "PROBEKIT_PROFILE_CACHE={cwd}/afile/sub: {cwd}/afile is a file, not a "
+                                          "directory; ")):
+            yield bi.Case(f"refuse/profile-cache-{value.replace('/', '-')}/{label}",
+                          ["probes", "compat", str(bi.SPEC), "--kernel", kernel],
+                          files={"afile": "x", "pkg/linux-image.deb": b"!<arch>\n"},
+                          env={"PROBEKIT_PROFILE_CACHE": "{cwd}/" + value},
+                          match=f"probes: error: {line}point it at a directory (or unset it for "
+                                "{home}/cache/profiles)")
+
+
 def all_cases() -> List[bi.Case]:
     return [*file_cases(), *graph_cases(), *profile_cases(), *spec_cases(), *lab_cases(), *state_cases(),
-            *option_cases(), *output_cases(), *refusal_cases(), *signal_cases(), *package_signal_cases()]
+            *option_cases(), *output_cases(), *refusal_cases(), *profile_cache_cases(),
+            *signal_cases(), *package_signal_cases()]
 
 
 def _inputs_dir() -> Path:
