@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
@@ -604,9 +605,37 @@ def profile_cache_cases() -> Iterator[bi.Case]:
                                 "{home}/cache/profiles)")
 
 
+#: a package index as the private apt keeps it (one kernel), fetched three days ago
+OLD_INDEX = "pc/apt/state/lists/deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages"
+OLD_INDEX_TIME = time.time() - 3 * 86400 - 600
+OLD_INDEX_TEXT = ("Package: linux-image-6.1.0-99-amd64\nArchitecture: amd64\nVersion: 6.1.999-1\n"
+                  "Filename: pool/main/l/linux-signed-amd64/linux-image-6.1.0-99-amd64_6.1.999-1_amd64.deb\n"
+                  "Size: 100\nDescription: Linux 6.1 for 64-bit PCs (signed)\n\n")
+
+
+def _old_index(path: Path) -> None:
+    path.write_text(OLD_INDEX_TEXT)
+    os.utime(path, (OLD_INDEX_TIME, OLD_INDEX_TIME))
+
+
+def old_index_cases() -> Iterator[bi.Case]:
+    """Offline (apt's proxy a closed port: apt-get update exits 0 and keeps the old lists), a
+    kernel the lists do not have: the answer says how old the lists are, and that updating
+    them failed."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(OLD_INDEX_TIME))
+    for label, argv in (("fetch-kernel", ["probes", "fetch-kernel", "9.99"]),
+                        ("compat", ["probes", "compat", str(bi.SPEC), "--kernel", "9.99"])):
+        yield bi.Case(f"refuse/old-package-lists/{label}", argv,
+                      files={OLD_INDEX: _old_index, "apt.conf": 'Acquire::http::Proxy "http://127.0.0.1:9";\n'},
+                      env={"PROBEKIT_CACHE": "{cwd}/pc", "APT_CONFIG": "{cwd}/apt.conf"}, keep=("pc",),
+                      match="probes: error: no Debian amd64 kernel 9.99 in bullseye, bookworm, bookworm-backports, "
+                            f"trixie, trixie-backports, sid (available: 6.1); package lists from {when} (3 days "
+                            "old): updating them failed (Failed to fetch http://deb.debian.org/debian/dists/")
+
+
 def all_cases() -> List[bi.Case]:
     return [*file_cases(), *graph_cases(), *profile_cases(), *spec_cases(), *lab_cases(), *state_cases(),
-            *option_cases(), *output_cases(), *refusal_cases(), *profile_cache_cases(),
+            *option_cases(), *output_cases(), *refusal_cases(), *profile_cache_cases(), *old_index_cases(),
             *signal_cases(), *package_signal_cases()]
 
 
