@@ -205,8 +205,8 @@ def test_labs_up_on_a_broken_cache_entry_says_it_before_anything_starts(tmp_path
     (directory / "image.json").write_text("{")
     res = subprocess.run([str(Path(sys.executable).parent / "labs"), "up", "--kernel", "6.1"], capture_output=True,
                          text=True, timeout=120, stdin=subprocess.DEVNULL,
-                         env=dict(os.environ, PROBEKIT_CACHE=str(tmp_path / "cache"), HOME=str(tmp_path), PATH=str(tmp_path),
-                                  PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+                         env=dict(os.environ, PROBEKIT_CACHE=str(tmp_path / "cache"), HOME=str(tmp_path),
+                                  PATH=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     assert (res.returncode, res.stderr) == (1, f"labs: error: {directory}/image.json: image record is not JSON; "
                                                f"remove {directory} and `labs up` builds the image again\n")
     assert not (tmp_path / "cache" / "labs").exists()
