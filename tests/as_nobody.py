@@ -31,7 +31,6 @@ class View:
     """The checkout and the venv as the unprivileged command sees them."""
 
     def __init__(self, top: Path) -> None:
-        self.top = top
         self.binds: List[Tuple[Path, Path]] = []
         if AS_ROOT:
             self.binds.append((REPO, top / "repo"))
