@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from discover.errors import UserError, check_output, run_cli, write_file
-from labs.vm.base import CLIENT, Lab
+from labs.vm.base import CLIENT, BrokenState, Lab
 from labs.vm.qemu import TOPOLOGIES
 
 BACKENDS = ("qemu", "vagrant")
@@ -68,7 +68,7 @@ def attach_lab(name: str = "default") -> Lab:
     _require_access(name, write=False)
     backend = marker.read_text(errors="replace").strip()
     if backend not in BACKENDS:
-        raise UserError(f"{marker}: unknown backend {backend[:40]!r}; `labs down --name {name}` clears it")
+        raise BrokenState(f"{marker}: unknown backend {backend[:40]!r}", name)
     if backend == "qemu":
         from labs.vm.qemu import QemuLab, lab_state_dir
         if not (lab_state_dir(name) / "state.json").exists():  # `labs up` refuses while the marker is there
@@ -197,7 +197,10 @@ def down(name: str) -> None:
     _require_access(name, write=True)
     try:
         lab = attach_lab(name)
-    except UserError:  # no marker, or a marker/state a crash left behind: clear what is there
+    except BrokenState as exc:  # cleared as a crash's leftovers are, and said: it was not a lab's state
+        _clear_stale(name)
+        raise UserError(f"{exc.problem}; cleared it: lab {name!r} is down") from None
+    except UserError:  # no marker, or a marker without state (a `labs up` killed early): clear what is there
         click.echo(f"lab {name!r} down (stale state cleared)" if _clear_stale(name) else f"lab {name!r} is not up")
         return
     lab.down()

@@ -1,9 +1,9 @@
 """`down` also stops guests that an interrupted earlier process left running.
 
 A killed test run leaves its QEMU up with no process that knows its pid; the next run's
-`down` (before `up`) must find it through state.json, and kill only a process whose argv
-carries this lab's `-name`. Real processes stand in for QEMU here: what is checked is the
-pid bookkeeping, not QEMU.
+`down` (before `up`) must find it by the `-name` in its argv, this lab's and no other's,
+whatever state.json says (a crash can leave it unreadable). Real processes stand in for
+QEMU here: what is checked is the pid bookkeeping, not QEMU.
 """
 from __future__ import annotations
 
@@ -20,21 +20,27 @@ from labs.vm.qemu import QemuLab
 SLEEPER = "import time; time.sleep(120)"
 
 
-def test_down_stops_a_guest_left_by_an_earlier_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("state", ["recorded", "not-json", "absent"])
+def test_down_stops_a_guest_left_by_an_earlier_process(state: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
     left = subprocess.Popen([sys.executable, "-c", SLEEPER, "-name", "probekit-orphan-lab"])
     stranger = subprocess.Popen([sys.executable, "-c", SLEEPER, "-name", "probekit-other-lab"])
+    mention = subprocess.Popen([sys.executable, "-c", SLEEPER, "probekit-orphan-lab"])  # e.g. a grep for it
     try:
         lab = QemuLab(kernel="6.1", topology="single", name="orphan", ssh=False)
         lab.state_dir.mkdir(parents=True)
         # an earlier process recorded both pids (the second as if reused by another program)
-        (lab.state_dir / "state.json").write_text(json.dumps({"pids": {"lab": left.pid, "server": stranger.pid}}))
+        text = {"recorded": json.dumps({"pids": {"lab": left.pid, "server": stranger.pid}}), "not-json": "{"}
+        if state in text:
+            (lab.state_dir / "state.json").write_text(text[state])
         lab.down()
         assert left.wait(timeout=10) is not None
         assert stranger.poll() is None, "a process without this lab's -name was killed"
+        assert mention.poll() is None, "a process naming this lab's guest, not as its -name, was killed"
         assert not (lab.state_dir / "state.json").exists()
     finally:
-        for proc in (left, stranger):
+        for proc in (left, stranger, mention):
             proc.kill()
             proc.wait()
 

@@ -5,9 +5,21 @@ import abc
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Sequence, Union
 
+from discover.errors import UserError
+
 #: Node names. In the single-guest topology both names reach the same guest.
 SERVER = "server"
 CLIENT = "client"
+
+
+class BrokenState(UserError):
+    """A lab's recorded state that is not a lab's (a crash, a hand edit): every command but
+    `labs down` refuses it, saying that `labs down` clears it; `labs down` clears it and
+    still says what was wrong, non-zero, so that a script does not take it for a clean stop."""
+
+    def __init__(self, problem: str, name: str) -> None:
+        super().__init__(f"{problem}; `labs down --name {name}` clears it")
+        self.problem = problem
 
 
 class CommandResult(NamedTuple):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 from discover.errors import UserError, cache_root
+from discover.schema import ListOf, MapOf, NonEmpty, Record, validate
 
 #: Bump when the build steps change in a way that changes the image.
 BUILDER_VERSION = "1"
@@ -77,6 +78,49 @@ class ImageInfo(NamedTuple):
         path_fields = {"directory", "rootfs", "vmlinuz", "initrd", "ssh_private_key", "ssh_public_key"}
         values = {k: (Path(str(v)) if k in path_fields else v) for k, v in data.items()}
         return cls(**values)  # type: ignore[arg-type]
+
+
+#: the paths image.json records, by name only: the image's files in its own directory, the lab
+#: key pair in the cache's ssh directory. A cache copied elsewhere and named by PROBEKIT_CACHE
+#: is read where it lies now (an absolute path recorded by an older builder is re-rooted too).
+IMAGE_FILES = ("rootfs", "vmlinuz", "initrd")
+KEY_FILES = ("ssh_private_key", "ssh_public_key")
+IMAGE_RECORD = Record({"key": str, "suite": str, "kernel_release": str, "packages": ListOf(str),
+                       **{name: NonEmpty() for name in IMAGE_FILES + KEY_FILES}},
+                      {"directory": str, "kernels": MapOf(str)}, closed=True)
+
+
+def write_image_record(info: ImageInfo, path: Path) -> None:
+    """image.json of a built image, without any absolute path (IMAGE_FILES)."""
+    data = info.to_json()
+    del data["directory"]
+    data.update({name: getattr(info, name).name for name in IMAGE_FILES + KEY_FILES})
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def read_image_record(path: Path, suite: str) -> ImageInfo:
+    """The image whose image.json is `path`, as seen by one of its kernel suites, its files
+    found beside the record; a record that cannot be read, is not an image's, or whose
+    files are gone is one line naming the file (before anything boots from it)."""
+    hint = f"; remove {path.parent} and `labs up` builds the image again"
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: {exc.strerror or exc}{hint}") from None
+    except (ValueError, RecursionError):
+        raise UserError(f"{path}: image record is not JSON{hint}") from None
+    try:
+        validate(data, IMAGE_RECORD, str(path), "image record")
+    except UserError as exc:
+        raise UserError(f"{exc}{hint}") from None
+    data["directory"] = path.parent
+    data.update({name: path.parent / Path(data[name]).name for name in IMAGE_FILES})
+    data.update({name: cache_root() / "ssh" / Path(data[name]).name for name in KEY_FILES})
+    info = _for_suite(ImageInfo(**data), suite)
+    for name in IMAGE_FILES:
+        if not getattr(info, name).is_file():
+            raise UserError(f"{path}: the image's {name} {getattr(info, name)} is missing{hint}")
+    return info
 
 
 def suite_for_kernel(kernel: str) -> str:
@@ -167,7 +211,7 @@ def cached_image(kernel: str) -> Optional[ImageInfo]:
     key = image_key(suite, read_package_list(suite), key_path.read_bytes())
     info_file = cache_root() / "images" / key / "image.json"
     if info_file.exists():
-        return _for_suite(ImageInfo.from_json(json.loads(info_file.read_text())), suite)
+        return read_image_record(info_file, suite)
     return None
 
 
@@ -187,7 +231,7 @@ def build_image(kernel: str = "6.1", progress: Progress = print, rebuild: bool =
     images.mkdir(parents=True, exist_ok=True)
     with _locked(images / f"{key}.lock"):
         if final.exists() and (final / "image.json").exists() and not rebuild:
-            info = _for_suite(ImageInfo.from_json(json.loads((final / "image.json").read_text())), suite)
+            info = read_image_record(final / "image.json", suite)
             progress(f"[image] cached {key} (kernel {info.kernel_release})")
             _check_series(kernel, info)
             return info
@@ -260,7 +304,7 @@ def _build(suite: str, packages: List[str], key: str, work: Path, final: Path,
                      rootfs=final / "rootfs.qcow2", vmlinuz=final / f"vmlinuz-{base}",
                      initrd=final / f"initrd.img-{base}", ssh_private_key=private_key,
                      ssh_public_key=private_key.with_suffix(".pub"), packages=packages, kernels=kernels)
-    (out / "image.json").write_text(json.dumps(info.to_json(), indent=2) + "\n")
+    write_image_record(info, out / "image.json")
     if final.exists():
         shutil.rmtree(final)
     os.rename(out, final)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 from discover.errors import UserError
 from discover.schema import ANY, ListOf, MapOf, Nullable, OneOf, Record, validate
 from labs.vm.agent import AgentError, AgentTimeout, connect, run_command
-from labs.vm.base import CLIENT, SERVER, CommandResult, Lab
+from labs.vm.base import CLIENT, SERVER, BrokenState, CommandResult, Lab
 from labs.vm.console import ConsoleWatch, GuestFailure, failure
 from labs.vm.images import ImageInfo, build_image, cache_root
 
@@ -102,17 +102,16 @@ STATE = Record({"kernel": str, "topology": OneOf(*TOPOLOGIES), "ssh": bool, "mem
 
 def read_state(path: Path, name: str) -> Dict[str, Any]:
     """A lab's state.json, checked; a broken one is one line that says how to clear it."""
-    hint = f"; `labs down --name {name}` clears it"
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
-        raise UserError(f"{path}: {exc.strerror or exc}{hint}") from None
+        raise BrokenState(f"{path}: {exc.strerror or exc}", name) from None
     except (ValueError, RecursionError):
-        raise UserError(f"{path}: lab state is not JSON{hint}") from None
+        raise BrokenState(f"{path}: lab state is not JSON", name) from None
     try:
         validate(data, STATE, str(path), "lab state")
     except UserError as exc:
-        raise UserError(f"{exc}{hint}") from None
+        raise BrokenState(str(exc), name) from None
     return data
 
 
@@ -504,20 +503,18 @@ class QemuLab(Lab):
             _terminate(pid)
 
     def _recorded_pids(self) -> Set[int]:
-        """Guests of this lab that an interrupted earlier process left running: the pids in its
-        state.json that still are this lab's QEMU (their -name says so)."""
-        try:
-            recorded = json.loads((self.state_dir / "state.json").read_text()).get("pids", {})
-        except (OSError, ValueError):
-            return set()
+        """Guests of this lab that an interrupted earlier process left running: every process
+        started with one of this lab's QEMU names (`-name probekit-NAME-NODE`). Found by name,
+        not through state.json's pids, which a crash or a hand edit can leave unreadable."""
+        names = {self.qemu_name(node).encode() for topology in TOPOLOGIES.values() for node in topology.nodes}
         found = set()
-        for node, pid in recorded.items():
+        for proc in Path("/proc").iterdir():
             try:
-                argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
-            except (OSError, ValueError):
+                argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            except OSError:
                 continue
-            if self.qemu_name(node).encode() in argv:
-                found.add(int(pid))
+            if any(flag == b"-name" and value in names for flag, value in zip(argv, argv[1:])):
+                found.add(int(proc.name))
         return found
 
     def signal_node(self, node: str, sig: int) -> int:
