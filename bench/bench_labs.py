@@ -21,9 +21,9 @@ from typing import Dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labs.images import build_image  # noqa: E402
 from labs.integration import run_integration  # noqa: E402
-from labs.qemu import QemuLab  # noqa: E402
+from labs.vm.images import build_image  # noqa: E402
+from labs.vm.qemu import QemuLab  # noqa: E402
 
 TARGET_WARM_TEST_S = 300.0
 

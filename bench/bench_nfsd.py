@@ -44,11 +44,10 @@ from bench_attach import attached_kinds
 from bench_probes import prog_stats
 from lab_run import PROJECT, install_probekit, run_in_lab
 
-sys.path.insert(0, os.path.join(PROJECT, "labs", "guest"))
 sys.path.insert(0, PROJECT)
-from labs.nfsdtop_checks import totals  # noqa: E402
-from nfsdtop_guest import server_counters  # noqa: E402
-from probes_guest import kernel_attachments, stop, tool, wait_ready  # noqa: E402
+from labs.checks.nfsdtop.guest import server_counters  # noqa: E402
+from labs.checks.nfsdtop.verdicts import totals  # noqa: E402
+from labs.checks.probes.guest import kernel_attachments, stop, tool, wait_ready  # noqa: E402
 
 PATH = "/mnt/nfs3/work/bench/nfsd.bin"
 BLOCK = 4096

@@ -7,7 +7,7 @@ Run as root on the lab host, with no other lab of yours running (TCG is CPU-boun
     .venv/bin/python bench/bench_vagrant.py --skip-test  # box + up/down only
     .venv/bin/python bench/bench_vagrant.py --json out.json
 
-The image itself is built (or reused) by labs.images first and timed separately: its
+The image itself is built (or reused) by labs.vm.images first and timed separately: its
 cold build is the image builder's number (bench it there). Ratios at the end compare
 steps measured in this same run, so a busy host slows all of them alike.
 """
@@ -24,11 +24,11 @@ from typing import Dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labs.images import build_image  # noqa: E402
 from labs.integration import run_integration  # noqa: E402
-from labs.libvirt_daemons import ensure_daemons  # noqa: E402
-from labs.vagrant import VagrantLab  # noqa: E402
-from labs.vagrant_box import box_installed, box_name, ensure_box  # noqa: E402
+from labs.vm.images import build_image  # noqa: E402
+from labs.vm.libvirt_daemons import ensure_daemons  # noqa: E402
+from labs.vm.vagrant import VagrantLab  # noqa: E402
+from labs.vm.vagrant_box import box_installed, box_name, ensure_box  # noqa: E402
 
 
 def timed(label: str, results: Dict[str, float], fn) -> object:

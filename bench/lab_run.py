@@ -22,7 +22,7 @@ def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: 
     sys.path.insert(0, PROJECT)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the lab below goes down
     from labs.cli import attach_lab
-    from labs.qemu import QemuLab
+    from labs.vm.qemu import QemuLab
     lab = attach_lab(lab_name) if lab_name else QemuLab(kernel=kernel, topology="single", name=name,
                                                        ssh=False, progress=print)
     if not lab_name:
@@ -47,5 +47,5 @@ def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: 
 def install_probekit(lab: Any) -> None:
     """probekit's Debian package of this tree installed in the guest, as the lab tests do (its
     tools then run from /usr/bin with their bytecode, not from the 9p share)."""
-    from labs.integration import install_tools
+    from labs.install import install_tools
     install_tools(lab, Path(tempfile.mkdtemp(prefix="probekit-bench-")))

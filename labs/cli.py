@@ -10,8 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from discover.errors import UserError, check_output, run_cli, write_file
-from labs.base import CLIENT, Lab
-from labs.qemu import TOPOLOGIES
+from labs.vm.base import CLIENT, BrokenState, Lab
+from labs.vm.qemu import TOPOLOGIES
 
 BACKENDS = ("qemu", "vagrant")
 
@@ -21,18 +21,18 @@ def _progress(message: str) -> None:
 
 
 def _state_file(name: str) -> Path:
-    from labs.images import cache_root
+    from labs.vm.images import cache_root
     return cache_root() / "labs" / f"{name}.backend"
 
 
 def make_lab(backend: str, kernel: str, topology: str, name: str = "default") -> Lab:
     """A new, not yet started lab of a backend (the vagrant backend is imported lazily)."""
     if backend == "qemu":
-        from labs.qemu import QemuLab
+        from labs.vm.qemu import QemuLab
         return QemuLab(kernel=kernel, topology=topology, name=name, progress=_progress)
     if backend == "vagrant":
         try:
-            from labs.vagrant import VagrantLab  # type: ignore[import-not-found]
+            from labs.vm.vagrant import VagrantLab  # type: ignore[import-not-found]
         except ImportError as exc:
             raise UserError(f"the vagrant backend is not available: {exc}") from exc
         return VagrantLab(kernel=kernel, topology=topology, name=name, progress=_progress)  # type: ignore[call-arg]
@@ -43,7 +43,7 @@ def _require_access(name: str, write: bool) -> None:
     """A lab another user started (`sudo labs up` with a shared cache) has files this user
     cannot read or remove: say whose lab it is, not a bare "Permission denied", and not
     "`labs down` clears it" when this user's `labs down` cannot."""
-    from labs.qemu import lab_state_dir
+    from labs.vm.qemu import lab_state_dir
     marker, state_dir = _state_file(name), lab_state_dir(name)
     needs = [(marker, os.R_OK), (state_dir / "state.json", os.R_OK)]
     if write:
@@ -68,15 +68,15 @@ def attach_lab(name: str = "default") -> Lab:
     _require_access(name, write=False)
     backend = marker.read_text(errors="replace").strip()
     if backend not in BACKENDS:
-        raise UserError(f"{marker}: unknown backend {backend[:40]!r}; `labs down --name {name}` clears it")
+        raise BrokenState(f"{marker}: unknown backend {backend[:40]!r}", name)
     if backend == "qemu":
-        from labs.qemu import QemuLab, lab_state_dir
+        from labs.vm.qemu import QemuLab, lab_state_dir
         if not (lab_state_dir(name) / "state.json").exists():  # `labs up` refuses while the marker is there
             raise UserError(f"lab {name!r} is not running: {marker} is left from a `labs up` that did not "
                             f"finish; `labs down --name {name}` clears it")
         return QemuLab.attach(name, progress=_progress)
     try:
-        from labs.vagrant import VagrantLab  # type: ignore[import-not-found]
+        from labs.vm.vagrant import VagrantLab  # type: ignore[import-not-found]
     except ImportError as exc:
         raise UserError(f"the vagrant backend is not available: {exc}") from exc
     return VagrantLab.attach(name, progress=_progress)  # type: ignore[attr-defined]
@@ -197,7 +197,10 @@ def down(name: str) -> None:
     _require_access(name, write=True)
     try:
         lab = attach_lab(name)
-    except UserError:  # no marker, or a marker/state a crash left behind: clear what is there
+    except BrokenState as exc:  # cleared as a crash's leftovers are, and said: it was not a lab's state
+        _clear_stale(name)
+        raise UserError(f"{exc.problem}; cleared it: lab {name!r} is down") from None
+    except UserError:  # no marker, or a marker without state (a `labs up` killed early): clear what is there
         click.echo(f"lab {name!r} down (stale state cleared)" if _clear_stale(name) else f"lab {name!r} is not up")
         return
     lab.down()
@@ -208,7 +211,7 @@ def down(name: str) -> None:
 def _clear_stale(name: str) -> bool:
     """Remove a lab marker and QEMU state that no longer describe a running lab (guests still
     recorded in the state are stopped first); whether there was anything to remove."""
-    from labs.qemu import QemuLab, lab_state_dir
+    from labs.vm.qemu import QemuLab, lab_state_dir
     marker, state = _state_file(name), lab_state_dir(name)
     stale = QemuLab(name=name, progress=_progress)
     found = marker.exists() or (state.is_dir() and any(e != stale.results_dir for e in state.iterdir()))

@@ -1,4 +1,4 @@
-"""`labs test`: the VM integration run, backend-neutral (only the labs.base.Lab interface).
+"""`labs test`: the VM integration run, backend-neutral (only the labs.vm.base.Lab interface).
 
 One run = one lab on one kernel: boot, check NFSv3 and v4.2 mounts, run the known
 workload, run `discover callgraph` inside the guest for the NFS entry points, kill a
@@ -13,28 +13,21 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import subprocess
 import tarfile
-import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
-from discover.errors import UserError, cache_root
-from labs.base import CLIENT, Lab
-from labs.console import GuestFailure
+from discover.errors import UserError
+from labs.checks.shared import GUEST_SCRIPTS
+from labs.install import install_tools
+from labs.vm.base import CLIENT, Lab
+from labs.vm.console import GuestFailure
 
 Progress = Callable[[str], None]
 
 #: guest-local scratch for one run (tarred and copied out by Lab.get: works on every backend)
 GUEST_RESULTS = "/var/tmp/probekit-results"
-WORKLOAD = "labs/guest/workload.sh"
-PROBES_GUEST = "labs/guest/probes_guest.py"
-#: the digest (scripts/build-deb --digest) of the probekit package installed in the guest
-GUEST_DEB_MARKER = "/var/lib/probekit-lab/deb.digest"
-REPO = Path(__file__).resolve().parent.parent
 
 
 class Check(NamedTuple):
@@ -137,7 +130,7 @@ class Integration:
         return res.stdout
 
     def workload(self, step: str, mount: str) -> str:
-        return f"sh {self.share}/{WORKLOAD} {step} {mount}"
+        return f"sh {self.share}/{GUEST_SCRIPTS['workload']} {step} {mount}"
 
     # -- checks --------------------------------------------------------------------------
 
@@ -220,7 +213,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
 
     def interrupt(self, sig: str) -> str:
         """Kill discover mid-capture with a signal; tracefs must be exactly as before."""
-        script = f"{self.share}/labs/guest/kill_check.py"
+        script = f"{self.share}/{GUEST_SCRIPTS['interrupt']}"
         workload = "for i in $(seq 1 600); do " + self.workload("stat", "/mnt/nfs3") + "; sleep 0.2; done"
         text = self.sh(f"mkdir -p {self.guest_run}/interrupt && python3 {script} {sig} nfs_getattr "
                        f"{shlex.quote(workload)} > {self.guest_run}/interrupt/{sig}.json && "
@@ -241,7 +234,7 @@ wc -l < {out}/available_filter_functions.nfs.txt
     def probe_picks(self) -> str:
         """nfsdist around the workload on both mounts: per op the candidate used, and recorded?"""
         install_tools(self.lab, self.report.run_dir)
-        result = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} picks", timeout=900)
+        result = json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPTS['probes']} picks", timeout=900)
                             .strip().splitlines()[-1])
         assert result["ok"], result.get("error")
         self.report.lab_results = result["data"]["lab_results"]
@@ -254,16 +247,16 @@ wc -l < {out}/available_filter_functions.nfs.txt
     def probe_checks(self, with_faults: bool) -> None:
         """The probe checks of tests/lab/test_probes_lab.py on the pair's client (netem on its link),
         one check per verdict: the guest runs `main` and `v3only`, or only `main` when the fault
-        run follows (it checks the v3-only client: labs.probe_checks.V3ONLY_CHECKS); `main` also
+        run follows (it checks the v3-only client: labs.checks.probes.verdicts.V3ONLY_CHECKS); `main` also
         gives the lab results of every operation."""
-        from labs.probe_checks import PROBE_CHECKS, V3ONLY_CHECKS, guest_runs
+        from labs.checks.probes.verdicts import PROBE_CHECKS, V3ONLY_CHECKS, guest_runs
         install_tools(self.lab, self.report.run_dir)
         found: Dict[str, Any] = {}
 
         def runs() -> str:
             for what in guest_runs(with_faults):
-                found[what] = json.loads(self.sh(f"cd {self.share} && python3 {PROBES_GUEST} {what}", timeout=1500)
-                                         .strip().splitlines()[-1])
+                out = self.sh(f"cd {self.share} && python3 {GUEST_SCRIPTS['probes']} {what}", timeout=1500)
+                found[what] = json.loads(out.strip().splitlines()[-1])
             (self.report.run_dir / "probes.json").write_text(json.dumps(found, indent=1) + "\n")
             assert found["main"]["ok"], found["main"].get("error")
             self.report.lab_results = found["main"]["data"]["lab_results"]
@@ -278,14 +271,14 @@ wc -l < {out}/available_filter_functions.nfs.txt
                     self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
 
     def exporter_checks(self) -> None:
-        """nfs-exporter with Debian's Prometheus and node_exporter (labs/exporter_checks.py): one
+        """nfs-exporter with Debian's Prometheus and node_exporter (labs/checks/exporter/verdicts.py): one
         guest run, one check per verdict; the scraped texts land in metrics/ of the run directory."""
-        from labs.exporter_checks import EXPORTER_CHECKS, GUEST_SCRIPT, keep_results
+        from labs.checks.exporter.verdicts import EXPORTER_CHECKS, keep_results
         found: Dict[str, Any] = {}
 
         def exporter_run() -> str:
             install_tools(self.lab, self.report.run_dir)
-            found.update(json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPT}", timeout=1200)
+            found.update(json.loads(self.sh(f"cd {self.share} && python3 {GUEST_SCRIPTS['exporter']}", timeout=1200)
                                     .strip().splitlines()[-1]))
             keep_results(found, self.report.run_dir)
             return f"scraped texts in {self.report.run_dir / 'metrics'}"
@@ -296,8 +289,9 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 self.check(name, lambda v=verify, a=args: (v(found, *a), "ok")[1])
 
     def fault_checks(self) -> None:
-        """The pair's fault checks (labs/faults.py): one guest run, one check per fault."""
-        from labs.faults import FAULT_CHECKS, run_faults
+        """The pair's fault checks (labs/checks/faults/): one guest run, one check per fault."""
+        from labs.checks.faults.run import run_faults
+        from labs.checks.faults.verdicts import FAULT_CHECKS
         found: Dict[str, Any] = {}
 
         def faults_run() -> str:
@@ -314,9 +308,10 @@ wc -l < {out}/available_filter_functions.nfs.txt
                 self.check(name, lambda v=verify: v(found))
 
     def fleet_checks(self) -> None:
-        """The fleet check (labs/fleet_checks.py) on a lab with two clients: one run of the three
-        guests at once, one check per verdict; the run's JSON is fleet.json in the run directory."""
-        from labs.fleet_checks import FLEET_CHECKS, run_fleet, summary
+        """The fleet check (labs/checks/fleet/) on a lab with two clients: one run of the three guests
+        at once, one check per verdict; the run's JSON is fleet.json in the run directory."""
+        from labs.checks.fleet.run import run_fleet
+        from labs.checks.fleet.verdicts import FLEET_CHECKS, summary
         found: Dict[str, Any] = {}
 
         def fleet_run() -> str:
@@ -340,74 +335,6 @@ wc -l < {out}/available_filter_functions.nfs.txt
         with tarfile.open(local) as archive:
             archive.extractall(self.report.run_dir)
         local.unlink()
-
-
-_DEBS: Dict[str, Path] = {}
-_DEB_LOCK = threading.Lock()
-
-
-def project_deb() -> Path:
-    """probekit's Debian package of this tree (what a client installs), built by scripts/build-deb
-    once per content: cached under the digest build-deb gives for what it builds from, so an
-    unchanged tree reuses it across runs; two labs booting at once wait for the one build."""
-    with _DEB_LOCK:
-        return _build_deb()
-
-
-def _build_deb() -> Path:
-    if "deb" not in _DEBS:
-        script = REPO / "scripts" / "build-deb"
-        digest = _run_build_deb([str(script), "--digest"])
-        cached = cache_root() / "deb" / digest
-        if not list(cached.glob("probekit_*.deb")):
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=cached.parent))
-            try:
-                _run_build_deb([str(script), str(work)])
-                shutil.rmtree(cached, ignore_errors=True)
-                work.rename(cached)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        _DEBS["deb"] = next(cached.glob("probekit_*.deb"))
-    return _DEBS["deb"]
-
-
-def _run_build_deb(argv: List[str]) -> str:
-    """scripts/build-deb's last line (the digest, or the .deb's path); its failure in one line."""
-    res = subprocess.run(["bash", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    lines = res.stdout.strip().splitlines()
-    if res.returncode != 0:
-        raise UserError(f"cannot build probekit's Debian package (scripts/build-deb): {lines[-1:]}")
-    return lines[-1]
-
-
-def install_tools(lab: Lab, local_dir: Path, node: str = CLIENT) -> None:
-    """On a node (the client), probekit as a user installs it (docs/install.md): its Debian package
-    with apt, offline (the image carries every package it depends on), so the lab's tools run from
-    /usr/bin with their packaged specs (read with python3-toml on Debian 11), not from the
-    source share. What dpkg then says is installed goes to local_dir (probekit-package.txt for the
-    client, probekit-package-NODE.txt for another node). Once per boot, node and package."""
-    local_dir.mkdir(parents=True, exist_ok=True)
-    deb = project_deb()
-    digest = deb.parent.name
-    installed = "dpkg -s probekit | grep -qx 'Status: install ok installed'"
-    if lab.run(f"grep -qx {digest} {GUEST_DEB_MARKER} && {installed}", node=node).exit_code == 0:
-        return
-    lab.put(deb, f"/tmp/{deb.name}", node=node)
-    # the same version with other contents (an uncommitted change) must replace the installed
-    # one: --reinstall; an older commit's package after a newer one: --allow-downgrades.
-    # Without the lab agent's PYTHONPATH (the source share): the maintainer scripts' Python
-    # would see the share's modules first
-    res = lab.run(f"cd / && env -u PYTHONPATH DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-                  f"--no-install-recommends --reinstall --allow-downgrades /tmp/{deb.name} "
-                  f"&& mkdir -p {Path(GUEST_DEB_MARKER).parent} && echo {digest} > {GUEST_DEB_MARKER}", node=node,
-                  timeout=600)
-    if res.exit_code != 0:
-        raise UserError(f"apt-get install of {deb.name} in the guest failed: {(res.stdout + res.stderr).strip()[-300:]}")
-    # what dpkg says is installed, and that the commands the guest scripts run are its files
-    listing = "probekit-package.txt" if node == CLIENT else f"probekit-package-{node}.txt"
-    (local_dir / listing).write_text(
-        lab.run("dpkg -s probekit; dpkg -S /usr/bin/nfsslower /usr/bin/nfs-exporter /usr/bin/fsslower", node=node).stdout)
 
 
 BUFFER_SIZE_KB = "/sys/kernel/tracing/buffer_size_kb"

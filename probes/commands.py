@@ -778,8 +778,8 @@ def add_request(into: Dict[str, Any], entry: Dict[str, Any]) -> None:
         into["slots"][slot] = into["slots"].get(slot, 0) + count
 
 
-def _server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
-                 in_progress: List[Tuple[ServerKey, float]], by: str = "client") -> List[Dict[str, Any]]:
+def server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
+                in_progress: List[Tuple[ServerKey, float]], by: str = "client") -> List[Dict[str, Any]]:
     """One interval's nfsdtop rows, per client, procedure or export (`by`), busiest first.
 
     `data` is Session.requests()'s (client, program, version, procedure, export) -> counts
@@ -886,7 +886,7 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
             data = session.requests()
             now = time.monotonic_ns()
             in_progress = [(key, round(max(now - ts, 0) / 1e6, 3)) for key, ts in session.requests_in_progress()]
-            rows = _server_rows(data, seconds, in_progress, by)
+            rows = server_rows(data, seconds, in_progress, by)
             if as_json:
                 print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
                                   "seconds": seconds, "by": by, "rows": rows, "requests": requests_json(data),

@@ -782,7 +782,9 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
     import os
 
     from probes.fetch import fetch_kernel
-    from probes.kernelpkg import Lookup, profile_is_cached
+    from probes.kernelpkg import Lookup, profile_cache_dir, profile_is_cached
+    if any(arg != "live" and not (Path(arg).is_file() and not _is_deb(Path(arg))) for arg in args):
+        profile_cache_dir()  # a bad PROBEKIT_PROFILE_CACHE is said before any download or analysis
     lookup = Lookup.of(functions, events, modules)
     resolved = []
     for arg in args:

@@ -122,12 +122,16 @@ class PrivateApt:
         self.update_failed = failed[0][2:].strip() if failed else None
 
     def staleness(self) -> str:
-        """`; package lists from <date> (updating them failed: ...)` when answers may be out of date."""
-        if not self.update_failed:
-            return ""
+        """`; package lists from <date> (<age>)`, and why they were not updated if that failed:
+        what an answer from the lists rests on (offline, old lists answer without a word from apt)."""
         age = self.indexes_age()
-        when = time.strftime("%Y-%m-%d", time.localtime(time.time() - age)) if age is not None else "never"
-        return f"; package lists from {when}: updating them failed ({self.update_failed[:120]})"
+        if age is None:
+            lists = "no package lists"
+        else:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - age))
+            lists = f"package lists from {when} ({describe_age(age)})"
+        failed = f": updating them failed ({self.update_failed[:120]})" if self.update_failed else ""
+        return f"; {lists}{failed}"
 
     def ensure_indexes(self) -> None:
         age = self.indexes_age()
@@ -174,6 +178,13 @@ class PrivateApt:
 
     def download(self, packages: List[str], dest: Path) -> None:
         self._run("apt-get", ["download", *packages], cwd=dest)
+
+
+def describe_age(seconds: float) -> str:
+    """'3 days old', '5 hours old', '12 minutes old': an age a reader takes in at once."""
+    unit, length = ("day", 86400) if seconds >= 86400 else ("hour", 3600) if seconds >= 3600 else ("minute", 60)
+    count = int(seconds // length)
+    return f"{count} {unit}{'' if count == 1 else 's'} old"
 
 
 def cached_kernels() -> Dict[str, Path]:
@@ -229,7 +240,7 @@ def fetch_kernel(wanted: str, refresh: bool = False, apt: Optional[PrivateApt] =
             log(f"skipping {abi}: some of {', '.join(packages[1:])} are no longer in the archive")
     else:
         raise UserError(f"no complete Debian amd64 kernel {wanted}: the archive lists images whose "
-                        f"modules packages are gone")
+                        f"modules packages are gone{apt.staleness()}")
     dest = kernels_dir() / abi
     partial = kernels_dir() / f".{abi}.{os.getpid()}.partial"  # concurrent fetches do not collide
     shutil.rmtree(partial, ignore_errors=True)

@@ -794,9 +794,26 @@ def _cache_key(paths: Sequence[Path]) -> str:
     return h.hexdigest()[:24]
 
 
-def _profile_cache_dir() -> Path:
+def profile_cache_dir() -> Path:
+    """Where analysed packages' profiles are kept: PROBEKIT_PROFILE_CACHE, else the cache's
+    profiles/. A variable that cannot name a directory is said by its name (mkdir's bare
+    "File exists" named neither); load_kernels asks first, before any download or analysis."""
     from probes.fetch import cache_root
-    return Path(os.environ.get("PROBEKIT_PROFILE_CACHE", cache_root() / "profiles"))
+    value = os.environ.get("PROBEKIT_PROFILE_CACHE")
+    if not value:
+        return cache_root() / "profiles"
+    path = Path(value)
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    problem = ("" if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+               else "cannot write in it" if existing.is_dir()
+               else "is a file, not a directory" if existing.is_file() else "is not a directory")
+    if problem:
+        where = "" if existing == path else f": {existing}"
+        raise UserError(f"PROBEKIT_PROFILE_CACHE={value}{where} {problem}; point it at a directory "
+                        f"(or unset it for {cache_root() / 'profiles'})")
+    return path
 
 
 def _cached(target: Path) -> Optional[Dict[str, Any]]:
@@ -818,7 +835,7 @@ def _lookup_of(data: Dict[str, Any]) -> Optional[Lookup]:
 
 def profile_is_cached(paths: Sequence[Path], lookup: Lookup) -> bool:
     """True when these packages were analysed before for (at least) these names."""
-    data = _cached(_profile_cache_dir() / f"{_cache_key(paths)}.json")
+    data = _cached(profile_cache_dir() / f"{_cache_key(paths)}.json")
     if data is None:
         return False
     had = _lookup_of(data)
@@ -833,7 +850,7 @@ def cached_profile_from_package(paths: Sequence[Path], lookup: Lookup, cache_dir
     analysed again for the union of both lookups, and replaced, so the cache never answers
     for a name its analysis did not look for.
     """
-    cache_dir = cache_dir or _profile_cache_dir()
+    cache_dir = cache_dir or profile_cache_dir()
     target = cache_dir / f"{_cache_key(paths)}.json"
     data = _cached(target)
     if data is not None:

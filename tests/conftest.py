@@ -9,8 +9,16 @@ import pytest
 
 from probes.cgroups import cgroup2_root
 
+from as_nobody import View, view
+
 from run_signals import pytest_configure  # noqa: F401  (a hook: SIGINT and SIGTERM of the run)
 from lab_gate import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401  (hooks: no QEMU, no lab)
+
+
+@pytest.fixture(scope="session")
+def unprivileged() -> Iterator[View]:
+    """Commands run as a user without privileges, from a path that user can read."""
+    yield from view()
 
 
 @pytest.fixture

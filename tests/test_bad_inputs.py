@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
@@ -315,9 +316,23 @@ def state_cases() -> Iterator[bi.Case]:
     for label, backend in (("backend-unknown", "xen\n"), ("backend-binary", b"\xff\xfe\0")):
         yield bi.Case(f"state/marker/{label}", ["labs", "run", "--name", "x", "--", "true"],
                       files={"../cache/labs/x.backend": backend}, match="labs down --name x")
-    # a stale marker is recoverable: `labs down` clears it (and then `labs up` is not refused)
+    # `labs down` clears a state that is not a lab's, as the lines above say, but not silently:
+    # one line naming the file and what is wrong, exit 1 (a script must not take it for a clean stop)
+    broken: Dict[str, Any] = {**{label: json.dumps(doc) for label, doc in mangles.items()},
+                              "not-json": "{", "directory": lambda path: path.mkdir()}
+    whole = {"not-json": "lab state is not JSON", "directory": "Is a directory"}
+    for label, content in broken.items():
+        line = f"{whole[label]}; cleared it: lab 'x' is down" if label in whole else "lab state: "
+        yield bi.Case(f"state/down/{label}", ["labs", "down", "--name", "x"],
+                      files={"../cache/labs/x.backend": "qemu\n", "../cache/labs/x/state.json": content},
+                      match=f"labs: error: {{home}}/cache/labs/x/state.json: {line}")
+    yield bi.Case("state/down/marker-unknown", ["labs", "down", "--name", "x"],
+                  files={"../cache/labs/x.backend": "xen\n"},
+                  match="labs: error: {home}/cache/labs/x.backend: unknown backend 'xen'; cleared it: lab 'x' is down")
+    # a stale marker (a `labs up` killed before it wrote any state) is recoverable: `labs down`
+    # clears it (and then `labs up` is not refused)
     yield bi.Case("state/down-clears-stale", ["labs", "down", "--name", "x"], code=0, lines=0,
-                  files={"../cache/labs/x.backend": "qemu\n", "../cache/labs/x/state.json": "{"})
+                  files={"../cache/labs/x.backend": "qemu\n"})
     # a marker without state (a `labs up` killed before it wrote any): not "run `labs up`", which refuses
     for command in (["status"], ["run", "--", "true"], ["shell"]):
         yield bi.Case(f"state/{command[0]}/stale-marker", ["labs", command[0], "--name", "x"] + command[1:],
@@ -572,9 +587,53 @@ def refusal_cases() -> Iterator[bi.Case]:
                       match="error: cannot use the cache directory {cwd}/cache (PROBEKIT_CACHE): Not a directory: ")
 
 
+def profile_cache_cases() -> Iterator[bi.Case]:
+    """PROBEKIT_PROFILE_CACHE naming a file (or a path under one): the variable and what is
+    wrong, before the kernel is fetched (a version) or analysed (a package directory)."""
+    for label, kernel in (("version", "6.1"), ("package", "{cwd}/pkg")):
+        for value, line in (("afile", "PROBEKIT_PROFILE_CACHE={cwd}/afile is a file, not a directory; "),
+                            ("afile/sub", "PROBEKIT_PROFILE_CACHE={cwd}/afile/sub: {cwd}/afile is a file, not a "
+                                          "directory; ")):
+            yield bi.Case(f"refuse/profile-cache-{value.replace('/', '-')}/{label}",
+                          ["probes", "compat", str(bi.SPEC), "--kernel", kernel],
+                          files={"afile": "x", "pkg/linux-image.deb": b"!<arch>\n"},
+                          env={"PROBEKIT_PROFILE_CACHE": "{cwd}/" + value},
+                          match=f"probes: error: {line}point it at a directory (or unset it for "
+                                "{home}/cache/profiles)")
+
+
+#: a package index as the private apt keeps it (one kernel), fetched three days ago
+OLD_INDEX = "pc/apt/state/lists/deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages"
+OLD_INDEX_TIME = time.time() - 3 * 86400 - 600
+OLD_INDEX_TEXT = ("Package: linux-image-6.1.0-99-amd64\nArchitecture: amd64\nVersion: 6.1.999-1\n"
+                  "Filename: pool/main/l/linux-signed-amd64/linux-image-6.1.0-99-amd64_6.1.999-1_amd64.deb\n"
+                  "Size: 100\nDescription: Linux 6.1 for 64-bit PCs (signed)\n\n")
+
+
+def _old_index(path: Path) -> None:
+    path.write_text(OLD_INDEX_TEXT)
+    os.utime(path, (OLD_INDEX_TIME, OLD_INDEX_TIME))
+
+
+def old_index_cases() -> Iterator[bi.Case]:
+    """Offline (apt's proxy a closed port: apt-get update exits 0 and keeps the old lists), a
+    kernel the lists do not have: the answer says how old the lists are, and that updating
+    them failed."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(OLD_INDEX_TIME))
+    for label, argv in (("fetch-kernel", ["probes", "fetch-kernel", "9.99"]),
+                        ("compat", ["probes", "compat", str(bi.SPEC), "--kernel", "9.99"])):
+        yield bi.Case(f"refuse/old-package-lists/{label}", argv,
+                      files={OLD_INDEX: _old_index, "apt.conf": 'Acquire::http::Proxy "http://127.0.0.1:9";\n'},
+                      env={"PROBEKIT_CACHE": "{cwd}/pc", "APT_CONFIG": "{cwd}/apt.conf"}, keep=("pc",),
+                      match="probes: error: no Debian amd64 kernel 9.99 in bullseye, bookworm, bookworm-backports, "
+                            f"trixie, trixie-backports, sid (available: 6.1); package lists from {when} (3 days "
+                            "old): updating them failed (Failed to fetch http://deb.debian.org/debian/dists/")
+
+
 def all_cases() -> List[bi.Case]:
     return [*file_cases(), *graph_cases(), *profile_cases(), *spec_cases(), *lab_cases(), *state_cases(),
-            *option_cases(), *output_cases(), *refusal_cases(), *signal_cases(), *package_signal_cases()]
+            *option_cases(), *output_cases(), *refusal_cases(), *profile_cache_cases(), *old_index_cases(),
+            *signal_cases(), *package_signal_cases()]
 
 
 def _inputs_dir() -> Path:

@@ -1,7 +1,7 @@
 """cgroup v2 ids as paths, and --cgroup's directory, on this host's real cgroup2 hierarchy.
 
 The kernel's cgroup id (bpf_get_current_cgroup_id) is the cgroup directory's inode number:
-that it matches is checked in the lab (labs/guest/probes_guest.py identity); here the walk,
+that it matches is checked in the lab (labs/checks/probes/guest.py identity); here the walk,
 its rate limit and the argument check run against real cgroups made for the test.
 """
 from __future__ import annotations

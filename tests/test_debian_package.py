@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from labs.images import KERNEL_SUITES, read_package_list
+from labs.vm.images import KERNEL_SUITES, read_package_list
 from needs import missing
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,7 +188,7 @@ def test_lintian_finds_no_error(deb: Path) -> None:
 
 
 def test_every_lab_image_carries_what_the_package_depends_on(deb: Path) -> None:
-    """The lab installs the package offline after boot (labs.integration.install_tools): each
+    """The lab installs the package offline after boot (labs.install.install_tools): each
     Depends needs a package of each image's list (the versions are apt's to check, in the guest)."""
     groups = [[alt.split()[0].split(":")[0] for alt in group.split("|")]
               for group in _dpkg_deb("--field", str(deb), "Depends").split(",")]

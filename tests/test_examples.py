@@ -1,4 +1,4 @@
-"""docs/examples/ against the code: each file is what labs.examples writes today (the lab
+"""docs/examples/ against the code: each file is what labs.capture.examples writes today (the lab
 captures, --help, discover's outputs), and the headers, columns and JSON keys in the captures
 are the ones the tools print today (each captured command run again on a Session attached to
 nothing), so that an example cannot show a layout the tools no longer print."""
@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from discover.spec import OPS
-from labs import examples
+from labs.capture import examples
 from probes import commands, exporter
 from probes.histogram import format_log2
 from probes.mounts import MountTable
@@ -205,7 +205,7 @@ def test_scrape_has_todays_series_and_labels() -> None:
 def test_example_files_are_current(tool: str) -> None:
     path = examples.OUT / f"{tool}_example.txt"
     assert path.read_text() == examples.render(examples.example(tool)), (
-        f"{path.relative_to(examples.REPO)} is not what `python3 -m labs.examples` writes today (a --help, "
+        f"{path.relative_to(examples.REPO)} is not what `python3 -m labs.capture.examples` writes today (a --help, "
         "a discover output or a capture changed): run it and commit the result")
 
 

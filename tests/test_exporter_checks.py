@@ -1,8 +1,8 @@
-"""The exporter lab check's verdicts (labs/exporter_checks.py) on real runs: a Debian 6.1 guest
+"""The exporter lab check's verdicts (labs/checks/exporter/verdicts.py) on real runs: a Debian 6.1 guest
 (default options), a 7.3 pair's client and a 7.2 guest (--cgroup-label, nfsv4 loaded after the
 start; on bcc, and on core, which traces it beside the running programs).
 
-The fixtures are what labs/guest/exporter_guest.py printed there (READMEs beside them); the
+The fixtures are what labs/checks/exporter/guest.py printed there (READMEs beside them); the
 negative cases change one thing in a copy, the way a broken exporter or a lost operation
 would, and the verdict must say what is wrong.
 """
@@ -16,12 +16,12 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.exporter_checks import (EXPORTER_CHECKS, exporter_edges_around, quantile_bucket,
-                                  verify_attached_once_or_again_when_nfsv4_loaded,
-                                  verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series, verify_promql_counts_equal_the_workload_on_both_mounts,
-                                  verify_quantiles_agree_with_nfsdist_and_move_with_delay,
-                                  verify_series_move_by_the_workload_on_its_mount_only,
-                                  verify_the_shipped_rules_evaluate_on_the_lab_scrapes)
+from labs.checks.exporter.verdicts import (EXPORTER_CHECKS, exporter_edges_around, quantile_bucket,
+                                           verify_attached_once_or_again_when_nfsv4_loaded,
+                                           verify_cgroup_label_only_when_asked_and_each_unit_on_its_own_series, verify_promql_counts_equal_the_workload_on_both_mounts,
+                                           verify_quantiles_agree_with_nfsdist_and_move_with_delay,
+                                           verify_series_move_by_the_workload_on_its_mount_only,
+                                           verify_the_shipped_rules_evaluate_on_the_lab_scrapes)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "6.1.0-50-amd64" / "exporter" / "exporter-run.json.gz"

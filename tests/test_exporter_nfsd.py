@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from labs import nfsdtop_checks as nc
+from labs.checks.nfsdtop import verdicts as nc
 from probes.commands import proc_label
 from probes.exporter import NfsdCollector, cumulative_buckets, server_le_seconds, SERVER_BUCKET_SLOTS
 from probes.exports import ExportNames, exported_paths

@@ -1,6 +1,8 @@
 """The private apt setup: confined to the probekit cache, and cached kernels used offline."""
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,26 @@ def test_stale_lists_are_said(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     monkeypatch.setattr(fetch.PrivateApt, "_run", offline_run)
     with pytest.raises(UserError, match=r"no Debian amd64 kernel 9\.99 .*updating them failed \(Failed to fetch"):
         fetch_kernel("9.99")
+
+
+@pytest.mark.parametrize("seconds, said", [(5, "0 minutes old"), (61, "1 minute old"), (7200, "2 hours old"),
+                                           (86400 * 3 + 600, "3 days old")])
+def test_the_age_of_package_lists_reads_at_once(seconds: float, said: str) -> None:
+    assert fetch.describe_age(seconds) == said
+
+
+def test_an_answer_from_package_lists_says_how_old_they_are(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Also when apt-get update said nothing (offline it can keep old lists without a word)."""
+    apt = PrivateApt(tmp_path)
+    assert apt.staleness() == "; no package lists"
+    lists = tmp_path / "state" / "lists"
+    lists.mkdir(parents=True)
+    index = lists / "deb.debian.org_debian_dists_sid_main_binary-amd64_Packages.lz4"
+    index.touch()
+    stamp = time.time() - 86400 * 3 - 600
+    os.utime(index, (stamp, stamp))
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp))
+    assert apt.staleness() == f"; package lists from {when} (3 days old)"
+    apt.update_failed = "Failed to fetch http://deb.debian.org/debian/dists/sid/InRelease"
+    assert apt.staleness() == (f"; package lists from {when} (3 days old): updating them failed "
+                               "(Failed to fetch http://deb.debian.org/debian/dists/sid/InRelease)")

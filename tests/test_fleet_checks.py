@@ -1,4 +1,4 @@
-"""The fleet check's verdicts (labs/fleet_checks.py) on a real run of a Debian 7.3 QEMU fleet: the
+"""The fleet check's verdicts (labs/checks/fleet/verdicts.py) on a real run of a Debian 7.3 QEMU fleet: the
 server with nfsdtop by client and nfs-exporter --nfsd, client-b reading lightly under nfsdist and
 nfs-exporter beside a Prometheus with the shipped rules, client-a loading the server part-way from
 a unit of its own, then the server stopped (README beside the fixture). Each negative case is the
@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 import pytest
 
-from labs import fleet_checks as fc
+from labs.checks.fleet import verdicts as fc
 
 RUN = Path(__file__).parent / "fixtures" / "7.3.4+deb13-amd64" / "fleet" / "guest-run.json.gz"
 #: a later run, with the hub in client-b's QEMU and the load's unit kept to the last scrape

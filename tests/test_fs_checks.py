@@ -1,4 +1,4 @@
-"""The fs lab checks' verdicts (labs/fs_checks.py) on a real 6.12 guest run (README beside it):
+"""The fs lab checks' verdicts (labs/checks/fs/verdicts.py) on a real 6.12 guest run (README beside it):
 every verdict passes on it as recorded, and fails when one operation is lost or one
 latency is moved across the injected delay; nfs-exporter's too (the run scraped it around
 every phase), and they fail when a scrape lost an operation, a probe was attached again,
@@ -12,7 +12,7 @@ from typing import Any, Dict
 
 import pytest
 
-from labs import fs_checks as fc
+from labs.checks.fs import verdicts as fc
 
 RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "fs-lab" / "guest-run.json.gz"
 #: a later run of the same check with nfs-exporter -t scraped around every phase

@@ -1,7 +1,7 @@
 """The function_graph parser on the line forms only a targeted capture shows: the `$` mark,
 sleep-time off, `(Overruns: N)`, layouts without the cpu or duration column, funcgraph-args.
 
-Captured by labs/guest/capture_more_forms.sh in Debian 6.1 and 7.2 guests (READMEs beside
+Captured by labs/capture/capture_more_forms.sh in Debian 6.1 and 7.2 guests (READMEs beside
 the files).
 Each test checks the parser against a naive reading of the same file: strip the layout's
 column prefix with one regex, then count calls by indentation alone."""

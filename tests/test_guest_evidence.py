@@ -14,8 +14,10 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from labs.guest import exporter_guest, probes_guest
-from labs.guest.probes_guest import interval_in, wait_flushed, wall
+from labs.checks.exporter import guest as exporter_guest
+from labs.checks.probes import guest as probes_guest
+from labs.checks.probes.guest import wait_flushed
+from labs.checks.shared import interval_in, wall
 
 RUN = Path(__file__).parent / "fixtures" / "6.1.0-50-amd64" / "exporter" / "exporter-run.json.gz"
 

@@ -15,7 +15,7 @@ from typing import Iterator, List
 
 import pytest
 
-from labs.agent import AgentUnreachable, run_command
+from labs.vm.agent import AgentUnreachable, run_command
 
 
 @pytest.fixture

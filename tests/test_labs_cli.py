@@ -100,3 +100,19 @@ def test_lab_results_that_are_not_lab_results_are_refused_before_a_boot(tmp_path
     res = _labs_test(["--lab-results", str(out)], monkeypatch, booted)
     assert res.exit_code == 1 and booted == [] and out.read_text() == "[]"
     assert str(res.exception) == f"{out}: lab results: (top level): expected an object, got []"
+
+
+def test_down_of_a_lab_whose_state_is_not_json_clears_it_and_says_so(tmp_path: Path) -> None:
+    """What `labs status` says to do with a broken state works (`labs up` is not refused
+    after it), but exits 1 with the file and its problem: not a clean stop."""
+    (tmp_path / "labs" / "x" / "results").mkdir(parents=True)
+    (tmp_path / "labs" / "x.backend").write_text("qemu\n")
+    state = tmp_path / "labs" / "x" / "state.json"
+    state.write_text('{"pids": ')
+    assert labs(["status", "--name", "x"], tmp_path).stderr == (
+        f"labs: error: {state}: lab state is not JSON; `labs down --name x` clears it\n")
+    res = labs(["down", "--name", "x"], tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"labs: error: {state}: lab state is not JSON; cleared it: lab 'x' is down\n")
+    assert sorted(p.name for p in (tmp_path / "labs").rglob("*")) == ["results", "x"]  # the results share is kept
+    assert labs(["status", "--name", "x"], tmp_path).stdout == "lab: absent\n"

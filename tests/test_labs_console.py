@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.console import ConsoleWatch, GuestFailure, failure
+from labs.vm.console import ConsoleWatch, GuestFailure, failure
 
 CONSOLES = Path(__file__).parent / "fixtures" / "6.1.0-50-amd64" / "console"
 

@@ -1,4 +1,4 @@
-"""The fault checks' verdicts (labs/faults.py) on a real fault run of a Debian 7.3 QEMU pair.
+"""The fault checks' verdicts (labs/checks/faults/verdicts.py) on a real fault run of a Debian 7.3 QEMU pair.
 
 The fixture is the guest's JSON document of one `run_faults` on the pair's client (see the
 README beside it); the negative cases change one thing in a copy of it, the way a broken
@@ -14,10 +14,10 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.faults import (FAULT_CHECKS, exact_counts, stall_records, verify_default_pause_stalls,
-                         verify_exporter_names_the_stuck_server, verify_loss, verify_nfstop_process,
-                         verify_pause_completes, verify_pause_stalls, verify_silent_guest, verify_v4late,
-                         v4_late_verdict)
+from labs.checks.faults.verdicts import (FAULT_CHECKS, exact_counts, stall_records, verify_default_pause_stalls,
+                                         verify_exporter_names_the_stuck_server, verify_loss, verify_nfstop_process,
+                                         verify_pause_completes, verify_pause_stalls, verify_silent_guest, verify_v4late,
+                                         v4_late_verdict)
 
 RUN = Path(__file__).parent / "fixtures" / "7.3.4+deb13-amd64" / "faults" / "faults.json.gz"
 #: the 7.3 pair's run before it (nfsslower --ops all alone): its first stall line came later

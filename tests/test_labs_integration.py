@@ -2,7 +2,7 @@
 are not tried (each would wait for the same dead guest) and say so, and the report is written.
 
 The lab here answers the first commands and then fails the way QemuLab does when the guest
-kernel panicked (labs.console.GuestFailure with the kernel and the console log): what is
+kernel panicked (labs.vm.console.GuestFailure with the kernel and the console log): what is
 checked is the integration run's bookkeeping, not a guest.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Dict, List, Sequence, Union
 
-from labs.base import CLIENT, CommandResult, Lab
-from labs.console import GuestFailure
 from labs.integration import run_integration
+from labs.vm.base import CLIENT, CommandResult, Lab
+from labs.vm.console import GuestFailure
 
 DEATH = ("client (kernel 7.2.13+deb14-amd64): kernel panic on the guest console: "
          "'Kernel panic - not syncing: Fatal exception' (console log: /tmp/x/client.console.log)")

@@ -1,9 +1,9 @@
 """`down` also stops guests that an interrupted earlier process left running.
 
 A killed test run leaves its QEMU up with no process that knows its pid; the next run's
-`down` (before `up`) must find it through state.json, and kill only a process whose argv
-carries this lab's `-name`. Real processes stand in for QEMU here: what is checked is the
-pid bookkeeping, not QEMU.
+`down` (before `up`) must find it by the `-name` in its argv, this lab's and no other's,
+whatever state.json says (a crash can leave it unreadable). Real processes stand in for
+QEMU here: what is checked is the pid bookkeeping, not QEMU.
 """
 from __future__ import annotations
 
@@ -15,26 +15,32 @@ from pathlib import Path
 
 import pytest
 
-from labs.qemu import QemuLab
+from labs.vm.qemu import QemuLab
 
 SLEEPER = "import time; time.sleep(120)"
 
 
-def test_down_stops_a_guest_left_by_an_earlier_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("state", ["recorded", "not-json", "absent"])
+def test_down_stops_a_guest_left_by_an_earlier_process(state: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
     left = subprocess.Popen([sys.executable, "-c", SLEEPER, "-name", "probekit-orphan-lab"])
     stranger = subprocess.Popen([sys.executable, "-c", SLEEPER, "-name", "probekit-other-lab"])
+    mention = subprocess.Popen([sys.executable, "-c", SLEEPER, "probekit-orphan-lab"])  # e.g. a grep for it
     try:
         lab = QemuLab(kernel="6.1", topology="single", name="orphan", ssh=False)
         lab.state_dir.mkdir(parents=True)
         # an earlier process recorded both pids (the second as if reused by another program)
-        (lab.state_dir / "state.json").write_text(json.dumps({"pids": {"lab": left.pid, "server": stranger.pid}}))
+        text = {"recorded": json.dumps({"pids": {"lab": left.pid, "server": stranger.pid}}), "not-json": "{"}
+        if state in text:
+            (lab.state_dir / "state.json").write_text(text[state])
         lab.down()
         assert left.wait(timeout=10) is not None
         assert stranger.poll() is None, "a process without this lab's -name was killed"
+        assert mention.poll() is None, "a process naming this lab's guest, not as its -name, was killed"
         assert not (lab.state_dir / "state.json").exists()
     finally:
-        for proc in (left, stranger):
+        for proc in (left, stranger, mention):
             proc.kill()
             proc.wait()
 
@@ -46,7 +52,7 @@ def test_a_stopped_qemu_is_reported_at_once(tmp_path: Path, monkeypatch: pytest.
     import signal
     import time
 
-    from labs.console import GuestFailure
+    from labs.vm.console import GuestFailure
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
     guest = subprocess.Popen([sys.executable, "-c", SLEEPER])
     try:
@@ -79,10 +85,10 @@ def test_a_slow_boot_waits_while_the_console_prints(tmp_path: Path, monkeypatch:
     import threading
     import time
 
-    import labs.qemu
-    from labs.console import GuestFailure
+    import labs.vm.qemu
+    from labs.vm.console import GuestFailure
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
-    monkeypatch.setattr(labs.qemu, "READY_POLL_S", 0.05)
+    monkeypatch.setattr(labs.vm.qemu, "READY_POLL_S", 0.05)
     guest = subprocess.Popen([sys.executable, "-c", SLEEPER])
     lab = QemuLab(kernel="6.1", topology="single", name="slow", ssh=False)
     lab.nodes = lab.plan_nodes()
@@ -116,7 +122,7 @@ def test_a_listening_link_socket_is_seen_without_connecting_to_it() -> None:
     peer: a test connection would take the client's place), read from /proc/net/tcp."""
     import socket
 
-    from labs.qemu import tcp_listening
+    from labs.vm.qemu import tcp_listening
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         port = server.getsockname()[1]
@@ -129,7 +135,7 @@ def test_a_listening_link_socket_is_seen_without_connecting_to_it() -> None:
 def test_a_fleet_is_saved_reattached_and_taken_down_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A three-guest lab's state names every guest, with its address and link port; a later
     process (`labs down`) reattaches to all three and stops each."""
-    from labs.images import ImageInfo
+    from labs.vm.images import ImageInfo
     monkeypatch.setenv("PROBEKIT_CACHE", str(tmp_path))
     lab = QemuLab(kernel="7.3", topology="fleet", name="fleet", ssh=False)
     lab.image = ImageInfo(key="test", suite="trixie", kernel_release="7.3.0-test-amd64", directory=tmp_path,

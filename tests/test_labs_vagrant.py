@@ -1,4 +1,4 @@
-"""The Vagrant backend's machines, as labs/vagrant.py plans them and the Vagrantfile takes them.
+"""The Vagrant backend's machines, as labs/vm/vagrant.py plans them and the Vagrantfile takes them.
 
 `plan_machines` is what the Vagrantfile's local mode applies (PROBEKIT_MACHINES): each
 machine's link NIC, ports, kernel command line and extra QEMU arguments. The tests check that
@@ -22,8 +22,8 @@ import pytest
 from needs import missing
 
 from discover.errors import UserError
-from labs.netrule import check_qemu_argv, split_qemu_opts
-from labs.vagrant import REPO, Machine, VagrantLab, plan_machines
+from labs.vm.netrule import check_qemu_argv, split_qemu_opts
+from labs.vm.vagrant import REPO, Machine, VagrantLab, plan_machines
 
 NODES = {"single": ["server"], "pair": ["server", "client"], "fleet": ["server", "client-a", "client-b"]}
 

@@ -12,6 +12,8 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
 
+from labs.checks.shared import GUEST_SCRIPTS
+
 REPO = Path(__file__).resolve().parent.parent
 PIPELINE = ("discover", "probes", "bpf", "labs")
 
@@ -124,3 +126,62 @@ def test_importing_the_client_tools_loads_none_of_the_host_side() -> None:
     res = subprocess.run([sys.executable, "-c", check], stdout=subprocess.PIPE, universal_newlines=True,
                          check=True, cwd=REPO)
     assert res.stdout.strip() == "[]"
+
+
+def module_name(path: Path) -> str:
+    """labs/checks/fs/guest.py -> labs.checks.fs.guest; a package is its __init__.py."""
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+#: every module of the pipeline's packages, by name
+MODULES: Dict[str, Path] = {module_name(path): path for package in PIPELINE
+                            for path in sorted((REPO / package).rglob("*.py"))}
+
+
+def test_no_import_circle_among_the_modules() -> None:
+    """The project's modules import each other without a circle, deferred imports included: one
+    that imports another importing it back (labs.fleet_checks and labs.integration did) is one
+    job in two modules."""
+    graph = {name: sorted(_imported(name) - {name}) for name in MODULES}
+    done: Set[str] = set()
+    path: List[str] = []
+
+    def visit(name: str) -> None:
+        if name in path:
+            raise AssertionError("import circle: " + " -> ".join(path[path.index(name):] + [name]))
+        if name in done:
+            return
+        path.append(name)
+        for target in graph[name]:
+            visit(target)
+        path.pop()
+        done.add(name)
+
+    for name in graph:
+        visit(name)
+
+
+#: the guest scripts the host runs, as modules (labs.checks.shared names their paths)
+GUEST_MODULES = {module_name(REPO / path) for path in GUEST_SCRIPTS.values() if path.endswith(".py")}
+
+
+def test_labs_reaches_a_guest_script_only_through_the_shared_module() -> None:
+    """A host module of labs that imports a guest script runs all of it on the host (its
+    sys.path set-up, its tools, its workloads) for one name: what both sides need is in
+    labs.checks.shared. Guest scripts import each other, since they run together in a guest."""
+    wrong = [f"{name} imports {target}" for name in sorted(MODULES)
+             if name.split(".")[0] == "labs" and name not in GUEST_MODULES
+             for target in sorted(_imported(name) & GUEST_MODULES)]
+    assert wrong == []
+
+
+def test_the_shared_module_is_stdlib_only() -> None:
+    """labs.checks.shared runs in every guest, Debian 11's Python included, before anything
+    else of the project is on its sys.path."""
+    tree = ast.parse(MODULES["labs.checks.shared"].read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names

@@ -1,4 +1,4 @@
-"""What labs.libvirt_daemons decides before it starts libvirtd: which networks it must not
+"""What labs.vm.libvirt_daemons decides before it starts libvirtd: which networks it must not
 let autostart, and whether a daemon's socket really answers."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.libvirt_daemons import autostarted_forwarding_networks, socket_answers
+from labs.vm.libvirt_daemons import autostarted_forwarding_networks, socket_answers
 from needs import missing
 
 #: the NAT network Debian's libvirt-daemon-config-network package installs
@@ -61,7 +61,7 @@ def test_kvm_device_gets_udevs_mode_and_it_is_given_back(tmp_path: Path, monkeyp
     """root:root 0600, as this host's /dev/kvm is without udev: libvirt-qemu (group kvm) could
     not open it, libvirt found its capability cache outdated on every call, define took 55 s."""
     import grp
-    from labs import libvirt_daemons as ld
+    from labs.vm import libvirt_daemons as ld
     if os.geteuid() != 0:
         pytest.skip("needs root: gives a file to root:root, as /dev/kvm is")
     device, marker = tmp_path / "kvm", tmp_path / "run" / "kvm-mode"
@@ -79,7 +79,7 @@ def test_kvm_device_gets_udevs_mode_and_it_is_given_back(tmp_path: Path, monkeyp
 
 
 def test_a_kvm_device_someone_set_up_is_left_alone(tmp_path: Path, monkeypatch) -> None:
-    from labs import libvirt_daemons as ld
+    from labs.vm import libvirt_daemons as ld
     device, marker = tmp_path / "kvm", tmp_path / "run" / "kvm-mode"
     device.write_text("")
     os.chmod(device, 0o666)

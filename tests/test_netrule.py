@@ -12,7 +12,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from labs.netrule import (check_domain_xml, check_hostfwd, check_net_list, check_qemu_argv,
+from labs.vm.netrule import (check_domain_xml, check_hostfwd, check_net_list, check_qemu_argv,
                           parse_net_list, split_qemu_opts)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vagrant"
@@ -21,8 +21,8 @@ DOMAINS = ("nfs-server", "nfs-client")
 
 def qemu_argvs(tmp_path: Path, topology: str, accel: str) -> Dict[str, List[str]]:
     """QemuLab's exact argv per guest; only the image paths are placeholders."""
-    from labs.images import ImageInfo
-    from labs.qemu import QemuLab
+    from labs.vm.images import ImageInfo
+    from labs.vm.qemu import QemuLab
     lab = QemuLab(kernel="6.1", topology=topology, name="netrule-test", project_dir=tmp_path)
     lab.image = ImageInfo(key="test", suite="bookworm", kernel_release="6.1.0-test-amd64",
                           directory=tmp_path, rootfs=tmp_path / "rootfs.qcow2",
@@ -119,7 +119,7 @@ def test_roles_name_the_topologys_guests(tmp_path: Path, topology: str, server: 
                                          clients: List[str]) -> None:
     """SERVER is the first guest, CLIENT the topology's one-client guest; a node name reaches its guest."""
     from discover.errors import UserError
-    from labs.qemu import QemuLab
+    from labs.vm.qemu import QemuLab
     lab = QemuLab(kernel="6.1", topology=topology, name="roles-test", ssh=False, project_dir=tmp_path)
     lab.nodes = lab.plan_nodes()
     assert (lab.node_name("server"), lab.node_name("client"), lab.client_names()) == (server, client, clients)
@@ -219,7 +219,7 @@ def test_vagrant_fleet_links_meet_in_the_servers_hub() -> None:
     the hub listens on each client's port, where that client's libvirt NIC connects; each NIC has
     the MAC its kernel command line gives an address."""
     import xml.etree.ElementTree as ET
-    from labs.netrule import QEMU_NS
+    from labs.vm.netrule import QEMU_NS
     nics, links = {}, {}
     for name in FLEET:
         root = ET.fromstring(fleet_xml(name))

@@ -7,7 +7,7 @@ import json
 import socket
 from pathlib import Path
 
-from probes.commands import _server_rows, nfsdtop_text, proc_label
+from probes.commands import nfsdtop_text, proc_label, server_rows
 from probes.runtime import client_address
 
 V3, V4, ACL = (100003, 3), (100003, 4), (100227, 3)
@@ -44,21 +44,21 @@ def test_by_client_sums_procedures_and_ranks_by_server_time() -> None:
             key("10.77.0.2", V3, "COMMIT"): entry(1, 50.0, {15: 1}),
             key("10.77.0.3", V4, "COMPOUND"): entry(50, 0.2, {7: 50}, read=1 << 20)}
     stuck = [(key("10.77.0.3", V4, "COMPOUND"), 2500.0)]
-    rows = _server_rows(data, 2.0, stuck)
+    rows = server_rows(data, 2.0, stuck)
     assert [row["client"] for row in rows] == ["10.77.0.2", "10.77.0.3"]
     busy, quick = rows
     assert busy["requests"] == 5 and busy["requests_per_s"] == 2.5 and busy["write_mb_s"] == round((4 << 20) / 2e6, 3)
     assert busy["procs"] == {"NFSv3 COMMIT": 1, "NFSv3 WRITE": 4}
     assert busy["avg_ms"] == 26.0 and busy["p99_ms"] == 32.767  # slot 15: 16384..32767 us
     assert quick["in_progress"] == 1 and quick["oldest_ms"] == 2500.0 and quick["read_bytes"] == 1 << 20
-    by_proc = _server_rows(data, 2.0, stuck, "proc")
+    by_proc = server_rows(data, 2.0, stuck, "proc")
     assert {row["proc"]: row["clients"] for row in by_proc} == {
         "NFSv3 WRITE": {"10.77.0.2": 4}, "NFSv3 COMMIT": {"10.77.0.2": 1}, "NFSv4 COMPOUND": {"10.77.0.3": 50}}
 
 
 def test_a_row_with_requests_in_progress_only() -> None:
     """A client whose every request is stuck: a row with no rate and no latency, its oldest age."""
-    rows = _server_rows({}, 1.0, [(key("fd00::2", V3, "READ"), 30000.0), (key("fd00::2", V3, "READ"), 10.0)])
+    rows = server_rows({}, 1.0, [(key("fd00::2", V3, "READ"), 30000.0), (key("fd00::2", V3, "READ"), 10.0)])
     assert rows == [{"client": "fd00::2", "requests": 0, "requests_per_s": 0.0, "read_bytes": 0, "write_bytes": 0,
                      "read_mb_s": 0.0, "write_mb_s": 0.0, "service_ms": 0.0, "avg_ms": None, "p99_ms": None,
                      "in_progress": 2, "oldest_ms": 30000.0, "procs": {}}]
@@ -67,7 +67,7 @@ def test_a_row_with_requests_in_progress_only() -> None:
 
 def test_text_keeps_the_busiest_rows() -> None:
     data = {key(f"10.0.0.{i}", V3, "GETATTR"): entry(i, 1.0, {10: i}) for i in range(1, 6)}
-    lines = nfsdtop_text(_server_rows(data, 1.0, []), "client", 2)
+    lines = nfsdtop_text(server_rows(data, 1.0, []), "client", 2)
     assert lines[0].split() == ["CLIENT", "REQ/s", "RD_MB/s", "WR_MB/s", "AVG_ms", "P99_ms", "INPROG", "OLDEST(s)"]
     assert [line.split()[0] for line in lines[1:]] == ["10.0.0.5", "10.0.0.4"]
 
@@ -97,7 +97,7 @@ def test_the_lab_runs_rows_rebuilt_from_its_requests() -> None:
     assert intervals and any(i["requests"] for i in intervals)
     for interval in intervals:
         data, progress = raw(interval)
-        assert _server_rows(data, interval["seconds"], progress, interval["by"]) == interval["rows"]
+        assert server_rows(data, interval["seconds"], progress, interval["by"]) == interval["rows"]
 
 
 def test_the_lab_runs_procedures_are_the_servers_counts() -> None:
@@ -107,7 +107,7 @@ def test_the_lab_runs_procedures_are_the_servers_counts() -> None:
     totals: dict = {}
     for line in run["nfsdtop"]["lines"][1:]:
         data, progress = raw(json.loads(line))
-        for row in _server_rows(data, 1.0, progress, "proc"):
+        for row in server_rows(data, 1.0, progress, "proc"):
             found = totals.setdefault(row["proc"], [0, 0, 0])
             found[0] += row["requests"]
             found[1] += row["read_bytes"]

@@ -1,4 +1,4 @@
-"""The no-LLVM client check's verdicts (labs/nollvm_checks.py) on a real 6.12 guest run, in which
+"""The no-LLVM client check's verdicts (labs/checks/nollvm/verdicts.py) on a real 6.12 guest run, in which
 apt-get purged bcc, LLVM, clang and the headers and every tool ran on core (README beside it)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.nollvm_checks import (NOLLVM_CHECKS, loader_info, verify_bcc_llvm_clang_and_headers_are_gone,
-                                verify_every_tool_ran_on_core)
+from labs.checks.nollvm.verdicts import (NOLLVM_CHECKS, loader_info, verify_bcc_llvm_clang_and_headers_are_gone,
+                                         verify_every_tool_ran_on_core)
 
 RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "nollvm" / "guest-run.json.gz"
 

@@ -6,8 +6,8 @@ spec on the kernel profiles the project keeps, with a real Debian kernel's BTF (
 the modules the specs trace), and for each tool's settings, both emitters must give the same
 ops, points and readers' facts, the same settings (bcc's `#define`s against the bytes the
 loader writes into `cfg`), the same map sizes and key widths, and for each point the same program bodies on
-the same attach ends. The lab then checks the two loaders count alike (labs/probe_checks.py,
-labs/nfsdtop_checks.py).
+the same attach ends. The lab then checks the two loaders count alike (labs/checks/probes/verdicts.py,
+labs/checks/nfsdtop/verdicts.py).
 """
 from __future__ import annotations
 

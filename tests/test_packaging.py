@@ -15,6 +15,8 @@ from pathlib import Path
 
 from needs import missing
 
+from labs.checks.shared import GUEST_SCRIPTS
+
 REPO = Path(__file__).resolve().parent.parent
 #: ELF e_machine of BPF objects
 EM_BPF = 247
@@ -40,7 +42,7 @@ def test_wheel_carries_templates_specs_and_lab_scripts(tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {"bpf/probe.bpf.c", "probes/specs/nfs.toml", "discover/commands/callgraph.py",
-              "labs/guest/kill_check.py", "labs/provision/node.sh", "labs/provision/packages.txt"}
+              "labs/provision/node.sh", "labs/provision/packages.txt", *GUEST_SCRIPTS.values()}
     assert wanted <= names, f"missing from the wheel: {sorted(wanted - names)}"
     # one CO-RE object per spec, compiled by the build (setup.py), a BPF ELF (e_machine 247)
     specs = sorted(p.stem for p in (REPO / "probes" / "specs").glob("*.toml"))

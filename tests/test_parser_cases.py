@@ -1,9 +1,9 @@
 """Issue 14's parser situations, each on real output of that situation, against counts
 read off the same files independently of the parser (plain text matching).
 
-Fixtures: the 7.3 `parser_cases/` captures (labs/guest/capture_parser_cases.sh, see
+Fixtures: the 7.3 `parser_cases/` captures (labs/capture/capture_parser_cases.sh, see
 tests/fixtures/7.3.4+deb13-amd64/README.md), the 7.2 captures, the 2-vCPU 6.12 `smp/` and
-`migration/` captures (labs/guest/capture_smp_cases.sh, capture_migration_cases.sh, see
+`migration/` captures (labs/capture/capture_smp_cases.sh, capture_migration_cases.sh, see
 tests/fixtures/6.12.117+deb13-amd64/README.md), and two traces from a Xen guest published
 with perf-tools (tests/fixtures/published/README.md).
 """
@@ -244,7 +244,7 @@ CUT = sorted(MIGRATION.glob("cut.*.trace.gz"))
 
 
 def truth(path: Path) -> dict:
-    """What the workload knows it did (labs/guest/migrating_sleepers.py), by its own clock."""
+    """What the workload knows it did (labs/capture/migrating_sleepers.py), by its own clock."""
     return json.loads(Path(str(path).replace(".trace.gz", ".trace").replace(".trace", ".truth.json")).read_text())
 
 

@@ -1,4 +1,4 @@
-"""The probe lab checks' verdicts (labs/probe_checks.py) on real guest runs: 5.10 (bcc) and 6.12
+"""The probe lab checks' verdicts (labs/checks/probes/verdicts.py) on real guest runs: 5.10 (bcc) and 6.12
 (core, with the bcc reference beside it; and a v3-only start with nfsv4 loaded under the
 tools); READMEs beside them."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.probe_checks import (V3ONLY_CHECKS, verify_auto_picks_the_loader_and_bcc_counts_the_same,
-                               verify_fentry_where_the_loader_and_btf_allow, verify_late_nfsv4_is_traced_by_the_running_tools,
-                               verify_nfsslower_reports_injected_latency)
+from labs.checks.probes.verdicts import (V3ONLY_CHECKS, verify_auto_picks_the_loader_and_bcc_counts_the_same,
+                                         verify_fentry_where_the_loader_and_btf_allow, verify_late_nfsv4_is_traced_by_the_running_tools,
+                                         verify_nfsslower_reports_injected_latency)
 
 RUN = Path(__file__).parent / "fixtures" / "5.10.0-32-amd64" / "probes" / "guest-run.json.gz"
 RUN_CORE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "guest-run.json.gz"

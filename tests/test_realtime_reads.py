@@ -6,15 +6,11 @@ kernel skips every probe that fires there meanwhile (seen on a Debian 7.3 guest,
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from as_nobody import View
 from probes.runtime import RealtimeReads
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root (CAP_SYS_NICE); the refused case runs anywhere")
@@ -30,17 +26,14 @@ def test_reads_run_real_time_nested_and_the_policy_comes_back() -> None:
     assert "real-time priority" in reads.describe()
 
 
-def test_refused_reads_go_on_at_normal_priority_and_say_so() -> None:
+def test_refused_reads_go_on_at_normal_priority_and_say_so(unprivileged: View) -> None:
     """As a user without CAP_SYS_NICE: the read still runs, once refused it is not asked again."""
     code = ("import os; from probes.runtime import RealtimeReads\n"
             "r = RealtimeReads()\n"
             "with r(): inside = os.sched_getscheduler(0)\n"
             "with r(): pass\n"
             "print(inside == os.SCHED_OTHER, r.allowed, r.describe())")
-    argv = [sys.executable, "-c", code]
-    if os.geteuid() == 0:
-        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all"] + argv
-    out = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True).stdout
-    assert out.startswith("True False map reads: normal priority (SCHED_FIFO refused: no CAP_SYS_NICE)"), out
+    res = unprivileged.run([str(unprivileged.python), "-c", code], unprivileged.repo, {})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(
+        "True False map reads: normal priority (SCHED_FIFO refused: no CAP_SYS_NICE)"), res.stdout

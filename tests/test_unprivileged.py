@@ -2,30 +2,23 @@
 
 Run for real: as root the commands are started through setpriv as nobody (uid 65534, no
 capabilities), in a private mount namespace with tracefs and debugfs unmounted (the
-tools would mount tracefs as root); a non-root test runner runs them as itself.
+tools would mount tracefs as root), from a bind mount of the checkout that nobody can read
+wherever the checkout lies (tests/as_nobody.py); a non-root test runner runs them as itself.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, List
+from typing import Callable, Iterator, List
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-NOBODY = 65534
-#: as root: a private mount namespace without tracefs, then uid nobody without capabilities
-AS_USER = (["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            "for m in /sys/kernel/debug/tracing /sys/kernel/tracing /sys/kernel/debug; do umount -l $m 2>/dev/null; done;"
-            ' exec "$@"', "sh", "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all"] if os.geteuid() == 0 else [])
-UID = NOBODY if os.geteuid() == 0 else os.geteuid()
+from as_nobody import AS_ROOT, NOBODY, UID, View
+
+Run = Callable[..., subprocess.CompletedProcess]
 
 
 @pytest.fixture
@@ -39,11 +32,13 @@ def place() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run(argv: List[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    full = dict(os.environ, HOME=str(cwd), PROBEKIT_CACHE=str(cwd / "cache"), PYTHONPATH=str(REPO))
-    full.update(env)
-    return subprocess.run(AS_USER + [str(BIN / argv[0])] + argv[1:], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+@pytest.fixture
+def run(unprivileged: View) -> Run:
+    """Run a console script as the unprivileged user in `cwd`, HOME and the cache there."""
+    def run_in(argv: List[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+        return unprivileged.run(unprivileged.script(argv[0]) + argv[1:], cwd,
+                                {"HOME": str(cwd), "PROBEKIT_CACHE": str(cwd / "cache"), **env})
+    return run_in
 
 
 def one_line(res: subprocess.CompletedProcess) -> str:
@@ -51,29 +46,38 @@ def one_line(res: subprocess.CompletedProcess) -> str:
     return res.stderr.rstrip("\n")
 
 
+def test_the_code_run_is_this_checkouts(unprivileged: View, place: Path) -> None:
+    """Not another install's (the venv's editable one may name another checkout), and not
+    refused by a directory above the checkout that the user may not enter."""
+    res = unprivileged.run([str(unprivileged.python), "-c", "import os, probes; print(os.getuid(), probes.__file__)"],
+                           place, {})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(UID), str(unprivileged.repo / "probes" / "__init__.py")]
+
+
 @pytest.mark.parametrize("tool", ["nfsslower", "nfstop", "nfsdist", "nfsdtop"])
-def test_tools_say_root_before_tracefs(tool: str, place: Path) -> None:
+def test_tools_say_root_before_tracefs(tool: str, place: Path, run: Run) -> None:
     """Not "mount it": a user cannot, and root would (the tools mount tracefs themselves)."""
     assert one_line(run([tool], place)) == (
         f"{tool}: error: tracing needs root (running as uid {UID}; tracefs is root-only and mounting it needs "
         "root; or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN): run with sudo")
 
 
-def test_read_only_commands_say_root_and_the_way_around(place: Path) -> None:
+def test_read_only_commands_say_root_and_the_way_around(place: Path, run: Run) -> None:
     assert one_line(run(["discover", "propose", "nfs"], place)) == (
         f"discover: error: tracing needs root (running as uid {UID}; tracefs is root-only; or CAP_BPF, "
         "CAP_PERFMON and CAP_SYS_ADMIN): run with sudo; or pass --kernel-profile PROFILE.json")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs a HOME this user cannot write: as root, nobody's /")
-def test_a_home_that_cannot_hold_the_cache_names_it_and_the_variable(place: Path) -> None:
+@pytest.mark.skipif(not AS_ROOT, reason="needs a HOME this user cannot write: as root, nobody's /")
+def test_a_home_that_cannot_hold_the_cache_names_it_and_the_variable(place: Path, run: Run) -> None:
     res = run(["probes", "fetch-kernel", "6.1"], place, HOME="/", PROBEKIT_CACHE="")
     assert one_line(res) == ("probes: error: cannot use the cache directory /.cache/probekit: Permission denied: "
                              "/.cache; set PROBEKIT_CACHE to a writable directory to move it")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs a lab of another user: root's, read as nobody")
-def test_another_users_lab_says_whose_it_is(place: Path) -> None:
+@pytest.mark.skipif(not AS_ROOT, reason="needs a lab of another user: root's, read as nobody")
+def test_another_users_lab_says_whose_it_is(place: Path, run: Run) -> None:
     """`labs status` and `labs down` of a lab root started in a shared cache: not "`labs down`
     clears it", which this user's `labs down` cannot."""
     state = place / "cache" / "labs" / "x" / "state.json"

@@ -12,7 +12,7 @@ the host's two cores: a guest waiting on a delay, a scrape or a paused server le
 idle), in JOB_ORDER, while the unit tests run in the
 main thread; each job takes its guests down as soon as its runs are done, and a kernel's tests
 wait for its job and judge what it brought back. Images a job needs that no lane is building
-are built ahead in the background (labs/images.py's flock makes a boot wait for a build under
+are built ahead in the background (labs/vm/images.py's flock makes a boot wait for a build under
 way). Every guest has one vCPU: two 2-vCPU TCG guests of 7.2 oopsed on an int3, once under
 function_graph and once while booting (code patched with int3 seen half-patched by the other
 vCPU's thread); two 1-vCPU guests use the same two cores without that.
@@ -37,13 +37,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from discover.errors import UserError
-from labs.base import Lab
-from labs.console import GuestFailure
-from labs.integration import install_tools
-from labs.qemu import QemuLab
+from labs.install import install_tools
+from labs.vm.base import Lab
+from labs.vm.console import GuestFailure
+from labs.vm.qemu import QemuLab
 from lab_lanes import Job, Lanes
 
-#: the CI kernels, each from its Debian suite's cached image (labs/images.py)
+#: the CI kernels, each from its Debian suite's cached image (labs/vm/images.py)
 KERNELS: Tuple[str, ...] = ("7.3", "6.1", "6.12", "7.2", "5.10")
 #: kernel jobs and the Vagrant smoke: the three longest first, then the ones that end the lanes
 #: together (warm, 2026-12-04, the exporter check still on 7.3: 7.3 as the fleet 24 min, 6.12 23,
@@ -389,7 +389,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 class Prebuild(threading.Thread):
-    """`python -m labs.images K` for each kernel in turn (a cached image returns at once)."""
+    """`python -m labs.vm.images K` for each kernel in turn (a cached image returns at once)."""
 
     def __init__(self, kernels: List[str], log: Path) -> None:
         super().__init__(daemon=True)
@@ -405,7 +405,7 @@ class Prebuild(threading.Thread):
                     return
                 out.write(f"== {time.strftime('%H:%M:%S')} image for {kernel}\n")
                 out.flush()
-                self.proc = subprocess.Popen([sys.executable, "-m", "labs.images", kernel],
+                self.proc = subprocess.Popen([sys.executable, "-m", "labs.vm.images", kernel],
                                              stdout=subprocess.DEVNULL, stderr=out)
                 if self.stopping.is_set():  # stop() came while it was being started
                     self.proc.terminate()
@@ -442,7 +442,7 @@ def _plan(items: List[pytest.Item]) -> Dict[str, List[str]]:
 
 
 def _image_of(kernel: str) -> str:
-    from labs.images import base_suite, suite_for_kernel
+    from labs.vm.images import base_suite, suite_for_kernel
     return base_suite(suite_for_kernel(kernel))
 
 

@@ -1,6 +1,6 @@
 """Lab test: `discover callgraph nfs_file_read` while `trace-cmd record -p function` runs.
 
-labs/guest/coexist_check.py in the guest (see its docstring) prints one JSON document.
+labs/checks/coexist/guest.py in the guest (see its docstring) prints one JSON document.
 On 6.11 and later (function_graph runs in instances there) discover captures in its
 private instance beside trace-cmd: both see the workload's calls, nothing of trace-cmd's
 settings changes, the instance and a stale one a killed run left are gone, and a second
@@ -19,6 +19,8 @@ from typing import Any, Dict
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
+from labs.checks.shared import GUEST_SCRIPTS
+
 pytestmark = [pytest.mark.lab, on_kernels("coexist")]
 
 
@@ -30,7 +32,8 @@ def instances_for_function_graph(release: str) -> bool:
 
 @guest_run("coexist", fixture="coexist")
 def _run(kernel_lab: Any) -> Dict[str, Any]:
-    result = kernel_lab.lab.run("cd /opt/probekit/labs/guest && python3 coexist_check.py nfs_file_read /mnt/nfs3",
+    share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
+    result = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPTS['coexist']} nfs_file_read /mnt/nfs3",
                                 timeout=900)
     assert result.exit_code == 0, result.stderr[-600:]
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)

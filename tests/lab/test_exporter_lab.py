@@ -1,10 +1,10 @@
 """Lab check of nfs-exporter with the real thing: Debian's Prometheus scrapes it and node_exporter.
 
 In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client), the guest
-side (labs/guest/exporter_guest.py) starts nfs-exporter, prometheus-node-exporter with
+side (labs/checks/exporter/guest.py) starts nfs-exporter, prometheus-node-exporter with
 the mountstats collector and a Prometheus scraping both, all on 127.0.0.1, runs the known
 workload on /mnt/nfs3 and then /mnt/nfs42, and reports what PromQL answers; the verdicts
-are labs/exporter_checks.py's (`labs test --lab-results` gives the same). In CI kernels 6.1
+are labs/checks/exporter/verdicts.py's (`labs test --lab-results` gives the same). In CI kernels 6.1
 (bookworm: Prometheus 2.42, node_exporter 1.5.0, kprobes) and 7.2 (sid's, fentry); 7.3's
 fleet check runs three exporters with a Prometheus of its own. 7.2 (and 7.3 in the full matrix)
 runs the exporter with --cgroup-label (each
@@ -21,8 +21,9 @@ from typing import Any, Callable, Dict, Tuple
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
-from labs import exporter_checks as ec
-from labs.base import Lab
+from labs.checks.exporter import verdicts as ec
+from labs.checks.shared import GUEST_SCRIPTS
+from labs.vm.base import Lab
 
 #: kernel -> the guest side's options: on 7.2 and 7.3 the exporter runs with the cgroup label and starts
 #: before nfsv4 is loaded (it must trace it once loaded); elsewhere as installed, with every module there
@@ -35,8 +36,8 @@ def run_guest_check(kernel_lab: Any) -> Dict[str, Any]:
     lab: Lab = kernel_lab.lab
     share = getattr(lab, "guest_project_dir", "/opt/probekit")
     with kernel_lab.timed("exporter"):
-        res = lab.run(f"cd {share} && python3 {ec.GUEST_SCRIPT} {EXPORTER_OPTIONS.get(kernel_lab.kernel, '')}",
-                      timeout=1200)
+        options = EXPORTER_OPTIONS.get(kernel_lab.kernel, "")
+        res = lab.run(f"cd {share} && python3 {GUEST_SCRIPTS['exporter']} {options}", timeout=1200)
     assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr[-2000:]}"
     out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"[exporter lab] {kernel_lab.kernel}: {kernel_lab.times['exporter']:.0f} s", flush=True)

@@ -1,4 +1,4 @@
-"""Lab tests: the tools on the client of a QEMU pair while the server fails (labs/faults.py).
+"""Lab tests: the tools on the client of a QEMU pair while the server fails (labs/checks/faults/).
 
 On the pair kernels of tests/lab/conftest.py (7.3 in CI), in the same boot as their
 probe checks: two nfsslower (--ops all, and bcc's default operations; threshold 2 s, stall
@@ -18,9 +18,10 @@ from typing import Any, Callable, Dict
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
-from labs.faults import (run_faults, verify_default_pause_stalls, verify_exporter_names_the_stuck_server,
-                         verify_loss, verify_nfstop_process, verify_pause_completes, verify_pause_stalls,
-                         verify_restart, verify_silent_guest, verify_v4late)
+from labs.checks.faults.run import run_faults
+from labs.checks.faults.verdicts import (verify_default_pause_stalls, verify_exporter_names_the_stuck_server,
+                                         verify_loss, verify_nfstop_process, verify_pause_completes,
+                                         verify_pause_stalls, verify_restart, verify_silent_guest, verify_v4late)
 
 pytestmark = [pytest.mark.lab, on_kernels("faults")]
 

@@ -1,8 +1,8 @@
-"""Lab test of a shared NFS server and two clients: client-a's load slows client-b (labs/fleet_checks.py).
+"""Lab test of a shared NFS server and two clients: client-a's load slows client-b (labs/checks/fleet/).
 
 On the fleet kernels of tests/lab/conftest.py (FULL_MATRIX's "fleet"), whose job boots three guests:
 the server and client-a and client-b, each client on its own socket link. One guest run drives
-labs/guest/fleet_guest.py in all three at once (nfsdtop by client and nfs-exporter --nfsd on the
+labs/checks/fleet/guest.py in all three at once (nfsdtop by client and nfs-exporter --nfsd on the
 server, a light timed reader under nfsdist and nfs-exporter on client-b beside a Prometheus with
 the shipped rules, parallel writers and readers in a unit of their own on client-a part-way
 under nfstop by cgroup, then the server stopped); the verdicts compare its phases. The run's JSON is kept as fleet.json among the artefacts
@@ -16,7 +16,7 @@ from typing import Any, Dict
 import pytest
 from conftest import guest_run, on_kernels, once_run
 
-from labs import fleet_checks as fc
+from labs.checks.fleet import run as fleet, verdicts as fc
 
 pytestmark = pytest.mark.lab
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.lab
 @guest_run("fleet", fixture="fleet_data")
 def run_fleet(kernel_lab: Any) -> Dict[str, Any]:
     with kernel_lab.timed("fleet"):
-        out = fc.run_fleet(kernel_lab.lab, kernel_lab.artifacts, progress=lambda line: print(line, flush=True))
+        out = fleet.run_fleet(kernel_lab.lab, kernel_lab.artifacts, progress=lambda line: print(line, flush=True))
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
     (kernel_lab.artifacts / "fleet.json").write_text(json.dumps(out, indent=1) + "\n")
     print(f"[fleet lab] {kernel_lab.kernel}: {kernel_lab.times['fleet']:.0f} s", flush=True)

@@ -2,12 +2,12 @@
 on 5.10 (kprobes, no module BTF) and 6.12 (fentry) in CI.
 
 In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client), one guest run
-(labs/guest/fs_guest.py) makes each local filesystem on a loop file under a device-mapper
+(labs/checks/fs/guest.py) makes each local filesystem on a loop file under a device-mapper
 `delay` device and mounts the image's Samba share twice (cache=strict, cache=loose), starts
 `fsslower -t xfs 0`, `fsdist -t ext4` (the worker's pid only: the root is ext4 too),
 `fstop -t btrfs` and `fsslower -t cifs 0` once, and runs a known workload on each mount
 twice, without and with 600 ms added to every I/O by dm-delay (every SMB round trip by
-netem on lo); the tools end by SIGTERM, SIGINT and SIGHUP. labs/fs_checks.py judges it:
+netem on lo); the tools end by SIGTERM, SIGINT and SIGHUP. labs/checks/fs/verdicts.py judges it:
 counts and bytes exact per phase, the delay shown when injected and not without, nothing
 left attached, mounted or mapped. The tools' picks and counts are each spec's
 --lab-results for this kernel, and `probes compat` of the kernel's Debian package must
@@ -29,11 +29,11 @@ from typing import Any, Dict
 import pytest
 from conftest import KERNELS, guest_run, guest_script, matrix, on_kernels, once_run
 
-from labs import fs_checks as fc
+from labs.checks.fs import verdicts as fc
+from labs.checks.shared import GUEST_SCRIPTS
 
 pytestmark = pytest.mark.lab
 
-GUEST_SCRIPT = "labs/guest/fs_guest.py"
 FILESYSTEMS = ["xfs", "ext4", "btrfs", "cifs"]
 fs_kernels = on_kernels("fs")
 #: where the run checks nfs-exporter over the same filesystems (fentry and core on trixie)
@@ -45,7 +45,7 @@ fs_exporter_kernels = pytest.mark.parametrize(
 
 @guest_run("fs", fixture="fs_data")
 def run_fs_checks(kernel_lab: Any) -> Dict[str, Any]:
-    script = GUEST_SCRIPT + (" --exporter" if kernel_lab.kernel in EXPORTER_KERNELS else "")
+    script = GUEST_SCRIPTS["fs"] + (" --exporter" if kernel_lab.kernel in EXPORTER_KERNELS else "")
     return guest_script(kernel_lab, "fs", script, timeout=1800)
 
 

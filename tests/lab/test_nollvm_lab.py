@@ -2,10 +2,10 @@
 kernel (6.12: trixie's libbpf 1.5, fentry).
 
 As its boot's last guest run (conftest's LAST_RUNS: nothing after it may need bcc), the guest
-side (labs/guest/nollvm_guest.py) purges bcc, LLVM, clang and the kernel headers with apt-get,
+side (labs/checks/nollvm/guest.py) purges bcc, LLVM, clang and the kernel headers with apt-get,
 then runs the installed nfsslower, nfsdist, nfstop, fsslower -t xfs and nfs-exporter on the
 default --backend auto through the v3only, fs and exporter checks' own guest code;
-labs/nollvm_checks.py judges it with those checks' verdicts, and that each ran on core. The
+labs/checks/nollvm/verdicts.py judges it with those checks' verdicts, and that each ran on core. The
 guest's JSON is kept as nollvm.json in the kernel's artefact directory.
 """
 from __future__ import annotations
@@ -15,16 +15,15 @@ from typing import Any, Callable, Dict
 import pytest
 from conftest import guest_run, guest_script, on_kernels, once_run
 
-from labs.nollvm_checks import NOLLVM_CHECKS
+from labs.checks.nollvm.verdicts import NOLLVM_CHECKS
+from labs.checks.shared import GUEST_SCRIPTS
 
 pytestmark = [pytest.mark.lab, on_kernels("nollvm")]
-
-GUEST_SCRIPT = "labs/guest/nollvm_guest.py"
 
 
 @guest_run("nollvm", fixture="nollvm", last=True)
 def run_nollvm(kernel_lab: Any) -> Dict[str, Any]:
-    out = guest_script(kernel_lab, "nollvm", GUEST_SCRIPT, timeout=1800)
+    out = guest_script(kernel_lab, "nollvm", GUEST_SCRIPTS["nollvm"], timeout=1800)
     print(f"[nollvm lab] {kernel_lab.kernel}: parts {out['seconds']}", flush=True)
     return out
 

@@ -3,9 +3,9 @@
 In the shared per-kernel guest (tests/lab/conftest.py; on a pair, its client, with netem on
 the link to the server instead of lo), booted once for all its checks (each tool starts on
 the loader --backend auto picks: core, 10-50 s under TCG, where the kernel allows, else bcc,
-which compiles at start, 20-80 s): the guest side (labs/guest/probes_guest.py, also used by
+which compiles at start, 20-80 s): the guest side (labs/checks/probes/guest.py, also used by
 `labs test --lab-results`) runs the tools around a workload with known counts and reports
-both as JSON; labs/probe_checks.py compares them (the same verdicts `labs test --topology
+both as JSON; labs/checks/probes/verdicts.py compares them (the same verdicts `labs test --topology
 pair --lab-results` gives). Two guest runs per kernel keep tool starts to five (six with the bcc reference): `main`
 (nfsslower + nfsdist with --ops all once, around the workload on NFSv3, on NFSv4.2, a
 metadata phase per mount, and NFSv3 with netem delay; where they run on core, one nfsdist on
@@ -34,13 +34,12 @@ import pytest
 from conftest import guest_run, matrix, on_kernels, once_run
 
 from discover.errors import UserError
-from labs import probe_checks as pc
-from labs.base import Lab
-from labs.probe_checks import Results, data
+from labs.checks.probes import verdicts as pc
+from labs.checks.probes.verdicts import Results, data
+from labs.checks.shared import GUEST_SCRIPTS
+from labs.vm.base import Lab
 
 pytestmark = pytest.mark.lab
-
-GUEST_SCRIPT = "labs/guest/probes_guest.py"
 
 
 @guest_run("probes", fixture="results")
@@ -52,7 +51,7 @@ def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
     # main only where the v3-only start is proven elsewhere, as on the pair (its fault run)
     for check in pc.guest_runs(with_faults=kernel_lab.kernel not in matrix()["v3only"]):
         with kernel_lab.timed(f"probes {check}"):
-            res = lab.run(f"cd {share} && python3 {GUEST_SCRIPT} {check}", timeout=1200)
+            res = lab.run(f"cd {share} && python3 {GUEST_SCRIPTS['probes']} {check}", timeout=1200)
         assert res.exit_code == 0, f"{check}: exit {res.exit_code}: {res.stderr[-2000:]}"
         out[check] = json.loads(res.stdout.strip().splitlines()[-1])
         print(f"[probes lab] {kernel_lab.kernel} {check}: {kernel_lab.times[f'probes {check}']:.0f} s", flush=True)
@@ -119,7 +118,7 @@ def test_late_nfsv4_is_traced_by_the_running_tools(results: Results) -> None:
 @guest_run("probes identity", fixture="identity")
 def run_identity(kernel_lab: Any) -> Results:
     share = getattr(kernel_lab.lab, "guest_project_dir", "/opt/probekit")
-    res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPT} identity", timeout=1200)
+    res = kernel_lab.lab.run(f"cd {share} && python3 {GUEST_SCRIPTS['probes']} identity", timeout=1200)
     assert res.exit_code == 0, f"identity: exit {res.exit_code}: {res.stderr[-2000:]}"
     out = {"identity": json.loads(res.stdout.strip().splitlines()[-1])}
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,11 @@ from typing import Any, Dict, List
 import pytest
 from conftest import Job, lane_job, wait_for_job
 
-from labs import probe_checks as pc
-from labs.base import CLIENT, SERVER
-from labs.integration import install_tools
-from labs.netrule import check_domain_xml, check_net_list, parse_net_list
+from labs.checks.probes import verdicts as pc
+from labs.checks.shared import GUEST_SCRIPTS
+from labs.install import install_tools
+from labs.vm.base import CLIENT, SERVER
+from labs.vm.netrule import check_domain_xml, check_net_list, parse_net_list
 
 pytestmark = pytest.mark.lab
 
@@ -54,7 +55,7 @@ class VagrantSmoke(Job):
 
     def __init__(self, artifacts_root: Path) -> None:
         super().__init__()
-        from labs.vagrant import VagrantLab
+        from labs.vm.vagrant import VagrantLab
         self.root = artifacts_root / "vagrant"
         self.lab = VagrantLab(kernel="6.1", topology="pair", name=LAB_NAME)
         self.facts: Dict[str, Any] = {}
@@ -64,7 +65,7 @@ class VagrantSmoke(Job):
         return "6.1"
 
     def run(self) -> None:
-        from labs.libvirt_daemons import ensure_daemons
+        from labs.vm.libvirt_daemons import ensure_daemons
         from conftest import _record_times
         self.started_at = time.monotonic()
         try:
@@ -94,7 +95,7 @@ class VagrantSmoke(Job):
             self.done.set()
 
     def _gather(self) -> None:
-        from labs.vagrant import domain_prefix, lab_domains
+        from labs.vm.vagrant import domain_prefix, lab_domains
         lab, facts = self.lab, self.facts
         facts["image_release"] = lab.state["kernel_release"]
         facts["nodes"] = {node: {"release": lab.kernel_info(node)["release"], "hostname": r.stdout.strip(),
@@ -117,17 +118,17 @@ class VagrantSmoke(Job):
             lab.get("/root/probekit-payload.bin", back, node=SERVER)
             facts["put_get_equal"] = back.read_bytes() == src.read_bytes()
         started = time.monotonic()
-        lab.run(f"sh {SHARE}/labs/guest/workload.sh prepare /mnt/nfs3", node=CLIENT, timeout=300)
+        lab.run(f"sh {SHARE}/{GUEST_SCRIPTS['workload']} prepare /mnt/nfs3", node=CLIENT, timeout=300)
         capture = lab.run(f"cd {SHARE} && python3 -m discover callgraph nfs_file_read --workload "
-                          f"'sh {SHARE}/labs/guest/workload.sh read /mnt/nfs3' --format json -o /tmp/smoke-graph.json "
-                          "&& cat /sys/kernel/tracing/current_tracer", node=CLIENT, timeout=900)
+                          f"'sh {SHARE}/{GUEST_SCRIPTS['workload']} read /mnt/nfs3' --format json "
+                          "-o /tmp/smoke-graph.json && cat /sys/kernel/tracing/current_tracer", node=CLIENT, timeout=900)
         graph = lab.run("cat /tmp/smoke-graph.json", node=CLIENT).stdout if capture.exit_code == 0 else "{}"
         facts["capture"] = {"rc": capture.exit_code, "stderr": capture.stderr[-1500:],
                             "tracer_after": capture.stdout.strip().splitlines()[-1:], "graph": json.loads(graph or "{}")}
         self.times["capture"] = round(time.monotonic() - started, 1)
         started = time.monotonic()
         install_tools(lab, self.root)
-        res = lab.run(f"cd {SHARE} && python3 labs/guest/smoke_guest.py", node=CLIENT, timeout=1200)
+        res = lab.run(f"cd {SHARE} && python3 {GUEST_SCRIPTS['smoke']}", node=CLIENT, timeout=1200)
         facts["probe"] = json.loads(res.stdout.strip().splitlines()[-1]) if res.stdout.strip() else \
             {"ok": False, "error": f"exit {res.exit_code}: {res.stderr[-1500:]}"}
         self.times["probe"] = round(time.monotonic() - started, 1)
@@ -138,8 +139,8 @@ class VagrantSmoke(Job):
         facts["links_during"] = host_links()
 
     def _down_and_leftovers(self) -> None:
-        from labs.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
-        from labs.vagrant import domain_prefix, state_dir
+        from labs.vm.libvirt_daemons import ensure_daemons, stop_daemons_started_by_us
+        from labs.vm.vagrant import domain_prefix, state_dir
         self.lab.down()
         prefix = domain_prefix(LAB_NAME)
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout

@@ -1,0 +1,1 @@
+"""The coexistence check: discover callgraph while trace-cmd records."""

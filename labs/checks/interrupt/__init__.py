@@ -1,0 +1,1 @@
+"""The interrupt check: discover killed mid-capture leaves tracefs as it found it."""

@@ -1,0 +1,1 @@
+"""The probe check: nfsslower, nfsdist and nfstop against a known NFS workload."""
