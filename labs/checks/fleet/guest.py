@@ -8,12 +8,12 @@ server.ready, prom.ready, light.ready, heavy.ready, noisy.fired, heavy.done, hea
 stuck.fired, light.resumed, heavy.resumed). Each role prints one JSON document:
 
   prepare light|heavy   the files the role reads and writes, made before any tool runs
-  server                `nfsdtop --by client --json -v 2` and `nfs-exporter --nfsd` from before
-                        the clients start until the host says end (every request of theirs
-                        counted), the exporter scraped then, as `heavy` and `drain` start and
-                        at the end, the TCP peers of port 2049. Started detached (--to FILE): the
-                        host stops this guest's QEMU in the pause, when no command of its agent
-                        may be waiting
+  server                `nfsdtop --by client --json -v 2` (core), the same on bcc beside it and
+                        `nfs-exporter --nfsd` from before the clients start until the host says
+                        end (every request of theirs counted), the exporter scraped then, as
+                        `heavy` and `drain` start and at the end, the TCP peers of port 2049.
+                        Started detached (--to FILE): the host stops this guest's QEMU in the
+                        pause, when no command of its agent may be waiting
   light                 (client-b) one O_DIRECT 64 KiB read at a random offset every 0.1 s,
                         each timed, labelled with the phase seen before and after it; nfsdist
                         --json 1 and nfs-exporter --cgroup-label around them, both started
@@ -213,15 +213,20 @@ def serve() -> Dict[str, Any]:
     address = own_address(wait_marker("heavy.address"))  # towards client-a: this server's lab address
     log, exp_log = "/tmp/fleet-nfsdtop.log", "/tmp/fleet-nfsd-exporter.err"
     argv = ["nfsdtop", "--by", "client", "--json", "-v", "2"]
+    # the same probe on bcc beside it (auto takes core here): the two loaders must count alike
+    bcc_log, bcc_argv = "/tmp/fleet-nfsdtop-bcc.log", argv[:1] + ["--backend", "bcc"] + argv[1:]
     proc = tool(argv, log)
+    on_bcc: Optional[subprocess.Popen] = None
     served: Optional[subprocess.Popen] = None
     exported: Dict[str, Any] = {}
     scrapes: Dict[str, str] = {}
     scraped_at: Dict[str, float] = {}
     try:
-        served = exporter(address, exp_log, ["--nfsd"], SERVER_ATTACHED)  # both compile at once (bcc)
+        served = exporter(address, exp_log, ["--nfsd"], SERVER_ATTACHED)
         ready_s = wait_ready(proc, log)
-        wait_flushed([log], time.time(), "its start")  # a whole interval counted: nothing is missed
+        on_bcc = tool(bcc_argv, bcc_log)  # started once core is ready: each loader's start-up is its own
+        wait_ready(on_bcc, bcc_log)
+        wait_flushed([log, bcc_log], time.time(), "their start")  # a whole interval counted: nothing is missed
         scraped_at["before"] = time.time()
         scrapes["before"] = scrape(address)
         mark("server.ready")
@@ -232,13 +237,14 @@ def serve() -> Dict[str, Any]:
                 scraped_at[now] = time.time()
                 scrapes[now] = scrape(address)
         clients = nfs_clients()  # the host says end after both clients' last request returned
-        flushed = wait_flushed([log], time.time(), "the clients' last requests")
+        flushed = wait_flushed([log, bcc_log], time.time(), "the clients' last requests")
         scrapes["after"] = scrape(address)
     finally:
         if served is not None:
             exported = exporter_end(served, exp_log)
         result = dict(stop(proc, log), argv=argv)
-    return {"nfsdtop": result, "ready_s": round(ready_s, 1), "flushed": flushed, "seen": seen,
+        result_bcc = dict(stop(on_bcc, bcc_log), argv=bcc_argv) if on_bcc is not None else None
+    return {"nfsdtop": result, "nfsdtop_bcc": result_bcc, "ready_s": round(ready_s, 1), "flushed": flushed, "seen": seen,
             "clients": clients, "address": address, "exporter": exported, "scrapes": scrapes,
             "scraped_at": {key: round(at, 3) for key, at in scraped_at.items()},
             "attachments": {"before": before, "after": kernel_attachments()}}

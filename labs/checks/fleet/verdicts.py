@@ -52,8 +52,9 @@ def in_phase(record: Dict[str, Any], span: Tuple[float, float], length: float, g
     return span[0] <= end - length and end + 1 <= span[1]
 
 
-def nfsdtop_intervals(server: Dict[str, Any]) -> List[Dict[str, Any]]:
-    records = [json.loads(line) for line in server["nfsdtop"]["lines"] if line.startswith("{")]
+def nfsdtop_intervals(server: Dict[str, Any], run: str = "nfsdtop") -> List[Dict[str, Any]]:
+    """The intervals of one of the server's nfsdtop runs (`run`: on core, or nfsdtop_bcc)."""
+    records = [json.loads(line) for line in server[run]["lines"] if line.startswith("{")]
     assert records and records[0] == {"tracing": ["rpc", "read", "write"], "by": "client"}, records[:1]
     return records[1:]
 
@@ -92,10 +93,10 @@ def read_hist(light: Dict[str, Any], name: str) -> Dict[int, int]:
     return out
 
 
-def per_client(server: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
+def per_client(server: Dict[str, Any], run: str = "nfsdtop") -> Dict[str, Dict[str, int]]:
     """nfsdtop's NFSv3 requests per client address and procedure, summed over the whole run."""
     out: Dict[str, Dict[str, int]] = {}
-    for record in nfsdtop_intervals(server):
+    for record in nfsdtop_intervals(server, run):
         for pair in record["requests"]:
             label = proc_label(pair["program"], pair["version"], pair["proc"])
             if label.startswith("NFSv3 "):
@@ -132,9 +133,9 @@ def verify_both_clients_served(data: Dict[str, Any]) -> None:
     assert addresses <= rows, (addresses, rows)
 
 
-def missed(server: Dict[str, Any]) -> int:
+def missed(server: Dict[str, Any], run: str = "nfsdtop") -> int:
     """The requests nfsdtop said it did not count, over the run (its intervals' "missed")."""
-    return sum(sum(record["missed"].values()) for record in nfsdtop_intervals(server))
+    return sum(sum(record["missed"].values()) for record in nfsdtop_intervals(server, run))
 
 
 def held_to_issued(data: Dict[str, Any], counted: Dict[str, Dict[str, int]], reported: int, tool: str) -> None:
@@ -162,6 +163,25 @@ def verify_counts_per_client(data: Dict[str, Any]) -> None:
     nfsdtop reported as not counted (held_to_issued)."""
     server = role(data, "server")
     held_to_issued(data, per_client(server), missed(server), "nfsdtop")
+
+
+def verify_core_and_bcc_count_alike(data: Dict[str, Any]) -> str:
+    """The server probe on core (what auto picks on 7.3) and on bcc beside it through the same
+    requests: the bcc run ended well and is held to what the clients issued too, and per client
+    and NFSv3 procedure the two differ by no more than what both reported missed."""
+    server = role(data, "server")
+    on_bcc = server["nfsdtop_bcc"]
+    assert "backend: core (auto: " in server["nfsdtop"]["stderr"], server["nfsdtop"]["stderr"][-2000:]
+    assert on_bcc["rc"] == 0 and "backend: bcc (--backend bcc)" in on_bcc["stderr"], on_bcc["stderr"][-2000:]
+    held_to_issued(data, per_client(server, "nfsdtop_bcc"), missed(server, "nfsdtop_bcc"), "nfsdtop on bcc")
+    core, bcc = per_client(server), per_client(server, "nfsdtop_bcc")
+    slack = missed(server) + missed(server, "nfsdtop_bcc")
+    apart = {(client, label): (core.get(client, {}).get(label, 0), bcc.get(client, {}).get(label, 0))
+             for client in set(core) | set(bcc) for label in set(core.get(client, {})) | set(bcc.get(client, {}))}
+    differ = sum(abs(mine - theirs) for mine, theirs in apart.values())
+    assert differ <= slack, f"core and bcc differ by {differ} requests, reported missed {slack}: {apart}"
+    return (f"core {sum(n for n, _ in apart.values())} and bcc {sum(n for _, n in apart.values())} NFSv3 "
+            f"requests over {len(core)} clients, {slack} reported missed")
 
 
 def verify_heavy_client_ranked_first(data: Dict[str, Any]) -> str:
@@ -402,6 +422,7 @@ def summary(data: Dict[str, Any]) -> str:
 
 
 FLEET_CHECKS = (verify_ran_and_detached, verify_both_clients_served, verify_counts_per_client,
+                verify_core_and_bcc_count_alike,
                 verify_heavy_client_ranked_first, verify_light_reads_slower_under_load,
                 verify_nfsdist_sees_the_slowdown, verify_client_exporters_count_each_operation_once,
                 verify_server_exporter_counts_each_request_once, verify_recorded_share_names_client_a_top,

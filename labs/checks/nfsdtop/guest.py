@@ -3,20 +3,20 @@
 Runs inside a lab guest that serves /srv/nfs and mounts it over 127.0.0.1 (/mnt/nfs3 and
 /mnt/nfs42, labs/provision), root, bcc and probekit's package installed. It reads the server's
 own counters (/proc/net/rpc/nfsd: requests per NFSv3 and NFSv4 procedure, bytes read and
-written), starts `nfsdtop --json 2`, runs a known workload on both mounts (files written with
-fsync, the page cache dropped, read back, stat), stops nfsdtop by SIGTERM, reads the counters
-again, and prints one JSON document: the counters' differences, what the workload moved, the
-addresses of the clients connected to port 2049 (ss), nfsdtop's output and exit, and the
-tracing programs / kprobe_events before and after. NFSv3 carries nothing between the two
-reads of the counters but the workload (NFSv4.1 renews its lease in the background, also
-while nfsdtop compiles: its COMPOUNDs are only bounded). Beside nfsdtop, `nfs-exporter --nfsd`
-runs through the same workload: scraped right before and right after it, each scrape with the
-server's counters read next to it. A second client shares the server meanwhile: an NFSv3 mount
-of the same export through 10.77.0.9, an address added to `lo` for the run (the export admits
-the lab subnet), which writes 4 KiB with fsync while 127.0.0.1 moves its megabytes: the noisy
-neighbour and the quiet one, in nfsdtop's rows and the exporter's series. Then three text runs for the example, `nfsdtop -C 2`,
-`nfsdtop -C --by proc 2` and `nfsdtop -C --by export 2`, around the workload again, ended by
-Ctrl-C (SIGINT).
+written), starts `nfsdtop --json 2` (on core) and the same on bcc beside it, runs a known
+workload on both mounts (files written with fsync, the page cache dropped, read back, stat),
+stops nfsdtop by SIGTERM, reads the counters again, and prints one JSON document: the counters'
+differences, what the workload moved, the addresses of the clients connected to port 2049 (ss),
+nfsdtop's output and exit, and the tracing programs / kprobe_events before and after. NFSv3
+carries nothing between the two reads of the counters but the workload (NFSv4.1 renews its lease
+in the background, also while nfsdtop compiles: its COMPOUNDs are only bounded). Beside nfsdtop,
+`nfs-exporter --nfsd` runs through the same workload: scraped right before and right after it,
+each scrape with the server's counters read next to it. A second client shares the server
+meanwhile: an NFSv3 mount of the same export through 10.77.0.9, an address added to `lo` for the
+run (the export admits the lab subnet), which writes 4 KiB with fsync while 127.0.0.1 moves its
+megabytes: the noisy neighbour and the quiet one, in nfsdtop's rows and the exporter's series.
+Then three text runs for the example, `nfsdtop -C 2`, `nfsdtop -C --by proc 2` and `nfsdtop -C
+--by export 2`, around the workload again, ended by Ctrl-C (SIGINT).
 
   python3 labs/checks/nfsdtop/guest.py
 """
@@ -171,11 +171,16 @@ def run(second: str) -> Dict[str, Any]:
     log = "/tmp/nfsdtop-json.log"
     counters_before = server_counters()
     argv = ["nfsdtop", "--json", "-v", "2"]
+    # the same probe on bcc beside it (auto takes core here): the loaders must count alike
+    bcc_argv, bcc_log = ["nfsdtop", "--backend", "bcc", "--json", "-v", "2"], "/tmp/nfsdtop-bcc.log"
     exporter_argv = ["nfs-exporter", "--nfsd", "--port", str(EXPORTER_PORT), "-v"]
     proc = tool(argv, log)
+    on_bcc = tool(bcc_argv, bcc_log)
+    bcc_ready_s = 0.0
     exporter = tool(exporter_argv, "/tmp/nfs-exporter.log")
     try:
         ready_s = wait_ready(proc, log)
+        bcc_ready_s = wait_ready(on_bcc, bcc_log)
         exporter_s = exporter_ready(exporter, "/tmp/nfs-exporter.log")
         time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
         before = scrape_with_counters()
@@ -187,6 +192,7 @@ def run(second: str) -> Dict[str, Any]:
         during = kernel_attachments()
     finally:
         result = dict(stop(proc, log), argv=argv)
+        result_bcc = dict(stop(on_bcc, bcc_log), argv=bcc_argv, ready_s=round(bcc_ready_s, 1))
         exported = dict(stop(exporter, "/tmp/nfs-exporter.log"), argv=exporter_argv)
     counters_after = server_counters()
     after_attach = kernel_attachments()
@@ -207,7 +213,8 @@ def run(second: str) -> Dict[str, Any]:
                          universal_newlines=True).stdout
     return {"release": os.uname().release, "date": time.strftime("%Y-%m-%d"), "bcc": bcc,
             "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
-            "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "texts": texts,
+            "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "nfsdtop_bcc": result_bcc,
+            "texts": texts,
             "exporter": dict(exported, ready_s=round(exporter_s, 1),
                              scrapes={"before": before[0], "after": after[0]}, window_s=round(after[2] - before[2], 3),
                              server_delta={k: after[1][k] - before[1].get(k, 0) for k in after[1]
