@@ -298,69 +298,102 @@ def nfsdtop_section(run: Dict[str, Any], where: str, read: str, keep: int) -> Se
                    read)
 
 
-#: how to read each nfsdtop run of NFSDTOP_LAB (texts.client, texts.proc, the --json run)
-NFSDTOP_READ = {
-    "client": "One table per interval (-C: not cleared), the busiest client first. The guest is "
-              "its own NFS client, 127.0.0.1 (its NFSv3 and NFSv4.2 mounts), and a second one, "
-              "10.77.0.9 (an NFSv3 mount through an address added to lo for the run). In the "
-              "interval of the workload 127.0.0.1 sent 81 requests (40.5 a second) and the server "
-              "read and wrote 4 MiB for it (2.096 MB/s each way: 2 MiB per mount); 10.77.0.9 sent "
-              "9 for the 4 KiB it wrote with fsync (0.002 MB/s). AVG_ms is the average service "
-              "time, from nfsd's dispatch of the decoded call to the encoded reply; P99_ms the "
-              "upper edge of the log2 bucket holding the 99th percentile (32.77: a WRITE). "
-              "INPROG and OLDEST(s) were 0 and `-`: no request was being served when the tables "
-              "were drawn. The first table is the interval before the workload; the last, empty, "
-              "is the part of an interval left at Ctrl-C.",
-    "proc": "The same workload, --by proc, in another nfsdtop at the same time: one row per RPC "
-            "program, version and procedure, sorted by the nfsd time they took. The NFSv3 mounts "
-            "show each procedure (9 WRITEs, the slowest: 17.02 ms on average, eight of 256 KiB "
-            "and the neighbour's 4 KiB; 16 READs; the COMMIT of an fsync; the MKDIRs, CREATEs, "
-            "LOOKUPs and ACCESSes of making the files), NFSACL its own GETACL, and the NFSv4.2 "
-            "mount all its work in 41 COMPOUNDs, which moved its 2 MiB each way. Its rows add up "
-            "to the two clients' 90 requests above.",
-    "export": "The same workload, --by export: one row per export, the path /proc/fs/nfs/exports "
-              "lists for the export of each request's file handle. Both clients' 90 requests were "
-              "on /srv/nfs (4 MiB read, 4 MiB and 4 KiB written). A request that verifies no file "
-              "handle (an NFSv4 lease renewal: a COMPOUND of SEQUENCE alone) is a `-` row.",
-    "json": "--json prints what it traces first, then one object per interval: `rows` as the "
-            "table (every row, with each client's requests per procedure under `procs`), "
-            "`requests` with each (client, program, version, procedure, export)'s count, service "
-            "time sum (`lat_ns`), bytes and log2 usec `slots`, `in_progress` and `missed`. -v "
-            "says on stderr which attach point times what (nfsd_dispatch by fentry on this "
-            "kernel, the nfsd read and write tracepoints for the bytes, fh_verify for the "
-            "export) and that the probe runs on bcc. Over this run the lab check compared it "
-            "with the server's own counters (/proc/net/rpc/nfsd): the same count for every "
-            "NFSv3 procedure and the same 4194304 bytes read and 4198400 written.",
-}
+def table_totals(lines: List[str], interval_s: float = 2.0) -> Dict[str, Tuple[int, float, float]]:
+    """Per row name of nfsdtop's text tables: (requests, MB read, MB written) over the run, from
+    each interval's REQ/s, RD_MB/s and WR_MB/s (the numbers the reader sees, summed)."""
+    out: Dict[str, Tuple[int, float, float]] = {}
+    for line in lines:
+        fields = line.rsplit(None, 7)
+        if len(fields) != 8 or fields[0] in ("CLIENT", "PROC", "EXPORT"):
+            continue
+        try:
+            rate, read, written = (float(field) for field in fields[1:4])
+        except ValueError:  # a banner line
+            continue
+        requests, mb_read, mb_written = out.get(fields[0], (0, 0.0, 0.0))
+        out[fields[0]] = (requests + round(rate * interval_s), mb_read + read * interval_s,
+                          mb_written + written * interval_s)
+    return out
+
+
+def nfsdtop_read(data: Dict[str, Any]) -> Dict[str, str]:
+    """How to read each nfsdtop run of NFSDTOP_LAB (texts.client, texts.proc, texts.export, the
+    --json run), its figures taken from the run itself."""
+    clients = table_totals(data["texts"]["client"]["lines"])
+    procs = table_totals(data["texts"]["proc"]["lines"])
+    exports = table_totals(data["texts"]["export"]["lines"])
+    local, neighbour = clients.get("127.0.0.1", (0, 0.0, 0.0)), clients.get("10.77.0.9", (0, 0.0, 0.0))
+    v3 = ", ".join(f"{n} {name.split()[1]}" for name, (n, _r, _w) in sorted(procs.items(), key=lambda i: -i[1][0])
+                   if name.startswith("NFSv3 "))
+    compound = procs.get("NFSv4 COMPOUND", (0, 0.0, 0.0))
+    on_export = exports.get("/srv/nfs", (0, 0.0, 0.0))
+    delta = data["server_delta"]
+    return {
+        "client": "One table per interval (-C: not cleared), the busiest client first. The guest is "
+                  "its own NFS client, 127.0.0.1 (its NFSv3 and NFSv4.2 mounts), and a second one, "
+                  "10.77.0.9 (an NFSv3 mount through an address added to lo for the run). Over the "
+                  f"workload's intervals 127.0.0.1 sent {local[0]} requests and the server read "
+                  f"{local[1]:.1f} MB and wrote {local[2]:.1f} MB for it (2 MiB each way per mount); "
+                  f"10.77.0.9 sent {neighbour[0]} for the 4 KiB it wrote with fsync. AVG_ms is the "
+                  "average service time, from nfsd's dispatch of the decoded call to the encoded "
+                  "reply; P99_ms the upper edge of the log2 bucket holding the 99th percentile. "
+                  "INPROG counts the requests being served when the table was drawn, OLDEST(s) how "
+                  "long the oldest of them had been. The first table is the interval before the "
+                  "workload; the last, empty, is the part of an interval left at Ctrl-C.",
+        "proc": "The same workload, --by proc, in another nfsdtop at the same time: one row per RPC "
+                "program, version and procedure, sorted by the nfsd time they took. The NFSv3 mounts "
+                f"show each procedure ({v3}: the fsynced writes, the reads after the cache drop, "
+                "the COMMIT of an fsync, and the MKDIRs, CREATEs, LOOKUPs and ACCESSes of making "
+                "the files), NFSACL its own GETACL, and the NFSv4.2 mount all its work in "
+                f"{compound[0]} COMPOUNDs, which moved its 2 MiB each way.",
+        "export": "The same workload, --by export: one row per export, the path /proc/fs/nfs/exports "
+                  "lists for the export of each request's file handle. Both clients' requests were "
+                  f"on /srv/nfs ({on_export[0]} requests, {on_export[1]:.1f} MB read, "
+                  f"{on_export[2]:.1f} MB written). A request that verifies no file handle (an NFSv4 "
+                  "lease renewal: a COMPOUND of SEQUENCE alone) is a `-` row.",
+        "json": "--json prints what it traces first, then one object per interval: `rows` as the "
+                "table (every row, with each client's requests per procedure under `procs`), "
+                "`requests` with each (client, program, version, procedure, export)'s count, service "
+                "time sum (`lat_ns`), bytes and log2 usec `slots`, `in_progress` and `missed`. -v "
+                "says on stderr which attach point times what (nfsd_dispatch by fentry on this "
+                "kernel, the nfsd read and write tracepoints for the bytes, fh_verify for the "
+                "export) and which loader runs the probe. Over this run the lab check compared it "
+                "with the server's own counters (/proc/net/rpc/nfsd): the same count for every "
+                f"NFSv3 procedure and the same {delta['io read']} bytes read and {delta['io write']} "
+                "written; `nfsdtop --backend bcc`, run beside it, counted the same.",
+    }
+
+
 NFSDTOP_CAVEATS = ("nfsdtop runs on the server. The service time is the nfsd thread's, not "
                    "the client's latency: the network and the client's queues are outside it. "
                    "An NFSv4 client's requests are all COMPOUND (the operations run inside "
-                   "them). The probe is generated for bcc (the CO-RE object has no server "
-                   "maps: --backend core is refused) and reads the client's address through "
-                   "nfsd's BTF (a kernel without it is refused in one line). The screen is "
-                   "cleared between tables on a terminal unless -C; -r limits the table, not "
-                   "--json.")
+                   "them). The probe runs from the prebuilt CO-RE object where the kernel has "
+                   "BTF (libbpf1 and Python on the server), on bcc with --backend bcc or on "
+                   "Debian 11, and reads the client's address through nfsd's BTF (a kernel "
+                   "without it is refused in one line). The screen is cleared between tables "
+                   "on a terminal unless -C; -r limits the table, not --json.")
 
 
 def nfsdtop() -> Example:
     data = nfsdtop_run()
+    read = nfsdtop_read(data)
     return Example(
         "nfsdtop",
         "nfsdtop runs on an NFS server (knfsd) and shows its requests per client address (or "
         "--by proc per procedure, --by export per export): requests per second, read and write "
         "MB/s, average and p99 service time, requests in progress and how long the oldest has "
         "been served.",
-        f"Real output of a lab run: Debian kernel {data['release']}, bcc {data['bcc']}, Python "
+        f"Real output of a lab run: Debian kernel {data['release']}, libbpf (core), bcc {data['bcc']} beside it, Python "
         f"{data['python']}, {data['date']}, a single-guest QEMU lab (NFS server and client in one VM, "
         "mounts over 127.0.0.1), labs/checks/nfsdtop/guest.py (the CI check of tests/lab/"
         f"test_nfsdtop_lab.py); the run: {NFSDTOP_LAB.relative_to(REPO)}, how it was kept: README.md "
         "there. The workload, on the NFSv3 and then the NFSv4.2 mount: a 2 MiB file written in "
         "64 KiB blocks and fsynced, the page cache dropped, the file read back, five stats; then "
         "4 KiB written with fsync on a third mount, through 10.77.0.9 (a second client).",
-        [nfsdtop_section(data["texts"]["client"], "texts.client.lines", NFSDTOP_READ["client"], 40),
-         nfsdtop_section(data["texts"]["proc"], "texts.proc.lines", NFSDTOP_READ["proc"], 60),
-         nfsdtop_section(data["texts"]["export"], "texts.export.lines", NFSDTOP_READ["export"], 40),
-         nfsdtop_section(data["nfsdtop"], "nfsdtop.lines", NFSDTOP_READ["json"], 3)],
+        [nfsdtop_section(data["texts"]["client"], "texts.client.lines", read["client"], 40),
+         nfsdtop_section(data["texts"]["proc"], "texts.proc.lines", read["proc"], 60),
+         nfsdtop_section(data["texts"]["export"], "texts.export.lines", read["export"], 40),
+         nfsdtop_section(data["nfsdtop"], "nfsdtop.lines", read["json"], 3)],
         NFSDTOP_CAVEATS,
         (("nfsdtop",),))
 
