@@ -20,6 +20,8 @@ RUN = Path(__file__).parent / "fixtures" / "7.3.4+deb13-amd64" / "fleet" / "gues
 RUN_3 = RUN.with_name("guest-run-3.json.gz")
 #: the run that kept the recorded per-client p99 (CI's 7.3 job)
 RUN_4 = RUN.with_name("guest-run-4.json.gz")
+#: the run with the server probe on bcc beside core (the one kernel side)
+RUN_5 = RUN.with_name("guest-run-5.json.gz")
 #: verdicts on what the runs before RUN_4 did not keep
 LATER = (fc.verify_recorded_p99_of_client_b_rose_under_load,)
 #: the server probe on bcc beside core: runs before the one kernel side had the server on bcc only
@@ -59,6 +61,17 @@ def test_the_later_run_passes_every_verdict(verify: Any) -> None:
                          ids=lambda f: f.__name__[len("verify_"):])
 def test_the_ci_run_passes_every_verdict(verify: Any) -> None:
     verify(load(RUN_4))
+
+
+@pytest.mark.parametrize("verify", fc.FLEET_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
+def test_the_one_kernel_side_run_passes_every_verdict(verify: Any) -> None:
+    verify(load(RUN_5))
+
+
+def test_core_and_bcc_counted_the_clients_alike() -> None:
+    """What the server probe counted on each loader, as the report says it."""
+    assert fc.verify_core_and_bcc_count_alike(load(RUN_5)) == \
+        "core 3758 and bcc 3698 NFSv3 requests over 2 clients, 157 reported missed"
 
 
 def test_the_ci_run_recorded_client_b_p99_rising_and_the_alert_waiting_for_it() -> None:
