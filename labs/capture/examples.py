@@ -335,9 +335,11 @@ NFSDTOP_READ = {
 NFSDTOP_CAVEATS = ("nfsdtop runs on the server. The service time is the nfsd thread's, not "
                    "the client's latency: the network and the client's queues are outside it. "
                    "An NFSv4 client's requests are all COMPOUND (the operations run inside "
-                   "them). The probe is generated for bcc (the CO-RE object has no server "
-                   "maps: --backend core is refused) and reads the client's address through "
-                   "nfsd's BTF (a kernel without it is refused in one line). The screen is "
+                   "them). This run's nfsdtop was on bcc, as its -v says: its tree's CO-RE "
+                   "object had no server maps yet; nfsdtop has since loaded as the client "
+                   "tools do (--backend auto: core on this kernel), with the same output. It "
+                   "reads the client's address through nfsd's BTF (a kernel without it is "
+                   "refused in one line). The screen is "
                    "cleared between tables on a terminal unless -C; -r limits the table, not "
                    "--json.")
 
