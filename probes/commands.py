@@ -728,9 +728,10 @@ row's requests nfsd threads are serving now, OLDEST(s) how long the oldest has b
 a client whose requests are stuck shows there although none completes. CLIENT is the
 request's source address (an IPv4 client of a dual-stack socket as IPv4). EXPORT is the
 export of the request's file handle, its path as /proc/fs/nfs/exports lists it (an NFSv4
-COMPOUND's last handle), `-` for requests with none (NULL, a lease renewal). The probe is
-generated for bcc (--backend core is refused; -v says so). --json has every row (-r is for
-the table) and, under "requests", each (client, procedure, export)'s counts and histogram.
+COMPOUND's last handle), `-` for requests with none (NULL, a lease renewal). The probe reads
+the client through nfsd's BTF (Debian 12 and later) and is loaded as the client tools' probes
+are (--backend; -v says which loader and why). --json has every row (-r is for the table) and, under
+"requests", each (client, procedure, export)'s counts and histogram.
 """
 
 #: what one nfsdtop row stands for (--by)

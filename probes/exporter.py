@@ -539,7 +539,7 @@ probekit_nfs_probe_attach_time_seconds; with
 --cgroup-label a `cgroup` label (the cgroup v2 path, or "{CgroupLabels.OVERFLOW}" for cgroups past
 --cgroup-limit) and probekit_nfs_cgroups_labelled(_limit); and with sysctl
 kernel.bpf_stats_enabled=1 probekit_bpf_program_run_seconds_total and _runs_total{{fs,program}}.
-With --nfsd (knfsd running; the server probe is nfsdtop's, on bcc): probekit_nfsd_requests_total,
+With --nfsd (knfsd running; the server probe is nfsdtop's, on --backend's loader): probekit_nfsd_requests_total,
 probekit_nfsd_read_bytes_total, probekit_nfsd_write_bytes_total and the histogram
 probekit_nfsd_request_duration_seconds{{client,export,proc}}, probekit_nfsd_requests_in_progress and
 probekit_nfsd_oldest_in_progress_seconds{{client,export}}, probekit_nfsd_probe_attached,
@@ -606,7 +606,7 @@ def fs_targets(types_text: Optional[str], spec_path: Optional[str]) -> List[Targ
               help="BPF loader, as the tools' --backend: auto takes core (libbpf, the prebuilt CO-RE object, "
                    "no compiler) where libbpf 1.0+, the kernel's BTF and the object allow, else bcc.")
 @click.option("--nfsd", is_flag=True, help="On an NFS server (knfsd running): the probekit_nfsd_* families too, "
-              "its requests per client, export and procedure (nfsdtop's probe, on bcc).")
+              "its requests per client, export and procedure (nfsdtop's probe).")
 @click.option("--client-limit", type=click.IntRange(1, 4096), default=CLIENT_LIMIT, show_default=True,
               help="With --nfsd: clients that get series of their own; requests of any other share "
               f'client="{CgroupLabels.OVERFLOW}".')

@@ -213,7 +213,7 @@ def test_example_files_are_current(tool: str) -> None:
 
 #: documents whose output blocks are quoted from docs/examples/: an indented block whose first
 #: line is an example's command line (`# nfsslower 50`) holds lines of that command's output
-QUOTING = (examples.REPO / "README.md", examples.REPO / "docs" / "install.md")
+QUOTING = (examples.REPO / "README.md", examples.REPO / "docs" / "install.md", examples.REPO / "docs" / "server.md")
 #: a quoted line cut short ends with this; it matches the example line it begins
 CUT_SHORT = "…"
 #: the tool commands (console scripts) whose invocations the documents show

@@ -368,9 +368,9 @@ NFSDTOP_CAVEATS = ("nfsdtop runs on the server. The service time is the nfsd thr
                    "the client's latency: the network and the client's queues are outside it. "
                    "An NFSv4 client's requests are all COMPOUND (the operations run inside "
                    "them). The probe runs from the prebuilt CO-RE object where the kernel has "
-                   "BTF (libbpf1 and Python on the server), on bcc with --backend bcc or on "
-                   "Debian 11, and reads the client's address through nfsd's BTF (a kernel "
-                   "without it is refused in one line). The screen is cleared between tables "
+                   "BTF (libbpf1 and Python on the server), on bcc with --backend bcc, and "
+                   "reads the client's address through nfsd's BTF (a kernel without it is "
+                   "refused in one line). The screen is cleared between tables "
                    "on a terminal unless -C; -r limits the table, not --json.")
 
 
