@@ -20,6 +20,7 @@ import time
 from typing import Any, Dict, List, Sequence, Tuple
 
 from labs.checks.exporter.verdicts import counters
+from labs.checks.nfsdtop.verdicts import intervals as nfsdtop_intervals, missed
 from labs.checks.probes.verdicts import counted_once
 from probes.commands import proc_label
 
@@ -50,13 +51,6 @@ def in_phase(record: Dict[str, Any], span: Tuple[float, float], length: float, g
     wholly inside a phase's span."""
     end = wall(record["ts"], gmtoff)
     return span[0] <= end - length and end + 1 <= span[1]
-
-
-def nfsdtop_intervals(server: Dict[str, Any], run: str = "nfsdtop") -> List[Dict[str, Any]]:
-    """The intervals of one of the server's nfsdtop runs (`run`: on core, or nfsdtop_bcc)."""
-    records = [json.loads(line) for line in server[run]["lines"] if line.startswith("{")]
-    assert records and records[0] == {"tracing": ["rpc", "read", "write"], "by": "client"}, records[:1]
-    return records[1:]
 
 
 def nfsdist_intervals(light: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -131,11 +125,6 @@ def verify_both_clients_served(data: Dict[str, Any]) -> None:
     assert addresses <= set(server["clients"]), (addresses, server["clients"])
     rows = {row["client"] for record in nfsdtop_intervals(server) for row in record["rows"]}
     assert addresses <= rows, (addresses, rows)
-
-
-def missed(server: Dict[str, Any], run: str = "nfsdtop") -> int:
-    """The requests nfsdtop said it did not count, over the run (its intervals' "missed")."""
-    return sum(sum(record["missed"].values()) for record in nfsdtop_intervals(server, run))
 
 
 def held_to_issued(data: Dict[str, Any], counted: Dict[str, Dict[str, int]], reported: int, tool: str) -> None:

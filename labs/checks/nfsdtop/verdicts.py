@@ -69,7 +69,7 @@ def verify_nfsv3_requests_equal_the_servers_counts(data: Dict[str, Any]) -> None
     assert seen == server, f"nfsdtop {seen} != /proc/net/rpc/nfsd {server}"
 
 
-def missed(data: Dict[str, Any], run: str) -> int:
+def missed(data: Dict[str, Any], run: str = "nfsdtop") -> int:
     """The requests a run said it did not count (every op's, every interval's)."""
     return sum(sum(interval.get("missed", {}).values()) for interval in intervals(data, run))
 
