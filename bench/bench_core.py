@@ -6,9 +6,12 @@ comparison runs its tools in turn, ROUNDS rounds, each round in the reverse orde
 before (A B, B A, A B), and takes the median per tool:
 
 - startup: spawn to the first event line of `nfsslower 0` on `--backend core` and `--backend
-  bcc`, and of libbpf-tools' `fsslower -t nfs -m 0`, while an O_SYNC 4 KiB write to the NFSv3
-  mount comes every 0.2 s; each one's peak resident memory (VmHWM) a second after that line.
-  Targets: core <= 0.1x bcc, <= 3x libbpf-tools.
+  bcc`, and of libbpf-tools' `fsslower -t nfs -m 0`; spawn to the "Tracing" line of `nfsdist
+  --backend core 1` and of libbpf-tools' `fsdist -t nfs 1`, and to nfs-exporter's (core)
+  "probe attached"; all while an O_SYNC 4 KiB write to the NFSv3 mount comes every 0.2 s;
+  each one's peak resident memory (VmHWM) a second after that line. Targets: core <= 0.1x
+  bcc; nfsslower, nfsdist and the exporter <= 2x libbpf-tools' fsslower / fsdist in time,
+  the terminal tools <= 2x in peak memory (the exporter's: < 40 MiB, said beside).
 - exporter: on MOUNTS NFSv3 mounts (bench_exporter's), nfs-exporter on core and on bcc,
   nfsdist-bpfcc (bcc-tools) and libbpf-tools' `fsdist -t nfs`, each alone over the six
   operations on every mount; the exporters then serve SCRAPES scrapes (bench_exporter's
@@ -35,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import bench_attach
 import bench_exporter
@@ -49,8 +52,10 @@ BUSY = "/mnt/nfs3/work/bench/busy.bin"
 LIBBPF_TOOLS = "libbpf-tools"
 #: (numerator, denominator, measure, target or None) of each part's ratios of medians
 RATIOS: Dict[str, List[Tuple[str, str, str, Optional[float]]]] = {
-    "startup": [("core", "bcc", "s", 0.1), ("core", "libbpf-tools", "s", 3.0),
-                ("core", "bcc", "hwm_kib", None), ("core", "libbpf-tools", "hwm_kib", None)],
+    "startup": [("core", "bcc", "s", 0.1), ("core", "libbpf-tools", "s", 2.0),
+                ("core", "bcc", "hwm_kib", None), ("core", "libbpf-tools", "hwm_kib", 2.0),
+                ("nfsdist core", "fsdist libbpf-tools", "s", 2.0), ("nfsdist core", "fsdist libbpf-tools", "hwm_kib", 2.0),
+                ("exporter core", "fsdist libbpf-tools", "s", 2.0)],
     "exporter": [("exporter core", "nfsdist-bpfcc", "hwm_kib", 0.3), ("exporter core", "exporter bcc", "hwm_kib", None),
                  ("exporter core", "fsdist libbpf-tools", "hwm_kib", None),
                  ("exporter core", "exporter bcc", "median_s", None)],
@@ -88,12 +93,23 @@ def line_buffered(path: str, *args: str) -> List[str]:
 
 
 def startup(rounds: int) -> Dict[str, Any]:
-    """Per tool, per round: seconds from spawn to the first event line, and VmHWM after it."""
-    tools = {"core": installed("nfsslower", "--backend", "core", "0"),
-             "bcc": installed("nfsslower", "--backend", "bcc", "0")}
-    fsslower = libbpf_tool("fsslower")
-    if fsslower:
-        tools["libbpf-tools"] = line_buffered(fsslower, "-t", "nfs", "-m", "0")
+    """Per tool, per round: seconds from spawn to its first event line (the slower tools) or
+    to the line that says it traces (the histogram tools, the exporter), and VmHWM a second
+    after it."""
+    port = str(EXPORTER_PORT)
+    first_event = lambda lines: len(event_lines(lines)) > 0  # noqa: E731
+    tools = {"core": (installed("nfsslower", "--backend", "core", "0"), first_event),
+             "bcc": (installed("nfsslower", "--backend", "bcc", "0"), first_event),
+             "nfsdist core": (installed("nfsdist", "--backend", "core", "1"), said("Tracing")),
+             "exporter core": (installed("nfs-exporter", "--port", port, "--backend", "core"), said("probe attached"))}
+    missing = []
+    for name, peer, argv, ready in (("libbpf-tools", "fsslower", ("-t", "nfs", "-m", "0"), first_event),
+                                    ("fsdist libbpf-tools", "fsdist", ("-t", "nfs", "1"), said("Tracing"))):
+        path = libbpf_tool(peer)
+        if path:
+            tools[name] = (line_buffered(path, *argv), ready)
+        else:
+            missing.append(f"{LIBBPF_TOOLS} is not installed: no {peer}")
     os.makedirs(os.path.dirname(BUSY), exist_ok=True)
     busy = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={BUSY} bs=4k count=1 oflag=sync "
                                          "conv=notrunc status=none; sleep 0.2; done"])
@@ -101,10 +117,11 @@ def startup(rounds: int) -> Dict[str, Any]:
     try:
         for number, order in enumerate(alternated(list(tools), rounds)):
             for name in order:
-                log = f"/tmp/bench-core-start-{name}-{number}.out"
-                proc = start(tools[name], log)
+                log = f"/tmp/bench-core-start-{name.replace(' ', '-')}-{number}.out"
+                argv, ready = tools[name]
+                proc = start(argv, log)
                 try:
-                    took = wait_for(log, proc, lambda lines: len(event_lines(lines)) > 0)
+                    took = wait_for(log, proc, ready, every=0.05)
                     time.sleep(1)
                     runs[name].append({"s": took, "hwm_kib": status_kib(proc.pid, "VmHWM")})
                 except RuntimeError as exc:
@@ -115,8 +132,13 @@ def startup(rounds: int) -> Dict[str, Any]:
     finally:
         busy.kill()
         busy.wait()
-    return {"commands": tools, "order": alternated(list(tools), rounds), "runs": runs,
-            "missing": [] if fsslower else [f"{LIBBPF_TOOLS} is not installed: no fsslower"]}
+    return {"commands": {name: argv for name, (argv, _ready) in tools.items()},
+            "order": alternated(list(tools), rounds), "runs": runs, "missing": missing}
+
+
+def said(text: str) -> Callable[[List[str]], bool]:
+    """Whether a tool's output so far has a line holding `text` (its "tracing now" line)."""
+    return lambda lines: any(text in line for line in lines)
 
 
 def exporter(rounds: int) -> Dict[str, Any]:

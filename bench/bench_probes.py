@@ -74,7 +74,8 @@ def start(cmd: List[str], log: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=PROJECT, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 
-def wait_for(log: str, proc: subprocess.Popen, predicate: Any, timeout: float = 600) -> float:
+def wait_for(log: str, proc: subprocess.Popen, predicate: Any, timeout: float = 600, every: float = 0.2) -> float:
+    """Seconds until predicate(the log's lines) holds, looked at every `every` seconds."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         with open(log) as handle:
@@ -82,7 +83,7 @@ def wait_for(log: str, proc: subprocess.Popen, predicate: Any, timeout: float = 
                 return time.monotonic() - started
         if proc.poll() is not None:
             raise RuntimeError(f"{log}: exited {proc.returncode}: {open(log).read()[-1500:]}")
-        time.sleep(0.2)
+        time.sleep(every)
     raise RuntimeError(f"{log}: timed out")
 
 

@@ -9,6 +9,7 @@ nfstop and fstop are the per-process view no bcc tool offers. The nfs tools are 
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -53,8 +54,10 @@ class Target(NamedTuple):
         return parse_ops(text)
 
 
-def known_types() -> List[str]:
-    return sorted(path.stem for path in SPECS_DIR.glob("*.toml"))
+@functools.lru_cache(maxsize=None)
+def known_types() -> Tuple[str, ...]:
+    """The specs' filesystems (three commands' --help name them: one directory read)."""
+    return tuple(sorted(path.stem for path in SPECS_DIR.glob("*.toml")))
 
 
 def find_target(fs_type: Optional[str], spec_path: Optional[str]) -> Target:

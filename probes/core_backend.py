@@ -230,6 +230,8 @@ class CoreBackend:
             try:
                 self.obj.attach(name)
             except LibbpfError as exc:
+                if name.endswith(("_fentry", "_fexit")):  # a function in BTF without a trampoline site
+                    raise Rejected(f"cannot attach {exc}", "fentry") from None
                 raise UserError(f"cannot attach {exc}") from None
 
     def set_cgroup_filter(self, fd: int) -> None:

@@ -28,7 +28,7 @@ from probes.model import COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, deco
 from probes.exports import ExportNames
 from probes.inflight import InFlight
 from probes.layout import KernelLayout
-from probes.select import Chosen, KernelFacts, Selection, late_points, select, select_context
+from probes.select import Chosen, KernelFacts, Selection, late_points, select, select_context, spec_modules
 from discover.spec import INFLIGHT_ALWAYS, load_spec, spec_title
 
 #: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
@@ -221,7 +221,7 @@ class Session:
         self.title = spec_title(spec)
         #: chosen from again when a module loads later (_check_late_modules)
         self.spec = spec
-        facts = KernelFacts.live()
+        facts = KernelFacts.live(BTF_DIR, spec_modules(spec))
         self.selection = select(spec, facts, ops)
         for op, why in self.selection.uncovered.items():
             self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
@@ -242,7 +242,7 @@ class Session:
         if verbose:
             for line in describe(self.selection):
                 self.warn(line)
-        layout = KernelLayout.live(BTF_DIR, tuple(self.selection.btf_modules()))
+        layout = facts.layout
         if layout is None:
             self.warn("warning: no kernel BTF: file names and offsets are not shown")
         formats = facts.live_fields
@@ -386,11 +386,25 @@ class Session:
                 self.warn(self.reading.describe())
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
-            self.backend.attach(self.probe)
+            self._attach()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _attach(self) -> None:
+        """Attach the loaded probe; where a trampoline is refused (a function the kernel's BTF
+        lists, which select took as present, but ftrace cannot patch), kprobes instead."""
+        try:
+            self.backend.attach(self.probe)
+        except Rejected as exc:
+            if exc.feature != "fentry" or not any(p.kind == "fentry" for p in self.probe.points):
+                raise UserError(str(exc)) from None
+            self.warn(f"warning: fentry/fexit not attached ({exc}): kprobes instead")
+            self.fentry = False
+            self.probe = self._generate(self.probe.task_storage, False)
+            self.backend.load(self.probe)
+            self.backend.attach(self.probe)
 
     def __exit__(self, *_exc: Any) -> None:
         if self.attached:

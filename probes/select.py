@@ -1,18 +1,21 @@
 """Pick, per operation, the first spec candidate whose attach points exist on this kernel.
 
-Why separate from the bcc front end: the choice only needs what tracefs and /proc say
-(available_filter_functions, available_events, loaded modules), so it is tested on the
-host against real captures, and the tools print it with --verbose before compiling.
+Why separate from the bcc front end: the choice only needs what the kernel says of a few
+names (functions, tracepoints, loaded modules), so it is tested on the host against real
+captures, and the tools print it with --verbose before compiling. A live start asks per
+name (LiveFacts): the kernel's BTF for functions, tracefs's events directory for
+tracepoints; the 57,000-line available_filter_functions only where BTF cannot answer.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
-from discover.events import parse_format
-from discover.tracefs import Host, find_tracefs
+
+if TYPE_CHECKING:
+    from probes.layout import KernelLayout
 
 
 #: the `[module]` field of a module function's line in available_filter_functions
@@ -47,7 +50,7 @@ class KernelFacts:
                  release: str = "?", tracefs: Optional[Path] = None,
                  formats: Optional[Dict[str, Set[str]]] = None) -> None:
         self.formats = formats or {}
-        self.functions: Set[str] = set(functions)
+        self._functions: Set[str] = set(functions)
         self.events: Set[str] = set(events)
         self.modules: Set[str] = set(modules)
         self.release = release
@@ -69,15 +72,27 @@ class KernelFacts:
             raise UserError(f"cannot read {exc.filename}: {exc.strerror} ({why_denied(exc)})") from None
         return cls(functions, events, cls.parse_modules(modules_text), release, tracefs)
 
+    @property
+    def functions(self) -> Set[str]:
+        """The traceable functions' names."""
+        return self._functions
+
     @classmethod
-    def live(cls) -> "KernelFacts":
+    def live(cls, btf_dir: Optional[Path] = None, modules: Sequence[str] = ()) -> "LiveFacts":
+        """The running kernel's (LiveFacts): with `btf_dir`, functions are looked up in the BTF
+        of vmlinux and of those of `modules` that are loaded; else in the function list."""
         import os
+        from discover.tracefs import Host, find_tracefs
         tracefs = find_tracefs(Host.from_env())
         try:
-            modules_text = Path("/proc/modules").read_text()
+            loaded = cls.parse_modules(Path("/proc/modules").read_text())
         except OSError:
-            modules_text = ""
-        return cls.from_tracefs(tracefs, modules_text, os.uname().release)
+            loaded = set()
+        layout = None
+        if btf_dir is not None:
+            from probes.layout import KernelLayout
+            layout = KernelLayout.live(btf_dir, tuple(m for m in modules if m in loaded))
+        return LiveFacts(tracefs, loaded, os.uname().release, layout)
 
     @classmethod
     def from_profile(cls, profile: Any) -> "KernelFacts":
@@ -97,6 +112,7 @@ class KernelFacts:
         """SYSTEM:EVENT's fields from its live format file (discover.events parses it)."""
         if self.tracefs is None:
             return None
+        from discover.events import parse_format
         system, _, name = event.partition(":")
         try:
             return parse_format((self.tracefs / "events" / system / name / "format").read_text())["fields"]
@@ -110,10 +126,77 @@ class KernelFacts:
         fields = self.live_fields(event)
         return None if fields is None else {f["name"] for f in fields}
 
-    def has(self, name: str, kind: str) -> bool:
+    def has(self, name: str, kind: str, module: str = "") -> bool:
+        """Whether the function or SYSTEM:EVENT `name` (of the spec's `module`) is here."""
         if kind == "tracepoint":
             return name in self.events
         return name in self.functions
+
+    def function_source(self, name: str, module: str = "") -> str:
+        """Where has() looked for the function `name`: what a skipped candidate's reason names."""
+        return "available_filter_functions"
+
+
+class LiveFacts(KernelFacts):
+    """The running kernel's facts, asked per name, as a start needs a few dozen of them.
+
+    Why: the kernel writes available_filter_functions (57,000 lines on Debian 6.12) anew on
+    every read, 1.2-1.8 s of a start in a TCG guest. A function the spec names is looked up
+    in the BTF of vmlinux and of the spec's modules that are loaded (pahole encodes every
+    function; those the kernel cannot trace are rare, and an fentry attach they refuse falls
+    back to kprobes, runtime.Session); a module without BTF here, or no BTF at all (Debian
+    11), leaves that name to available_filter_functions, read once when first needed. A
+    tracepoint is its directory under tracefs's events/, which available_events lists.
+    """
+
+    def __init__(self, tracefs: Path, modules: Iterable[str], release: str,
+                 layout: Optional["KernelLayout"]) -> None:
+        super().__init__((), (), modules, release, tracefs)
+        self.layout = layout
+        self._listed: Optional[Set[str]] = None
+
+    @property
+    def functions(self) -> Set[str]:
+        """available_filter_functions' names, read on first use."""
+        if self._listed is None:
+            assert self.tracefs is not None
+            try:
+                text = (self.tracefs / "available_filter_functions").read_text(errors="replace")
+            except OSError as exc:
+                raise UserError(f"cannot read {exc.filename}: {exc.strerror} ({why_denied(exc)})") from None
+            self._listed = filter_function_names(text)
+        return self._listed
+
+    def _btf_answers(self, module: str) -> bool:
+        """Whether BTF says all there is of `module`'s functions (and vmlinux's): it has
+        vmlinux's BTF, and that of each of the named modules that is loaded."""
+        if self.layout is None:
+            return False
+        named = [m for m in module.split(",") if m and m != "vmlinux"]
+        return all(m in self.layout.modules for m in named if m in self.modules)
+
+    def has(self, name: str, kind: str, module: str = "") -> bool:
+        if kind == "tracepoint":
+            assert self.tracefs is not None
+            system, _, event = name.partition(":")
+            return bool(system and event) and (self.tracefs / "events" / system / event).is_dir()
+        if self.layout is not None and self.layout.btf_module_of(name) is not None:
+            return True
+        if self._btf_answers(module):
+            return False
+        return name in self.functions
+
+    def function_source(self, name: str, module: str = "") -> str:
+        if self._btf_answers(module):
+            assert self.layout is not None
+            return "in the BTF of " + ", ".join(["vmlinux"] + sorted(self.layout.modules))
+        return "available_filter_functions"
+
+
+def spec_modules(spec: Dict[str, Any]) -> List[str]:
+    """Every module the spec's attach points name: those whose BTF a live start reads."""
+    return sorted({m for op in spec["ops"].values() for cand in list(op["candidates"]) + list(op.get("context", []))
+                   for point in cand["attach"] for m in point.get("module", "").split(",") if m and m != "vmlinux"})
 
 
 class Chosen(NamedTuple):
@@ -148,13 +231,15 @@ def _missing_reason(point: Dict[str, Any], facts: KernelFacts, kind: str, end: s
     module = point.get("module", "")
     if module and module != "vmlinux" and facts.modules and module.split(",")[0] not in facts.modules:
         return f"{name}: module {module} not loaded"
-    where = "available_events" if kind == "tracepoint" else "available_filter_functions"
-    return f"{name}: not in {where}"
+    if kind == "tracepoint":
+        return f"{name}: not in available_events"
+    where = facts.function_source(name, module)
+    return f"{name}: not {where}" if where.startswith("in ") else f"{name}: not in {where}"
 
 
 def _point_missing(point: Dict[str, Any], kind: str, facts: KernelFacts) -> Optional[str]:
     for end in ("entry", "exit"):
-        if not facts.has(point[end], kind):
+        if not facts.has(point[end], kind, point.get("module", "")):
             return _missing_reason(point, facts, kind, end)
     return None
 
