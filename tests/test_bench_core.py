@@ -69,3 +69,22 @@ def test_a_visit_is_measured_against_the_idle_visits_around_it() -> None:
 def test_bad_options_stop_before_anything_runs(capsys: pytest.CaptureFixture) -> None:
     assert bench_core.main(["bench_core.py", "--parts", "startup,boot"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+STARTUP = RUN.parent / "bench_core_startup.json"
+
+
+def test_start_up_is_set_beside_libbpf_tools_for_each_tool() -> None:
+    """The start-up part's run (nfsslower, nfsdist and the exporter on core; fsslower and fsdist
+    of libbpf-tools): each tool beside its libbpf-tools peer, the target 2x, judged on medians."""
+    res = json.loads(STARTUP.read_text())
+    rows = {(tuple(row["pair"]), row["measure"]): row for row in bench_core.summary(res)}
+    for pair, measure in ((("core", "libbpf-tools"), "s"), (("core", "libbpf-tools"), "hwm_kib"),
+                          (("nfsdist core", "fsdist libbpf-tools"), "s"),
+                          (("nfsdist core", "fsdist libbpf-tools"), "hwm_kib"),
+                          (("exporter core", "fsdist libbpf-tools"), "s")):
+        row = rows[(pair, measure)]
+        runs = res["startup"]["runs"]
+        top, bottom = (statistics.median(record[measure] for record in runs[name]) for name in pair)
+        assert row["ratio"] == top / bottom and row["target"] == 2.0
+        assert row["met"] == (top / bottom <= 2.0)
