@@ -95,10 +95,10 @@ def drop_caches() -> None:
         handle.write("3\n")
 
 
-def scrape_times(port: int) -> Dict[str, Any]:
+def scrape_times(port: int, scrapes: int = SCRAPES) -> Dict[str, Any]:
     walls = []
     text = ""
-    for _ in range(SCRAPES):
+    for _ in range(scrapes):
         started = time.perf_counter()
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read().decode()
         walls.append(time.perf_counter() - started)

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -78,16 +78,22 @@ def server_le_seconds(slot: int) -> float:
     return ((1 << slot) * 1000 - 1) / 1e9
 
 
+@lru_cache(maxsize=None)
+def bucket_bounds(edges: range, le: Callable[[int], float]) -> Tuple[Tuple[int, str], ...]:
+    """(slot, its `le` as the text format writes it) per edge: the same every scrape, written once."""
+    from prometheus_client.utils import floatToGoString
+
+    return tuple((slot, floatToGoString(le(slot))) for slot in edges)
+
+
 def cumulative_buckets(slots: Dict[int, int], edges: range = BUCKET_SLOTS,
                        le: Callable[[int], float] = le_seconds) -> List[Tuple[str, int]]:
     """Prometheus (le, cumulative count) pairs, +Inf last, from sparse log2 slot counts."""
-    from prometheus_client.utils import floatToGoString
-
     running = sum(count for slot, count in slots.items() if slot < edges[0])
     out = []
-    for slot in edges:
+    for slot, bound in bucket_bounds(edges, le):
         running += slots.get(slot, 0)
-        out.append((floatToGoString(le(slot)), running))
+        out.append((bound, running))
     out.append(("+Inf", sum(slots.values())))
     return out
 
@@ -137,6 +143,122 @@ SMB_LABELS = MountLabels(("device", "server", "mountpoint"), lambda m: (m.export
 
 def mount_labels(fs: str) -> MountLabels:
     return {"nfs": NFS_LABELS, "cifs": SMB_LABELS}.get(fs, LOCAL_LABELS)
+
+
+def _escaped(value: str) -> str:
+    """A label value as the text format quotes it."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+class Rendered:
+    """One of the per-operation-and-mount families (latency histogram, ops, bytes): nearly every
+    sample of a scrape. Served (metrics_app), it is written as text straight from its rows, a
+    string join per sample; for any other reader (prometheus_client's encoders: OpenMetrics,
+    name[] filters, generate_latest) it is the family `kind` builds from the same rows, made
+    on first use, whose attributes it answers with. Same text either way (a unit test holds it).
+
+    Rows: (label values, value), or for a histogram (label values, (buckets, sum))."""
+
+    def __init__(self, kind: Any, name: str, documentation: str, labels: Sequence[str],
+                 rows: List[Tuple[Tuple[str, ...], Any]]) -> None:
+        self._kind, self._name, self._doc, self._labels, self._rows = kind, name, documentation, list(labels), rows
+        self._family: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._family is None:
+            family = self._kind(self._name, self._doc, labels=self._labels)
+            for values, value in self._rows:
+                family.add_metric(list(values), *(value if isinstance(value, tuple) else (value,)))
+            self._family = family
+        return getattr(self._family, attr)
+
+    def text(self) -> str:
+        """The family in the Prometheus text format (0.0.4), as prometheus_client writes it:
+        labels sorted by name (`le` among them), values as Go formats floats."""
+        from prometheus_client.utils import floatToGoString
+
+        written: Dict[Any, str] = {}
+
+        def number(value: Any) -> str:
+            text = written.get(value)
+            if text is None:
+                text = written[value] = floatToGoString(value)
+            return text
+
+        histogram = self._kind.__name__.startswith("Histogram")
+        name = self._name if histogram else self._name + "_total"
+        doc = self._doc.replace("\\", r"\\").replace("\n", r"\n")
+        out = [f"# HELP {name} {doc}\n# TYPE {name} {'histogram' if histogram else 'counter'}\n"]
+        order = sorted(range(len(self._labels)), key=self._labels.__getitem__)
+        for values, value in self._rows:
+            pairs = [f'{self._labels[i]}="{_escaped(values[i])}"' for i in order]
+            every = ",".join(pairs)
+            if not histogram:
+                out.append(f"{name}{{{every}}} {number(value)}\n")
+                continue
+            split = sum(1 for i in order if self._labels[i] < "le")
+            before = "".join(pair + "," for pair in pairs[:split])
+            after = "".join("," + pair for pair in pairs[split:])
+            buckets, total = value
+            out.extend(f'{name}_bucket{{{before}le="{le}"{after}}} {number(count)}\n' for le, count in buckets)
+            out.append(f"{name}_count{{{every}}} {number(buckets[-1][1])}\n{name}_sum{{{every}}} "
+                       f"{floatToGoString(total)}\n")
+        return "".join(out)
+
+
+def scrape_text(registry: Any) -> bytes:
+    """The whole scrape in the text format: Rendered families written by themselves, the
+    others (in the same order) by prometheus_client's text encoder."""
+    from prometheus_client import generate_latest
+
+    class Listed:
+        def __init__(self, families: List[Any]) -> None:
+            self.families = families
+
+        def collect(self) -> List[Any]:
+            return self.families
+
+    out: List[bytes] = []
+    pending: List[Any] = []
+    for family in registry.collect():
+        if isinstance(family, Rendered):
+            if pending:
+                out.append(generate_latest(Listed(pending)))
+                pending = []
+            out.append(family.text().encode())
+        else:
+            pending.append(family)
+    if pending:
+        out.append(generate_latest(Listed(pending)))
+    return b"".join(out)
+
+
+def metrics_app(registry: Any) -> Callable[..., List[bytes]]:
+    """The WSGI app of /metrics: a GET gets the text format (0.0.4) from scrape_text, gzipped
+    (level 1) when the scraper accepts it, whatever else its Accept header prefers, as
+    node_exporter answers by default; a `name[]` filter, OPTIONS and the rest go to
+    prometheus_client's own app."""
+    from urllib.parse import parse_qs
+
+    from prometheus_client.exposition import gzip_accepted, make_wsgi_app
+
+    fallback = make_wsgi_app(registry)
+
+    def app(environ: Dict[str, Any], start_response: Callable[..., Any]) -> List[bytes]:
+        if (environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico"
+                or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))):
+            return fallback(environ, start_response)
+        import gzip
+
+        output = scrape_text(registry)
+        headers = [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")):
+            output = gzip.compress(output, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [output]
+
+    return app
 
 
 class FsCollector:
@@ -201,16 +323,14 @@ class FsCollector:
                                 value=self.attached_at)
         ops = session.probe.ops  # the RPC layer too, tracked in flight beneath what --ops asked
         labels = ["op"] + list(self.labels.names) + (["cgroup"] if self.cgroups else [])
-        latency = HistogramMetricFamily(self.name("op_latency_seconds"), f"Latency of completed {title} "
-                                        "operations (log2 buckets: le = 2^k - 1 ns).", labels=labels)
-        count = CounterMetricFamily(self.name("ops"), f"Completed {title} operations.", labels=labels)
-        nbytes = CounterMetricFamily(self.name("bytes"), f"Bytes read or written by completed {title} operations.",
-                                     labels=labels)
-        for key, entry in sorted(self.per_mount(snap["dist"]).items()):
-            latency.add_metric(list(key), cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)
-            count.add_metric(list(key), entry["count"])
-            nbytes.add_metric(list(key), entry["bytes"])
-        yield from (latency, count, nbytes)
+        rows = sorted(self.per_mount(snap["dist"]).items())
+        yield Rendered(HistogramMetricFamily, self.name("op_latency_seconds"), f"Latency of completed {title} "
+                       "operations (log2 buckets: le = 2^k - 1 ns).", labels,
+                       [(key, (cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)) for key, entry in rows])
+        yield Rendered(CounterMetricFamily, self.name("ops"), f"Completed {title} operations.", labels,
+                       [(key, entry["count"]) for key, entry in rows])
+        yield Rendered(CounterMetricFamily, self.name("bytes"), f"Bytes read or written by completed {title} "
+                       "operations.", labels, [(key, entry["bytes"]) for key, entry in rows])
         flying = GaugeMetricFamily(self.name("ops_in_flight"), f"{title} operations started and not ended "
                                    "(each thread's outermost" + (", and RPCs)." if self.fs == "nfs" else ")."),
                                    labels=["op"])
@@ -491,7 +611,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 def listen(address: str, port: int, registry: Any) -> Any:
     """Bind the metrics server (not yet serving): a taken port fails before anything is attached."""
-    from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
 
     family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
 
@@ -499,7 +619,7 @@ def listen(address: str, port: int, registry: Any) -> Any:
         address_family = family
 
     try:
-        return make_server(address, port, make_wsgi_app(registry), Server, handler_class=_QuietHandler)
+        return make_server(address, port, metrics_app(registry), Server, handler_class=_QuietHandler)
     except OSError as exc:
         raise UserError(f"cannot listen on {address} port {port}: {exc.strerror or exc}") from None
 

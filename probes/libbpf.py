@@ -9,6 +9,7 @@ a reader writes `key.op` whichever loader produced the key.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -36,6 +37,7 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("btf__raw_data", _p, (_p, ctypes.POINTER(_u32))),
     ("bpf_map_lookup_elem", _i, (_i, _p, _p)), ("bpf_map_update_elem", _i, (_i, _p, _p, ctypes.c_uint64)),
     ("bpf_map_delete_elem", _i, (_i, _p)), ("bpf_map_get_next_key", _i, (_i, _p, _p)),
+    ("bpf_map_lookup_batch", _i, (_i, _p, _p, _p, _p, ctypes.POINTER(_u32), _p)),
     ("ring_buffer__new", _p, (_i, _p, _p, _p)), ("ring_buffer__poll", _i, (_p, _i)),
     ("ring_buffer__consume", _i, (_p,)), ("ring_buffer__free", None, (_p,)),
 )
@@ -156,14 +158,53 @@ class Map:
     def __init__(self, lib: Libbpf, name: str, fd: int, key_type: Any, value_type: Any) -> None:
         self.lib, self.name, self.fd = lib.lib, name, fd
         self.key_type, self.value_type = key_type, value_type
+        #: whether the kernel answers bpf_map_lookup_batch for this map (until it first refuses)
+        self._batch_ok = True
+
+    #: entries asked per bpf_map_lookup_batch call (one system call each; more where a hash
+    #: bucket holds more)
+    BATCH = 1024
 
     def items(self) -> List[Tuple[Any, Any]]:
+        batch = self._batch()
+        if batch is not None:
+            return batch
         out = []
         for key in self.keys():
             value = self.value_type()
             if self.lib.bpf_map_lookup_elem(self.fd, ctypes.byref(key), ctypes.byref(value)) == 0:
                 out.append((key, value))
         return out
+
+    def _batch(self) -> Optional[List[Tuple[Any, Any]]]:
+        """Every entry in a few system calls (the kernel's batch lookup, 5.6+), where the walk
+        key by key takes two per entry: 14,000 a scrape of 100 NFS mounts. None where the
+        kernel or the map type has no batch lookup (the caller walks instead)."""
+        if not self._batch_ok:
+            return None
+        size = max(ctypes.sizeof(self.key_type), 8)  # a hash's token is a u32, an array's a key
+        token_in, token_out = ctypes.create_string_buffer(size), ctypes.create_string_buffer(size)
+        out: List[Tuple[Any, Any]] = []
+        first, chunk = True, self.BATCH
+        while True:
+            keys, values, count = (self.key_type * chunk)(), (self.value_type * chunk)(), _u32(chunk)
+            ret = self.lib.bpf_map_lookup_batch(self.fd, None if first else token_in, token_out, keys, values,
+                                                ctypes.byref(count), None)
+            err = ctypes.get_errno() if ret else 0
+            if err == errno.ENOSPC and chunk < (1 << 20):  # one hash bucket holds more than asked
+                chunk *= 4
+                continue
+            if err and err != errno.ENOENT:  # ENOENT: the last entries came with it
+                if first and not out:
+                    self._batch_ok = False
+                    return None
+                raise OSError(err, f"{self.name}: bpf_map_lookup_batch: {os.strerror(err)}")
+            got = count.value
+            out.extend(zip(_elements(self.key_type, keys, got), _elements(self.value_type, values, got)))
+            if err:
+                return out
+            ctypes.memmove(token_in, token_out, size)
+            first = False
 
     def keys(self) -> List[Any]:
         out: List[Any] = []
@@ -186,6 +227,9 @@ class Map:
         return value
 
     def all_values(self, count: int) -> List[Any]:
+        batch = self._batch()
+        if batch is not None:
+            return [value for _key, value in batch][:count]
         return [self.at(i) for i in range(count)]
 
     def key(self, value: int) -> Any:
@@ -196,6 +240,16 @@ class Map:
         key, val = ctypes.c_uint32(index), ctypes.c_uint32(value)
         if self.lib.bpf_map_update_elem(self.fd, ctypes.byref(key), ctypes.byref(val), 0) != 0:
             raise OSError(ctypes.get_errno(), f"{self.name}[{index}]: {os.strerror(ctypes.get_errno())}")
+
+
+def _elements(kind: Any, array: Any, count: int) -> List[Any]:
+    """The first `count` elements of a ctypes array as `kind` instances: a struct element is
+    one already (a view into the array), a scalar comes out as an int and is wrapped again,
+    so readers write `.value` as on a single lookup."""
+    items = array[:count]
+    if isinstance(kind, type) and issubclass(kind, (ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return items
+    return [kind(item) for item in items]
 
 
 class BpfObject:

@@ -115,27 +115,42 @@ class MountTable:
         self.known: Dict[int, Optional[Mount]] = {}
         self.gone: Dict[int, Tuple[Mount, float]] = {}
         self._expired: List[int] = []
+        #: the last mountinfo text read in full, and what it gave
+        self._seen: Tuple[Optional[str], Dict[int, Optional[Mount]]] = (None, {})
 
-    def refresh(self) -> None:
-        try:
-            info = parse_mountinfo(self.paths[0].read_text())
-            stats = parse_mountstats(self.paths[1].read_text())
-        except OSError:
-            return
-        now = self.clock()
+    def _read(self) -> Dict[int, Optional[Mount]]:
+        """dev -> Mount of every mount served now. mountstats (kilobytes of counters per NFS
+        mount) is read and parsed only when mountinfo changed since the last complete read:
+        what is taken from it (export, transport, version) stays while mountinfo does."""
+        info_text = self.paths[0].read_text()
+        if info_text == self._seen[0]:
+            return dict(self._seen[1])
+        info = parse_mountinfo(info_text)
+        stats = parse_mountstats(self.paths[1].read_text())
         current: Dict[int, Optional[Mount]] = {}
+        complete = True
         for dev, mount in info.items():
             if not self.serves(mount["fstype"]):
                 continue
             if mount["fstype"] in NFS_TYPES:
                 nfs = stats.get(mount["mountpoint"])
-                if nfs is None:
+                if nfs is None:  # mounted between the two reads: read both again next time
+                    complete = False
                     continue
                 current[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], nfs["export"], nfs["protocol"],
                                      mount["addr"], nfs.get("opt_vers", ""))
             else:  # a local or SMB mount: its source (device or share) stands for the export
                 current[dev] = Mount(dev, mount["mountpoint"], mount["fstype"], mount["source"], "",
                                      mount["addr"], "")
+        self._seen = (info_text if complete else None, dict(current))
+        return current
+
+    def refresh(self) -> None:
+        try:
+            current = self._read()
+        except OSError:
+            return
+        now = self.clock()
         for dev, before in list(self.known.items()) + [(d, m) for d, (m, _) in self.gone.items()]:
             if before is None:
                 continue

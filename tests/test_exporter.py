@@ -626,3 +626,53 @@ def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
     assert f'probekit_cifs_mount_ops_in_flight{{{share},mountpoint="/mnt/probekit-cifs-loose",server="127.0.0.1"}} 0.0' \
         in text
     assert "probekit_xfs_ops_total{" in text and "probekit_ext4_" not in text and 'mountpoint="/mnt/probekit-ext4"' not in text
+
+
+def test_a_served_scrape_is_prometheus_clients_text_byte_for_byte(tmp_path: Path) -> None:
+    """metrics_app writes the per-operation families itself (exporter.Rendered): on the 6.1
+    guest's mount tables, with /mnt/nfs3 renamed to a mount point holding a space, a quote, a
+    backslash and a newline (escaped as the kernel escapes them), a GET gets what
+    prometheus_client's own text encoder writes for the same collector, gzipped or not."""
+    import gzip
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from probes.mounts import MountTable, kernel_dev
+    fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
+    odd = "/mnt/a\\040b\"c\\134d\\012e"
+    for name in ("mountinfo", "mountstats"):
+        (tmp_path / name).write_text((fixtures / name).read_text().replace("/mnt/nfs3 ", odd + " "))
+    values = real_latencies_ns()
+
+    class PerMount(_Recorded):
+        def dist(self, clear: bool) -> Dict[str, Dict[str, Any]]:
+            mounts = {kernel_dev(0, 44): values[:40], kernel_dev(0, 47): values[40:], 0: values[:3]}
+            per = {dev: {"slots": slots_of(v), "count": len(v), "bytes": 512 * len(v), "lat_ns": sum(v)}
+                   for dev, v in mounts.items()}
+            return {op: {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0, "mounts": per} for op in self.per_op}
+
+    registry = CollectorRegistry()
+    registry.register(scrape_of(PerMount({"read": [], "write": []}, []),
+                                MountTable(tmp_path / "mountinfo", tmp_path / "mountstats")))
+    server = listen("127.0.0.1", 0, registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        plain = urllib.request.urlopen(url, timeout=10)
+        served = plain.read()
+        zipped = urllib.request.urlopen(urllib.request.Request(url, headers={"Accept-Encoding": "gzip"}), timeout=10)
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        served_gzip = gzip.decompress(zipped.read())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert plain.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    expected = generate_latest(registry)
+    assert exporter.scrape_text(registry) == expected
+    assert 'mountpoint="/mnt/a b\\"c\\\\d\\ne"' in expected.decode()
+    assert expected.count(b"probekit_nfs_op_latency_seconds_bucket{") == 2 * 3 * (len(BUCKET_SLOTS) + 1)
+
+    def steady(text: bytes) -> List[bytes]:  # the process' own families move between two scrapes
+        return [line for line in text.splitlines() if line.startswith((b"probekit_", b"# HELP probekit_"))]
+
+    assert steady(served) == steady(expected) == steady(served_gzip)
