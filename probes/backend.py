@@ -9,7 +9,7 @@ Keys and values are ctypes objects whose fields are the C structs' (`key.op`, `v
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Collection, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from probes.layout import KernelLayout
 from probes.model import Formats, Probe, Tool
@@ -18,6 +18,9 @@ from probes.select import Chosen
 #: user space reads the ring buffer this often: events are submitted without a wakeup, so
 #: this bounds how late a line is printed
 RINGBUF_READ_MS = 100
+#: the kernel counts what it skips of kprobe and tracepoint programs (their recursion_misses,
+#: a kprobe link's missed) from 6.7
+MISSES_MIN_KERNEL = (6, 7)
 
 
 def major_minor(release: str) -> Optional[Tuple[int, int]]:
@@ -34,6 +37,21 @@ class Rejected(Exception):
     def __init__(self, message: str, feature: Optional[str] = None) -> None:
         super().__init__(message)
         self.feature = feature
+
+
+class Attachment(NamedTuple):
+    """How one loaded program is attached, and what the kernel counts of the runs it never
+    started there. Why: a kprobe the kernel skips (another kprobe running on that CPU) or a
+    kretprobe whose instances ran out (maxactive callers inside the function at once) loses an
+    operation that no BPF program sees; only the kernel's own count says so."""
+
+    program: str
+    kind: str        # kprobe | kretprobe | tracepoint | fentry | fexit
+    target: str      # the function, or SYSTEM:EVENT
+    #: the kernel's missed count of this kprobe or kretprobe (a kretprobe's includes its
+    #: exhausted instances); None where neither kernel nor loader exposes it, and for the
+    #: other kinds (their skipped runs are the program's recursion_misses)
+    missed: Optional[int] = None
 
 
 class MapView(Protocol):
@@ -98,6 +116,10 @@ class Backend(Protocol):
 
     def program_fds(self) -> Dict[str, int]:
         """Each loaded program's name and fd (for /proc/self/fdinfo counters)."""
+
+    def attachments(self, release: str) -> List[Attachment]:
+        """Every loaded program's attachment, with its kprobe's missed count where the kernel
+        (`release`) and this loader expose one: a BPF link's (6.7+) or tracefs' kprobe_profile."""
 
     def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
         """Deliver each record of the `events` buffer to `handle`; `lost` counts the perf

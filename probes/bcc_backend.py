@@ -7,11 +7,14 @@ tool starts, so the package (and its tests) work on hosts without bcc or kprobes
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 from discover.errors import UserError
-from probes.backend import RINGBUF_READ_MS, Rejected, major_minor
+from discover.tracefs import TRACEFS_DIRS
+from probes.backend import RINGBUF_READ_MS, Attachment, Rejected, major_minor
 from probes.generate import generate
 from probes.layout import KernelLayout
 from probes.model import Formats, Probe, Tool, spec_nkeys
@@ -24,6 +27,12 @@ TASK_STORAGE_MIN_KERNEL = (5, 11)
 #: bcc finds a module function's BTF for a fentry program from 0.28 (MODULE_KFUNC_PROBE's
 #: kfunc__MODULE__FUNCTION names); before, only vmlinux's, where no NFS function is
 FENTRY_MIN_BCC = (0, 28)
+#: instances of each kretprobe: callers inside its function at once beyond this go untimed.
+#: Why set it: bcc then makes the kretprobe in tracefs, where kprobe_profile shows the
+#: kernel's missed count on every kernel (a perf-PMU kretprobe's count is nowhere before a
+#: BPF link's, 6.7, and bcc makes no link); and the kernel's own default is 10, or one per
+#: CPU on a kernel without preemption (Debian 11's: one on a one-CPU machine)
+KRETPROBE_MAXACTIVE = 64
 
 
 def import_bpf() -> Any:
@@ -110,6 +119,41 @@ def load_detaching_on_failure(bpf_class: Any, text: str) -> Any:
         raise
 
 
+def kprobe_profile(text: str) -> Dict[str, Tuple[int, int]]:
+    """tracefs' kprobe_profile: event name -> (hits, missed); a kretprobe's missed counts its
+    exhausted instances too."""
+    out: Dict[str, Tuple[int, int]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+            out[fields[0]] = (int(fields[1]), int(fields[2]))
+    return out
+
+
+def read_kprobe_profile() -> Dict[str, Tuple[int, int]]:
+    """kprobe_profile of the mounted tracefs; empty where none is mounted or readable."""
+    for directory in TRACEFS_DIRS:
+        try:
+            return kprobe_profile((Path(directory) / "kprobe_profile").read_text())
+        except OSError:
+            continue
+    return {}
+
+
+def bcc_event_name(kind: str, function: str, pid: int) -> str:
+    """The tracefs event bcc makes for a kprobe (p_) or kretprobe (r_) it creates there."""
+    return f"{'r' if kind == 'kretprobe' else 'p'}_{function.replace('+', '_').replace('.', '_')}_bcc_{pid}"
+
+
+def bcc_program_attachment(program: str) -> Optional[Attachment]:
+    """A program bcc attached itself while loading: its kfunc__[MODULE__]FUNCTION (fentry) or
+    kretfunc__ (fexit) name says where; None for any other name."""
+    for prefix, kind in (("kfunc__", "fentry"), ("kretfunc__", "fexit")):
+        if program.startswith(prefix):
+            return Attachment(program, kind, program[len(prefix):].split("__")[-1])
+    return None
+
+
 class BccMap:
     """probes.backend.MapView over one bcc table."""
 
@@ -154,6 +198,8 @@ class BccBackend:
         self.bpf_class = import_bpf()
         self.version = bcc_version()
         self.bpf: Any = None
+        #: (kind, target, program) as attach() attached them
+        self._attached: List[Tuple[str, str, str]] = []
 
     def ringbuf_support(self, release: str) -> Tuple[bool, str]:
         return ringbuf_support(release, self.bpf_class)
@@ -183,11 +229,29 @@ class BccBackend:
                 if kind == "kprobe":
                     self.bpf.attach_kprobe(event=target, fn_name=program)
                 elif kind == "kretprobe":
-                    self.bpf.attach_kretprobe(event=target, fn_name=program)
+                    self.bpf.attach_kretprobe(event=target, fn_name=program, maxactive=KRETPROBE_MAXACTIVE)
                 else:
                     self.bpf.attach_tracepoint(tp=target, fn_name=program)
             except Exception as exc:
                 raise UserError(f"cannot attach to {target}: {str(exc).splitlines()[0]}") from None
+            self._attached.append((kind, target, program))
+
+    def attachments(self, release: str) -> List[Attachment]:
+        """attach()'s kprobes, kretprobes and tracepoints, and the trampolines bcc attached
+        while loading. A kprobe's missed count is kprobe_profile's where bcc made it in tracefs
+        (every kretprobe: KRETPROBE_MAXACTIVE); bcc makes its kprobes through the perf PMU,
+        whose count no interface shows without a BPF link."""
+        profile = read_kprobe_profile() if any(k == "kretprobe" for k, _t, _p in self._attached) else {}
+        out = [Attachment(program, kind, target,
+                          profile.get(bcc_event_name(kind, target, os.getpid()), (0, None))[1]
+                          if kind in ("kprobe", "kretprobe") else None)
+               for kind, target, program in self._attached]
+        attached = {program for _k, _t, program in self._attached}
+        for name in self.program_fds():
+            found = bcc_program_attachment(name) if name not in attached else None
+            if found is not None:
+                out.append(found)
+        return out
 
     def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
                fentry: Collection[str]) -> Optional[Probe]:
@@ -217,3 +281,4 @@ class BccBackend:
         if self.bpf is not None:
             self.bpf.cleanup()
             self.bpf = None
+        self._attached = []

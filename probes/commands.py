@@ -28,7 +28,7 @@ from probes.model import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls, still_in_flight
 from probes.mounts import MountTable, mount_dev
-from probes.runtime import DEFAULT_SPEC, SPECS_DIR, ServerKey, Session, load_tool_spec
+from probes.runtime import DEFAULT_SPEC, SPECS_DIR, ServerKey, Session, load_tool_spec, missed_by_op, missed_json
 from discover.spec import DEFAULT_OPS, OPS, parse_ops, serves_fstype, spec_title
 
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
@@ -395,6 +395,19 @@ def mount_name(mounts: MountTable, dev: int) -> str:
     return "(no mount: RPC or other)" if dev == 0 else f"(dev {dev >> 20}:{dev & 0xfffff}, not mounted now)"
 
 
+def missed_fields(session: Session) -> Dict[str, Any]:
+    """A JSON interval's missed operations: "missed" per op; where any, "missed_by" per op,
+    cause and place (the counter that says so); where the kernel may skip operations without
+    a count the tool can read, "unvouched" says what (Session.unvouched)."""
+    causes = session.missed_causes_since("interval")
+    out: Dict[str, Any] = {"missed": missed_by_op(causes)}
+    if causes:
+        out["missed_by"] = missed_json(causes)
+    if session.unvouched:
+        out["unvouched"] = session.unvouched
+    return out
+
+
 def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str, mounts: Optional[MountTable]) -> str:
     ops: Dict[str, Any] = {}
     for op, entry in data.items():
@@ -403,7 +416,7 @@ def _dist_json(session: Session, data: Dict[str, Dict[str, Any]], unit: str, mou
             ops[op]["mounts"] = {mount_name(mounts, dev): _json_hist(e) for dev, e in entry["mounts"].items()
                                  if e["count"]}
     return json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "val_type": unit, "ops": ops,
-                       "anomalies": session.anomalies(), "missed": session.missed_since("interval")})
+                       "anomalies": session.anomalies(), **missed_fields(session)})
 
 
 def _dist_sections(data: Dict[str, Dict[str, Any]], mounts: Optional[MountTable]) -> List[Tuple[str, List[int]]]:
@@ -705,7 +718,7 @@ def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: st
             if as_json:
                 print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval, "by": by,
                                   "processes" if by == "pid" else "rows": rows,
-                                  "missed": session.missed_since("interval")}), flush=True)
+                                  **missed_fields(session)}), flush=True)
                 continue
             top_header(clear)
             print("\n".join(top_text(rows, session.ops, letters, by)))
@@ -896,7 +909,7 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
                                   "seconds": seconds, "by": by, "rows": rows, "requests": requests_json(data),
                                   "in_progress": [{"client": k[0], "program": k[1], "version": k[2], "proc": k[3],
                                                    "export": k[4], "age_ms": age} for k, age in in_progress],
-                                  "missed": session.missed_since("interval")}), flush=True)
+                                  **missed_fields(session)}), flush=True)
             else:
                 top_header(clear)
                 print("\n".join(nfsdtop_text(rows, by, max_rows)), flush=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
-from probes.backend import RINGBUF_READ_MS, Rejected
+from probes.backend import MISSES_MIN_KERNEL, RINGBUF_READ_MS, Attachment, Rejected, major_minor
 from probes.generate import tracepoint_program_name
 from probes.generate_core import CFG_MAP, CoreTable, cfg_bytes, core_table, function_program_names
 from probes.layout import KernelLayout
@@ -249,6 +249,23 @@ class CoreBackend:
         out = {name: self.obj.program_fd(name) for name in self._plan[1]}
         for obj, programs in self._late:
             out.update((name, obj.program_fd(name)) for name in programs)
+        return out
+
+    def attachments(self, release: str) -> List[Attachment]:
+        """From each program's section (`kprobe/FUNCTION`, `tp/SYSTEM/EVENT`...) and, for a
+        kprobe or kretprobe, its perf link's info: libbpf links them through BPF links where
+        the kernel has them, whose info carries the kprobe's missed count from 6.7."""
+        assert self.obj is not None and self._plan is not None
+        version = major_minor(release)
+        counted = version is not None and version >= MISSES_MIN_KERNEL
+        out: List[Attachment] = []
+        for obj, programs in [(self.obj, self._plan[1])] + self._late:
+            for name in programs:
+                kind, _, target = obj.section(name).partition("/")
+                kind = {"tp": "tracepoint", "tracepoint": "tracepoint"}.get(kind, kind)
+                link = obj.kprobe_link(name) if kind in ("kprobe", "kretprobe") else None
+                out.append(Attachment(name, kind, target.replace("/", ":") if kind == "tracepoint" else target,
+                                      link[2] if link is not None and counted else None))
         return out
 
     def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:

@@ -55,6 +55,10 @@ MODULES = Path("/sys/module")
 MOUNT_LABELS = ["export", "protocol", "mountaddr", "mountpoint", "nfs_version"]
 #: labels of the per-mount in-flight series: enough to name a stuck server and what it holds up
 IN_FLIGHT_LABELS = ["server", "export", "mountpoint"]
+#: the missed counters' help; their `cause` is one of probes.runtime.MISS_CAUSES
+MISSED_HELP = ("{what} not counted, at most, by cause: recursion (the kernel skipped a run of their probe: "
+               "its BPF guard was held on that CPU), kprobe or kretprobe (the kernel's missed count of their "
+               "kprobe; a kretprobe's instances ran out), start_not_stored (the probe could not store their start).")
 #: --cgroup-limit's default: distinct `cgroup` values before the rest share CgroupLabels.OVERFLOW
 CGROUP_LIMIT = 64
 #: --client-limit's default: distinct `client` values of the server families before the rest
@@ -304,7 +308,7 @@ class FsCollector:
             return {"session": session, "dist": session.dist(clear=False), "in_flight": in_flight,
                     "stuck": stalls(in_flight, now, 0, describe=False),
                     "anomalies": session.anomalies(), "inflight_lost": session.counter("inflight_lost"),
-                    "missed": session.missed(), "admitted": len(admitted),
+                    "missed": session.missed_per_cause(), "admitted": len(admitted),
                     "programs": session.program_stats() if stats_on else {}}
 
     def families(self, snap: Optional[Dict[str, Any]]) -> Iterator[Any]:
@@ -362,11 +366,10 @@ class FsCollector:
                                   "or above an hour).", value=snap["anomalies"])
         yield CounterMetricFamily(self.name("inflight_lost"), "Operations not tracked in flight: another "
                                   "thread held their slot.", value=snap["inflight_lost"])
-        missed = CounterMetricFamily(self.name("missed"), "Operations not counted, at most: the kernel skipped "
-                                     "a run of their probe (its BPF guard was held on that CPU) or their start "
-                                     "could not be stored.", labels=["op"])
-        for op, value in snap["missed"].items():
-            missed.add_metric([op], value)
+        missed = CounterMetricFamily(self.name("missed"), MISSED_HELP.format(what="Operations"),
+                                     labels=["op", "cause"])
+        for (op, cause), value in snap["missed"].items():
+            missed.add_metric([op, cause], value)
         yield missed
 
     def in_flight_per_mount(self, stuck: List[Stall], server_of: Callable[[int], Optional[str]] = rpc_server
@@ -526,7 +529,7 @@ class NfsdCollector:
             progress = session.requests_in_progress()
             now = time.monotonic_ns()
             return {"requests": requests, "in_progress": [(key, max(now - ts, 0) / 1e9) for key, ts in progress],
-                    "missed": session.missed(), "points": session.probe.points,
+                    "missed": session.missed_per_cause(), "points": session.probe.points,
                     "limit": self.clients.limit}
 
     def series(self, requests: Dict[ServerKey, Dict[str, Any]], in_progress: List[Tuple[ServerKey, float]]
@@ -595,10 +598,10 @@ class NfsdCollector:
             info.add_metric([point.op + (" context" if point.context else ""), point.kind,
                              point_label(point.entry, point.exit)], 1)
         yield info
-        missed = CounterMetricFamily("probekit_nfsd_missed", "Requests not counted, at most: the kernel skipped a "
-                                     "run of their probe, or their start could not be stored.", labels=["op"])
-        for op, value in snap["missed"].items():
-            missed.add_metric([op], value)
+        missed = CounterMetricFamily("probekit_nfsd_missed", MISSED_HELP.format(what="Requests"),
+                                     labels=["op", "cause"])
+        for (op, cause), value in snap["missed"].items():
+            missed.add_metric([op, cause], value)
         yield missed
 
 

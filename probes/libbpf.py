@@ -27,7 +27,8 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("bpf_program__set_autoload", _i, (_p, ctypes.c_bool)), ("bpf_program__autoload", ctypes.c_bool, (_p,)),
     ("bpf_program__fd", _i, (_p,)), ("bpf_program__attach", _p, (_p,)),
     ("bpf_program__set_attach_target", _i, (_p, _i, ctypes.c_char_p)),
-    ("bpf_link__destroy", _i, (_p,)),
+    ("bpf_link__destroy", _i, (_p,)), ("bpf_link__fd", _i, (_p,)),
+    ("bpf_obj_get_info_by_fd", _i, (_i, _p, ctypes.POINTER(_u32))),
     ("bpf_map__name", ctypes.c_char_p, (_p,)), ("bpf_map__fd", _i, (_p,)),
     ("bpf_map__set_max_entries", _i, (_p, _u32)), ("bpf_map__max_entries", _u32, (_p,)),
     ("bpf_map__set_map_flags", _i, (_p, _u32)), ("bpf_map__map_flags", _u32, (_p,)),
@@ -51,6 +52,22 @@ LIBBPF_DEBUG = 2
 SONAME = "libbpf.so.1"
 #: the oldest libbpf the loader is written against (NULL-and-errno returns, open_mem's opts)
 MIN_VERSION = (1, 0)
+
+
+#: enum bpf_link_type's BPF_LINK_TYPE_PERF_EVENT: a kprobe attached through a perf event
+LINK_TYPE_PERF_EVENT = 7
+#: enum bpf_perf_event_type: the kinds whose link info carries the kprobe's missed count (6.7+)
+PERF_EVENT_KINDS = {3: "kprobe", 4: "kretprobe"}
+
+
+class PerfLinkInfo(ctypes.Structure):
+    """The head of struct bpf_link_info as far as its perf_event.kprobe member (uapi bpf.h):
+    the kernel fills no more than the length it is given."""
+
+    _fields_ = [("type", _u32), ("id", _u32), ("prog_id", _u32), ("_pad0", _u32),
+                ("perf_type", _u32), ("_pad1", _u32), ("func_name", ctypes.c_uint64), ("name_len", _u32),
+                ("offset", _u32), ("addr", ctypes.c_uint64), ("missed", ctypes.c_uint64),
+                ("cookie", ctypes.c_uint64)]
 
 
 class LibbpfError(OSError):
@@ -272,6 +289,8 @@ class BpfObject:
         self._programs = self._walk(lib.lib.bpf_object__next_program, lib.lib.bpf_program__name)
         self._maps = self._walk(lib.lib.bpf_object__next_map, lib.lib.bpf_map__name)
         self.links: List[int] = []
+        #: program -> its link (the kernel's counts of what it skipped are the link's)
+        self._link_of: Dict[str, int] = {}
         self._rings: List[Tuple[int, Any]] = []
 
     def _walk(self, next_handle: Any, name_of: Any) -> Dict[str, int]:
@@ -347,6 +366,25 @@ class BpfObject:
         if not link:
             raise self.lib.fail(f"attach {program} ({self.section(program)})")
         self.links.append(link)
+        self._link_of[program] = link
+
+    def kprobe_link(self, program: str) -> Optional[Tuple[str, str, int]]:
+        """(kprobe | kretprobe, function, missed) from the program's BPF link info; None when it
+        has no perf-event link (not a kprobe, or attached through a bare perf event fd where
+        the kernel has no perf link) or the kernel says nothing of it (before 6.6). The kernel
+        fills `missed` from 6.7: the caller knows the release."""
+        link = self._link_of.get(program)
+        if link is None:
+            return None
+        name = ctypes.create_string_buffer(256)
+        info = PerfLinkInfo(func_name=ctypes.addressof(name), name_len=len(name))
+        size = _u32(ctypes.sizeof(info))
+        if self.lib.lib.bpf_obj_get_info_by_fd(self.lib.lib.bpf_link__fd(link), ctypes.byref(info),
+                                               ctypes.byref(size)) != 0:
+            return None
+        if info.type != LINK_TYPE_PERF_EVENT or info.perf_type not in PERF_EVENT_KINDS:
+            return None
+        return PERF_EVENT_KINDS[info.perf_type], name.value.decode("utf-8", "replace"), int(info.missed)
 
     def program_fd(self, program: str) -> int:
         return int(self.lib.lib.bpf_program__fd(self._programs[program]))
@@ -382,6 +420,7 @@ class BpfObject:
         for link in self.links:
             self.lib.lib.bpf_link__destroy(link)
         self.links = []
+        self._link_of = {}
         for ring, _callback in self._rings:
             self.lib.lib.ring_buffer__free(ring)
         self._rings = []

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from discover.errors import UserError
-from probes.backend import Backend, Rejected, major_minor
+from probes.backend import MISSES_MIN_KERNEL, Attachment, Backend, Rejected, major_minor
 from probes.backend_choice import Choice, choose
 from probes.objects import compiled_spec_path
 from probes.model import COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, Probe, Tool, decode_event
@@ -37,8 +37,6 @@ DEFAULT_SPEC = SPECS_DIR / "nfs.toml"
 BTF_DIR = Path("/sys/kernel/btf")
 #: how often the tools look at operations in flight and at modules loaded since the start
 TICK_S = 1.0
-#: the kernel counts the runs of kprobe and tracepoint programs it skips (recursion_misses) from 6.7
-MISSES_MIN_KERNEL = (6, 7)
 #: arguments an x86-64 BPF trampoline passes in registers (more need Linux 6.3)
 FENTRY_MAX_ARGS = 6
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
@@ -203,6 +201,55 @@ def open_backend(choice: Choice, spec: Dict[str, Any]) -> Backend:
 
 
 
+#: why an operation went uncounted (the exporter's `cause` label: a bounded set): the kernel
+#: skipped a run of its program, a kprobe or a kretprobe of it missed (the kernel's counts),
+#: or the probe could not store its start (the probe's own count)
+MISS_CAUSES = ("recursion", "kprobe", "kretprobe", "start_not_stored")
+#: (op, one of MISS_CAUSES, the function or event it happened at; "" for start_not_stored)
+MissKey = Tuple[str, str, str]
+
+
+def missed_by_op(causes: Dict[MissKey, int]) -> Dict[str, int]:
+    """Per-cause counts summed per op."""
+    out: Dict[str, int] = {}
+    for (op, _cause, _where), n in causes.items():
+        out[op] = out.get(op, 0) + n
+    return out
+
+
+def missed_json(causes: Dict[MissKey, int]) -> List[Dict[str, Any]]:
+    """Per-cause counts as a tool's JSON interval carries them ("missed_by")."""
+    return [{"op": op, "cause": cause, "at": where, "count": n} for (op, cause, where), n in sorted(causes.items())]
+
+
+def describe_missed(causes: Dict[MissKey, int]) -> str:
+    """Per op, how many went uncounted and which counter says so, e.g. `3 write (kernel: 3
+    kretprobe misses at ext4_file_write_iter)`."""
+    said = {"recursion": "runs skipped", "kprobe": "kprobe misses", "kretprobe": "kretprobe misses"}
+    parts = []
+    for op, total in missed_by_op(causes).items():
+        why = [f"kernel: {n} {said[cause]} at {where}" if cause in said else f"probe: {n} starts not stored"
+               for (o, cause, where), n in sorted(causes.items()) if o == op]
+        parts.append(f"{total} {op} ({'; '.join(why)})")
+    return ", ".join(parts)
+
+
+def unvouched(attachments: Sequence[Attachment], kernel_counts_misses: bool) -> List[str]:
+    """What the kernel may skip here without a count the tool can read: before 6.7 the runs of
+    kprobe and tracepoint programs it skips under the BPF guard (no recursion_misses for
+    them), and a kprobe or kretprobe whose own missed count neither kernel nor loader shows.
+    Each as the tool says it; [] when every skip is counted."""
+    out: List[str] = []
+    kinds = sorted({a.kind for a in attachments if a.kind in ("kprobe", "kretprobe", "tracepoint")})
+    if kinds and not kernel_counts_misses:
+        out.append(f"the runs of {', '.join(kinds)} programs it skips (counted from Linux 6.7)")
+    silent = sorted({f"{a.kind} {a.target}" for a in attachments
+                     if a.kind in ("kprobe", "kretprobe") and a.missed is None})
+    if silent:
+        out.append(f"what these miss: {', '.join(silent)}")
+    return out
+
+
 class Session:
     """One attached probe. Use as a context manager: leaving it always detaches."""
 
@@ -259,11 +306,9 @@ class Session:
         if verbose:
             self.warn(why)
         version = major_minor(facts.release)
-        #: whether this kernel counts the runs it skips (else missed() knows only the probe's own count)
+        self.release = facts.release
+        #: whether this kernel counts the runs it skips of kprobe and tracepoint programs (6.7)
         self.kernel_counts_misses = version is not None and version >= MISSES_MIN_KERNEL
-        if verbose and not self.kernel_counts_misses:
-            self.warn(f"missed operations: kernel {facts.release} does not count the probe runs it skips "
-                      f"(needs 6.7): only those the probe itself refused are reported")
         self.reading = RealtimeReads()
         fentry_ok, why = self.backend.fentry_support()
         if verbose and fentry:
@@ -284,6 +329,7 @@ class Session:
                       f"(no file, dentry or dev at the attach point; module BTF missing?): they {what}")
         #: whether the backend holds a loaded probe (the exporter reads nothing before or after)
         self.attached = False
+        self.unvouched: List[str] = []
         self._lost_seen = 0
         self._inflight_lost_seen = 0
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
@@ -387,6 +433,12 @@ class Session:
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
             self._attach()
+            #: what the kernel skips without a count this process can read ([] : every skip is counted)
+            self.unvouched = unvouched(self.backend.attachments(self.release), self.kernel_counts_misses)
+            if self.unvouched:
+                self.warn(f"warning: counts may be short without a word on {self.release}: the kernel keeps no "
+                          f"count this tool can read of {'; '.join(self.unvouched)} (docs/troubleshooting.md, "
+                          "'not counted')")
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -486,18 +538,21 @@ class Session:
 
     def missed_since(self, reader: str) -> Dict[str, int]:
         """The ops missed since this reader's last call, and how many (only those that grew)."""
-        now = self.missed()
+        return missed_by_op(self.missed_causes_since(reader))
+
+    def missed_causes_since(self, reader: str) -> Dict[MissKey, int]:
+        """missed_causes() grown since this reader's last call (only what grew)."""
+        now = self.missed_causes()
         base = self._missed_base.get(reader, {})
         self._missed_base[reader] = now
-        return {op: n - base.get(op, 0) for op, n in now.items() if n > base.get(op, 0)}
+        return {key: n - base.get(key, 0) for key, n in now.items() if n > base.get(key, 0)}
 
     def _check_missed(self) -> None:
-        """Say on stderr, as it happens, that operations went uncounted (bcc's tools lose them silently)."""
-        new = self.missed_since("warning")
+        """Say on stderr, as it happens, that operations went uncounted (bcc's tools lose them
+        silently), each with the counter that says so."""
+        new = self.missed_causes_since("warning")
         if new:
-            self.warn("warning: not counted: " + ", ".join(f"{n} {op}" for op, n in new.items()) +
-                      " (the kernel skipped their probe while this CPU's BPF guard was held, or their start "
-                      "could not be stored; docs/probes.md, 'Missed operations')")
+            self.warn("warning: not counted: " + describe_missed(new) + " (docs/probes.md, 'Missed operations')")
 
     def poll_until_stopped(self, seconds: Optional[float] = None) -> None:
         """Read events until a stop signal (or `seconds`, fsslower's -d, have passed)."""
@@ -552,23 +607,49 @@ class Session:
         return out
 
     def missed(self) -> Dict[str, int]:
-        """Per op since the start, an upper bound of the operations not counted: runs of its
-        programs the kernel skipped (recursion_misses: the CPU's BPF guard was held by another
-        program, or by a task preempted inside a BPF map access; one skipped start or end loses
-        one operation, a skipped pair one too) plus the starts and ends the start store refused.
-        Each op appears, 0 when nothing was missed."""
+        """Per op since the start, an upper bound of the operations not counted (missed_causes()
+        summed). Each op appears, 0 when nothing was missed."""
         out = {op: 0 for op in self.ops}
-        for name, fd in self.backend.program_fds().items():
-            skipped = fdinfo_counts(fd, ("recursion_misses",)).get("recursion_misses", 0)
-            for op in self.probe.programs.get(name, ()):
-                if op in out:  # an op tracked in flight only counts nothing to miss
-                    out[op] += skipped
+        out.update(missed_by_op(self.missed_causes()))
+        return out
+
+    def missed_per_cause(self) -> Dict[Tuple[str, str], int]:
+        """missed_causes() per (op, cause), every op and cause present (0 when none): the
+        exporter's series, one per op and MISS_CAUSES entry."""
+        out = {(op, cause): 0 for op in self.ops for cause in MISS_CAUSES}
+        for (op, cause, _where), n in self.missed_causes().items():
+            out[(op, cause)] += n
+        return out
+
+    def missed_causes(self) -> Dict[MissKey, int]:
+        """Since the start, per (op, cause, where), the operations not counted, at most (one
+        skipped start or end loses one operation, a skipped pair one too): MISS_CAUSES'
+        "recursion", runs of its programs the kernel skipped (a program's recursion_misses: the
+        CPU's BPF guard was held by another program, or by a task preempted inside a BPF map
+        access), "kprobe" and "kretprobe", the kernel's missed count of a kprobe of it (a
+        kretprobe's exhausted instances too), both with the function or event attached
+        (`where`); "start_not_stored", the starts and ends the start store refused. Only
+        nonzero counts."""
+        out: Dict[MissKey, int] = {}
+
+        def add(op: str, cause: str, where: str, n: int) -> None:
+            if n and op in self.ops:  # an op tracked in flight only counts nothing to miss
+                out[(op, cause, where)] = out.get((op, cause, where), 0) + n
+
+        fds = self.backend.program_fds()
+        for attachment in self.backend.attachments(self.release):
+            ops = self.probe.programs.get(attachment.program, ())
+            fd = fds.get(attachment.program)
+            skipped = fdinfo_counts(fd, ("recursion_misses",)).get("recursion_misses", 0) if fd is not None else 0
+            for op in ops:
+                add(op, "recursion", attachment.target, skipped)
+                if attachment.missed is not None:
+                    add(op, attachment.kind, attachment.target, attachment.missed)
         untimed = COUNTERS.index("untimed")
         with self.reading():
             values = self.backend.map("counters").all_values(untimed + len(self.probe.ops))
         for op_id, value in enumerate(values[untimed:]):
-            if self.op_name(op_id) in out:
-                out[self.op_name(op_id)] += int(value.value)
+            add(self.op_name(op_id), "start_not_stored", "", int(value.value))
         return out
 
     def in_flight(self) -> List[InFlight]:

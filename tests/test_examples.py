@@ -85,7 +85,9 @@ class FakeSession:
     def requests_in_progress(self) -> List[Any]:
         return []
 
-    def missed_since(self, _reader: str) -> Dict[str, int]:
+    unvouched: List[str] = []
+
+    def missed_causes_since(self, _reader: str) -> Dict[Any, int]:
         return {}
 
     def anomalies(self) -> int:

@@ -20,6 +20,7 @@ import pytest
 from probes import exporter
 from probes.exporter import BUCKET_SLOTS, Collector, FsCollector, cumulative_buckets, le_seconds, listen
 from probes.mounts import MountTable
+from probes.runtime import MISS_CAUSES
 
 REPO = Path(__file__).resolve().parents[1]
 BCC_NFSSLOWER = REPO / "tests/fixtures/6.1.0-50-amd64/bcc-tools/nfsslower-bpfcc.txt"
@@ -102,8 +103,8 @@ class _Recorded:
     def counter(self, _name: str) -> int:
         return 0
 
-    def missed(self) -> Dict[str, int]:
-        return {op: 0 for op in self.per_op}
+    def missed_per_cause(self) -> Dict[Tuple[str, str], int]:
+        return {(op, cause): 0 for op in self.per_op for cause in MISS_CAUSES}
 
     def program_stats(self) -> Dict[str, Tuple[int, int]]:
         return {}

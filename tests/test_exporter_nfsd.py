@@ -22,6 +22,7 @@ from probes.commands import proc_label
 from probes.exporter import NfsdCollector, cumulative_buckets, server_le_seconds, SERVER_BUCKET_SLOTS
 from probes.exports import ExportNames, exported_paths
 from probes.mounts import kernel_dev
+from probes.runtime import MISS_CAUSES
 
 RUN_DIR = Path(__file__).resolve().parent / "fixtures" / "6.12.117+deb13-amd64" / "nfsdtop"
 
@@ -61,8 +62,8 @@ class _Served:
     def requests_in_progress(self) -> List[Tuple[Any, int]]:
         return self._progress
 
-    def missed(self) -> Dict[str, int]:
-        return {"rpc": 0, "read": 0, "write": 0}
+    def missed_per_cause(self) -> Dict[Tuple[str, str], int]:
+        return {(op, cause): 0 for op in ("rpc", "read", "write") for cause in MISS_CAUSES}
 
 
 def scrape(collector: NfsdCollector) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:

@@ -163,12 +163,14 @@ def samples(text: str, name: str, by: Tuple[str, ...] = ("op", "mountpoint")) ->
 
 
 def op_samples(text: str, name: str) -> Dict[str, float]:
-    """op -> value of a series labelled by op only (probekit_nfs_missed_total)."""
+    """op -> value of a family labelled by op first, summed over its other labels
+    (probekit_nfs_missed_total: per op and cause)."""
     out: Dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(name + '{op="'):
             labels, value = line.rsplit(" ", 1)
-            out[labels[len(name) + 5:-2]] = float(value)
+            op = labels[len(name) + 5:].split('"', 1)[0]
+            out[op] = out.get(op, 0.0) + float(value)
     return out
 
 
