@@ -270,8 +270,9 @@ class Session:
         self.spec = spec
         facts = KernelFacts.live(BTF_DIR, spec_modules(spec))
         self.selection = select(spec, facts, ops)
-        for op, why in self.selection.uncovered.items():
-            self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
+        if self.selection.chosen or verbose:  # when nothing can be traced, one line says so (the why: -v)
+            for op, why in self.selection.uncovered.items():
+                self.warn(f"warning: cannot trace {op} on {facts.release}: {why}")
         if tool.inflight and self.selection.chosen:
             self.selection = self._watch_beneath(spec, facts, ops)
         if tool.server and "rpc" in {c.op for c in self.selection.chosen}:

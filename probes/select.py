@@ -84,6 +84,10 @@ class KernelFacts:
         import os
         from discover.tracefs import Host, find_tracefs
         tracefs = find_tracefs(Host.from_env())
+        try:  # a tracefs that refuses reading (or is not there) fails here, in one line, not as "nothing found"
+            os.listdir(tracefs / "events")
+        except OSError as exc:
+            raise UserError(f"cannot read {exc.filename}: {exc.strerror} ({why_denied(exc)})") from None
         try:
             loaded = cls.parse_modules(Path("/proc/modules").read_text())
         except OSError:
