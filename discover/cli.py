@@ -9,9 +9,11 @@ from discover.commands.events import events
 from discover.commands.propose import propose
 from discover.commands.snapshot import snapshot
 from discover.errors import run_cli
+from discover.version import version_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 def discover() -> None:
     """Find what a kernel function calls and where to time it."""
 

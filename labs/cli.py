@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from discover.errors import UserError, check_output, run_cli, write_file
+from discover.version import version_option
 from labs.vm.base import CLIENT, BrokenState, Lab
 from labs.vm.qemu import TOPOLOGIES
 
@@ -97,6 +98,7 @@ name_option = click.option("--name", default="default", show_default=True, help=
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 def labs() -> None:
     """NFS server/client VM labs on real Debian kernels, without host networking."""
 

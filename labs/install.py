@@ -61,7 +61,7 @@ def _run_build_deb(argv: List[str]) -> str:
 def install_tools(lab: Lab, local_dir: Path, node: str = CLIENT) -> None:
     """On a node (the client), probekit as a user installs it (docs/install.md): its Debian package
     with apt, offline (the image carries every package it depends on), so the lab's tools run from
-    /usr/bin with their packaged specs (read with python3-toml on Debian 11), not from the
+    /usr/sbin with their packaged specs (read with python3-toml on Debian 11), not from the
     source share. What dpkg then says is installed goes to local_dir (probekit-package.txt for the
     client, probekit-package-NODE.txt for another node). Once per boot, node and package."""
     local_dir.mkdir(parents=True, exist_ok=True)
@@ -84,4 +84,4 @@ def install_tools(lab: Lab, local_dir: Path, node: str = CLIENT) -> None:
     # what dpkg says is installed, and that the commands the guest scripts run are its files
     listing = "probekit-package.txt" if node == CLIENT else f"probekit-package-{node}.txt"
     (local_dir / listing).write_text(
-        lab.run("dpkg -s probekit; dpkg -S /usr/bin/nfsslower /usr/bin/nfs-exporter /usr/bin/fsslower", node=node).stdout)
+        lab.run("dpkg -s probekit; dpkg -S /usr/sbin/nfsslower /usr/sbin/nfs-exporter /usr/sbin/fsslower", node=node).stdout)

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 import click
 
 from discover.errors import UserError, check_output, run_cli, write_file
+from discover.version import version_option
 
 
 def _log(msg: str) -> None:
@@ -16,6 +17,7 @@ def _log(msg: str) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 def probes() -> None:
     """Probe specs on many kernels: fetch Debian kernels, profile them, report compatibility."""
 

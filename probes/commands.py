@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import click
 
 from discover.errors import UserError, run_cli
+from discover.version import version_option
 from probes.backend_choice import BACKENDS
 from probes.cgroups import CgroupNames, filter_dir, task_cgroup
 from probes.filenames import FileNames
@@ -227,6 +228,7 @@ Operations still in flight past MIN_MS are printed while they last (LAT(ms) `>ms
 
 
 @click.command("nfsslower", epilog=SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.argument("min_ms", type=click.IntRange(min=0), default=10, required=False)
 @click.option("-j", "--csv", "as_csv", is_flag=True, help="CSV output, times in microseconds (bcc's -j).")
 @slower_options
@@ -241,6 +243,7 @@ def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stal
 
 
 @click.command("fsslower", epilog=FS_SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.argument("min_arg", metavar="[MIN_MS]", type=click.IntRange(min=0), required=False)
 @fs_type_option
 @click.option("-m", "--min", "min_opt", type=click.IntRange(min=0), metavar="MIN_MS",
@@ -452,6 +455,7 @@ def dist_options(func: Any) -> Any:
 
 
 @click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
               help="No HH:MM:SS: line before each output (bcc nfsdist's -T; the line is printed by default).")
 @dist_options
@@ -468,6 +472,7 @@ def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Op
 
 
 @click.command("fsdist", epilog=FS_DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @fs_type_option
 @click.option("-T", "--timestamp/--notimestamp", "timestamp", default=False,
               help="An HH:MM:SS: line before each output (libbpf-tools fsdist's -T; none by default).")
@@ -671,6 +676,7 @@ def top_options(func: Any) -> Any:
 
 
 @click.command("nfstop", epilog=TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @top_options
 def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool, cgroup: Optional[str],
            mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
@@ -682,6 +688,7 @@ def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: b
 
 
 @click.command("fstop", epilog=FS_TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @fs_type_option
 @top_options
 def fstop(fs_type: Optional[str], interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
@@ -866,6 +873,7 @@ def requests_json(data: Dict[ServerKey, Dict[str, Any]]) -> List[Dict[str, Any]]
 
 
 @click.command("nfsdtop", epilog=NFSDTOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.argument("interval", type=click.IntRange(min=1), default=1, required=False)
 @click.argument("count", type=click.IntRange(min=1), required=False)
 @click.option("--by", type=click.Choice(NFSDTOP_BY), default="client", show_default=True,

@@ -29,6 +29,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import click
 
 from discover.errors import Terminated, UserError, run_cli
+from discover.version import probekit_version, version_option
 from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import (Target, add_request, find_target, known_types, proc_label, request_totals,
                              server_ops, serves_requests)
@@ -111,14 +112,6 @@ def bpf_stats_enabled() -> bool:
         return BPF_STATS.read_text().strip() == "1"
     except OSError:
         return False
-
-
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("probekit")
-    except Exception:  # not installed as a distribution (run from a source tree)
-        return "unknown"
 
 
 class MountLabels(NamedTuple):
@@ -463,7 +456,7 @@ class Collector:
             yield from part.families(snap)
         build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
                                   labels=["version", "bcc_version", "kernel"])
-        build.add_metric([package_version(), self.bcc_version, self.release], 1)
+        build.add_metric([probekit_version(), self.bcc_version, self.release], 1)
         yield build
         loader = GaugeMetricFamily("probekit_bpf_loader_info", "The BPF loader the probe runs on (backend bcc, "
                                    "or core: libbpf with the prebuilt CO-RE object) and its version (value 1).",
@@ -706,6 +699,7 @@ def fs_targets(types_text: Optional[str], spec_path: Optional[str]) -> List[Targ
 
 
 @click.command("nfs-exporter", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.option("--address", default=DEFAULT_ADDRESS, show_default=True, callback=_address,
               help="Address to listen on; 0.0.0.0 or :: for every interface.")
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,

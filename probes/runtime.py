@@ -30,6 +30,7 @@ from probes.inflight import InFlight
 from probes.layout import KernelLayout
 from probes.select import Chosen, KernelFacts, Selection, late_points, select, select_context, spec_modules
 from discover.spec import INFLIGHT_ALWAYS, load_spec, spec_title
+from discover.version import probekit_version
 
 #: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -288,6 +289,7 @@ class Session:
             raise NothingToTrace(f"none of {', '.join(ops)} can be traced on {facts.release} "
                                  f"({self.title} modules loaded? see --verbose)", sorted(self._absent_modules))
         if verbose:
+            self.warn(f"probekit {probekit_version()} on {facts.release}")
             for line in describe(self.selection):
                 self.warn(line)
         layout = facts.layout

@@ -1,5 +1,7 @@
 """The Debian package (scripts/build-deb) carries what a client installs: every command of
-pyproject.toml but the lab's on PATH and resolving to its code in the private directory, no VM
+pyproject.toml but the lab's on PATH (the tracing tools in /usr/sbin, discover and probes in
+/usr/bin) and resolving to its code in the private directory, each with its man page and a
+--version that is the package's, the examples in /usr/share/doc/probekit/examples, no VM
 lab (labs/ runs from a checkout: docs/install.md), the exporter's
 unit reading /etc/default/nfs-exporter, the sysctl file shipped but not applied, the Prometheus
 rules in /usr/share/probekit/prometheus/, the CO-RE objects, and Depends on Debian's packages of
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterator, List
 
+import click
 import pytest
 
 from labs.vm.images import KERNEL_SUITES, read_package_list
@@ -29,6 +32,10 @@ PRIVATE = "usr/lib/probekit"
 BUILD_TOOLS = ("dpkg-buildpackage", "dh", "dh_python3", "pybuild")
 #: commands of [project.scripts] the package leaves out: the lab's (packaging/debian/without-labs)
 NOT_PACKAGED = ("labs",)
+#: commands any user runs (files and kernel packages): /usr/bin; the tracing tools need root: /usr/sbin
+USER_COMMANDS = ("discover", "probes")
+#: lintian's tags for a command without a man page (none may be overridden)
+MAN_PAGE_TAGS = ("no-manual-page", "binary-without-manpage")
 
 
 def _project_section(name: str) -> str:
@@ -85,14 +92,30 @@ def test_the_probe_source_and_both_loader_layers_are_shipped(tree: Path) -> None
         assert (shipped / name).read_bytes() == (REPO / "bpf" / name).read_bytes(), name
 
 
-def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path, tmp_path: Path) -> None:
-    scripts: Dict[str, str] = {name: target for name, target in
-                               re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"), re.M)
-                               if name not in NOT_PACKAGED}
-    assert sorted(p.name for p in (tree / "usr/bin").iterdir()) == sorted(scripts)
+def _scripts() -> Dict[str, str]:
+    """NAME -> entry point of every command the package installs."""
+    return {name: target for name, target in
+            re.findall(r'^([\w-]+) = "([\w.:]+)"$', _project_section("project.scripts"), re.M)
+            if name not in NOT_PACKAGED}
+
+
+def _bindir(name: str) -> str:
+    return "usr/bin" if name in USER_COMMANDS else "usr/sbin"
+
+
+def test_every_command_is_on_path_and_runs_from_the_private_directory(deb: Path, tree: Path, tmp_path: Path) -> None:
+    """Each command where Debian's tracing tools put theirs, answering --help and --version (the
+    package's own version, which the wheel's metadata carries) from the packaged code."""
+    scripts = _scripts()
+    version = _dpkg_deb("--field", str(deb), "Version").strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+\+git\d+\.[0-9a-f]+", version), version
+    assert sorted(p.name for p in (tree / "usr/bin").iterdir()) == sorted(USER_COMMANDS)
+    assert sorted(p.name for p in (tree / "usr/sbin").iterdir()) == sorted(set(scripts) - set(USER_COMMANDS))
+    (distinfo,) = (tree / PRIVATE).glob("probekit-*.dist-info")
+    assert distinfo.name == f"probekit-{version}.dist-info"
     private = str(tree / PRIVATE)
     for name, target in scripts.items():
-        script = tree / "usr/bin" / name
+        script = tree / _bindir(name) / name
         assert os.access(script, os.X_OK), name
         text = script.read_text()
         assert f'sys.path.insert(0, "/{PRIVATE}")' in text, text
@@ -102,6 +125,9 @@ def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path
         res = subprocess.run([sys.executable, str(moved), "--help"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, universal_newlines=True, cwd=tmp_path)
         assert res.returncode == 0 and f"Usage: {name} " in res.stdout, res.stdout
+        res = subprocess.run([sys.executable, str(moved), "--version"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, universal_newlines=True, cwd=tmp_path)
+        assert (res.returncode, res.stdout) == (0, f"{name} {version}\n"), res.stdout
     # and what they import is the packaged code, not this checkout's (the venv has it too)
     modules = sorted({target.split(":")[0] for target in scripts.values()})
     check = (f"import sys; sys.path.insert(0, {private!r}); import importlib; "
@@ -111,12 +137,59 @@ def test_every_command_is_on_path_and_runs_from_the_private_directory(tree: Path
     assert res.stdout.strip() == "[]"
 
 
+def test_every_command_has_its_man_page(deb: Path, tree: Path) -> None:
+    """A page per command, section 8 for /usr/sbin's and 1 for /usr/bin's, rendered from the
+    command's --help at build time: its usage, its examples, the example run where
+    docs/examples has one, and the package's version; man renders each without a warning."""
+    version = _dpkg_deb("--field", str(deb), "Version").strip()
+    for name in _scripts():
+        section = 1 if name in USER_COMMANDS else 8
+        page = tree / f"usr/share/man/man{section}/{name}.{section}.gz"
+        assert page.is_file(), page
+        env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8")
+        res = subprocess.run(["man", "--warnings", "-E", "UTF-8", "-l", "-Tutf8", str(page)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True, env=env)
+        assert res.returncode == 0 and not res.stderr, (name, res.stderr)
+        text = re.sub(r".\x08", "", res.stdout)
+        assert f"probekit {version}" in text and "SYNOPSIS" in text and f"{name} [OPTIONS]" in text, name
+        assert "--version" in text, name
+        example = REPO / "docs" / "examples" / f"{name}_example.txt"
+        if example.is_file():
+            first_run = next(line for line in example.read_text().splitlines() if line.startswith("# "))
+            assert first_run in text, (name, first_run)
+
+
+def test_the_examples_are_installed(tree: Path) -> None:
+    shipped = tree / "usr/share/doc/probekit/examples"
+    examples = sorted((REPO / "docs" / "examples").glob("*_example.txt"))
+    assert examples and sorted(p.name for p in shipped.iterdir()) == [p.name for p in examples]
+    assert all((shipped / p.name).read_bytes() == p.read_bytes() for p in examples)
+    # and what changed for users, as dh_installchangelogs names an upstream changelog
+    assert (tree / "usr/share/doc/probekit/changelog.gz").is_file()
+
+
+def test_the_autopkgtest_runs_every_command_and_a_trace() -> None:
+    """debian/tests: the script the lab runs as root in a guest (docs/labs.md), declared with
+    what it needs."""
+    control = (REPO / "packaging/debian/tests/control").read_text()
+    assert re.search(r"^Tests: commands$", control, re.M) and "needs-root" in control
+    script = (REPO / "packaging/debian/tests/commands").read_text()
+    assert os.access(REPO / "packaging/debian/tests/commands", os.X_OK)
+    assert '"$name" --version' in script and "man -w" in script and "fsslower -t ext4" in script
+
+
+def test_conflicts_with_the_tools_of_the_same_names(deb: Path) -> None:
+    """libbpf-tools installs /usr/sbin/nfsslower, nfsdist, fsslower and fsdist too: one package
+    has those names at a time (docs/install.md); bpfcc-tools' carry -bpfcc and do not clash."""
+    assert _dpkg_deb("--field", str(deb), "Conflicts").strip() == "libbpf-tools"
+
+
 def test_the_lab_is_not_in_the_package(deb: Path, tree: Path) -> None:
     """An NFS client gets the tools, not the VM lab: no labs/, no labs command, and no file of
     dpkg-deb's listing under either; the metadata left in the private directory agrees."""
     listed = [line.split()[-1] for line in _dpkg_deb("--contents", str(deb)).splitlines()]
-    assert "./usr/bin/nfsslower" in listed
-    lab = [path for path in listed if path == "./usr/bin/labs" or path.startswith(f"./{PRIVATE}/labs")]
+    assert "./usr/sbin/nfsslower" in listed
+    lab = [path for path in listed if path in ("./usr/bin/labs", "./usr/sbin/labs") or path.startswith(f"./{PRIVATE}/labs")]
     assert lab == []
     (distinfo,) = (tree / PRIVATE).glob("probekit-*.dist-info")
     assert (distinfo / "top_level.txt").read_text().split() == ["bpf", "discover", "probes"]
@@ -136,7 +209,7 @@ def test_the_lab_is_not_in_the_package(deb: Path, tree: Path) -> None:
 def test_exporter_unit_reads_its_options_file(deb: Path, tree: Path) -> None:
     unit = (tree / "lib/systemd/system/nfs-exporter.service").read_text()
     assert "EnvironmentFile=-/etc/default/nfs-exporter\n" in unit
-    assert "ExecStart=/usr/bin/nfs-exporter $NFS_EXPORTER_ARGS\n" in unit
+    assert "ExecStart=/usr/sbin/nfs-exporter $NFS_EXPORTER_ARGS\n" in unit
     options = (tree / "etc/default/nfs-exporter").read_text()
     assert re.search(r'^NFS_EXPORTER_ARGS=""$', options, re.M)
     assert re.search(r'^#NFS_EXPORTER_ARGS="--address 0\.0\.0\.0"$', options, re.M)
@@ -147,6 +220,27 @@ def test_exporter_unit_reads_its_options_file(deb: Path, tree: Path) -> None:
     postinst = _dpkg_deb("--info", str(deb), "postinst")
     assert "if deb-systemd-helper debian-installed 'nfs-exporter.service'; then" in postinst
     assert "_dh_action=restart" in postinst
+
+
+def test_the_options_file_lists_every_exporter_option_with_its_default() -> None:
+    """packaging/nfs-exporter.default (/etc/default/nfs-exporter) against the exporter's own
+    options: each one listed with the default the command has (a flag's is off)."""
+    from probes.exporter import nfs_exporter
+
+    text = (REPO / "packaging/nfs-exporter.default").read_text()
+    listed: Dict[str, str] = {}
+    for block in re.split(r"\n#   (?=-)", text.split("\n#\n#   ", 1)[1].split("\n#\n", 1)[0]):
+        names = re.findall(r"(?:^|, )(--?[\w-]+)", block.split("  ", 1)[0])
+        default = re.search(r"\(default: ([^)]*)\)", block.replace("\n#", " "))
+        assert default, block
+        listed.update({name: re.sub(r"\s+", " ", default.group(1)) for name in names})
+    options = [param for param in nfs_exporter.params
+               if isinstance(param, click.Option) and not {"--help", "--version"} & set(param.opts)]
+    assert sorted(listed) == sorted(name for param in options for name in param.opts)
+    for param in options:
+        shown = "off" if param.is_flag else str(param.default)
+        if param.is_flag or isinstance(param.default, (str, int, float)):  # else a default the help describes
+            assert all(listed[name] == shown for name in param.opts), (param.opts, listed[param.opts[0]])
 
 
 def test_sysctl_file_is_shipped_not_applied(tree: Path) -> None:
@@ -178,13 +272,16 @@ def test_depends_on_debian_packages_of_every_dependency(deb: Path) -> None:
     assert "python3:any (>= 3.9~)" in depends
 
 
-def test_lintian_finds_no_error(deb: Path) -> None:
+def test_lintian_finds_no_error_or_warning(deb: Path) -> None:
+    """Nor a missing man page, which no override may hide."""
+    overrides = "".join(p.read_text() for p in (REPO / "packaging/debian").glob("*lintian-overrides"))
+    assert not [tag for tag in MAN_PAGE_TAGS if tag in overrides]
     if shutil.which("lintian") is None:
         missing("lintian is not installed (scripts/apt-packages.txt lists it)")
     res = subprocess.run(["lintian", str(deb)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True)
-    errors = [line for line in res.stdout.splitlines() if line.startswith("E:")]
-    assert not errors, res.stdout
+    complaints = [line for line in res.stdout.splitlines() if line.startswith(("E:", "W:"))]
+    assert not complaints, res.stdout
 
 
 def test_every_lab_image_carries_what_the_package_depends_on(deb: Path) -> None:

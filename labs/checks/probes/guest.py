@@ -26,8 +26,8 @@ from discover.spec import OPS  # noqa: E402
 from labs.checks.shared import META_EXACT, attach_kinds, wall  # noqa: E402
 
 MOUNTS = {"nfs3": "/mnt/nfs3", "nfs42": "/mnt/nfs42"}
-#: where probekit's Debian package puts its commands (the host installs it after boot)
-INSTALLED = "/usr/bin"
+#: where probekit's Debian package puts its tracing tools (the host installs it after boot)
+INSTALLED = "/usr/sbin"
 
 #: the known workload: N reads of 64 KiB, M writes of 1 MiB (more than wsize, so the
 #: flush is UNSTABLE and the kernel issues COMMIT by itself), K stats, 4 opens (first

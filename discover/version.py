@@ -1,0 +1,37 @@
+"""probekit's version, decided in one place: the installed distribution's metadata.
+
+scripts/build-deb writes the package's version (pyproject.toml's plus the build's git suffix,
+0.1.0+gitN.HASH) into the copy of pyproject.toml the wheel is built from, so the Debian
+package, `--version`, the exporter's probekit_build_info and the tools' `-v` all read the same
+string. Run from a checkout that is not installed (a lab guest's source share), the version is
+pyproject.toml's, marked as a checkout's.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+import click
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def probekit_version() -> str:
+    """The version of the installed probekit distribution, else the checkout's pyproject.toml's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("probekit")
+    except PackageNotFoundError:
+        match = re.search(r'^version = "([^"]+)"$', PYPROJECT.read_text(), re.M) if PYPROJECT.is_file() else None
+        return f"{match.group(1)}+checkout" if match else "unknown"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"{ctx.info_name} {probekit_version()}")
+        ctx.exit()
+
+
+#: --version on every command: the command's name and probekit's version
+version_option = click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+                              help="Print probekit's version and exit.")
