@@ -58,6 +58,8 @@ def split_help(text: str) -> Tuple[str, Dict[str, List[str]]]:
     blocks: Dict[str, List[str]] = {"description": [], "Options": [], "Commands": [], "epilog": []}
     current = "description"
     for line in lines[1:]:
+        if line.strip() == "\b":  # click's no-rewrap marker, which some epilogs leave in --help
+            continue
         if line in ("Options:", "Commands:"):
             current = line[:-1]
             continue

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
+from discover.version import probekit_version
 from probes import exporter
 from probes.exporter import BUCKET_SLOTS, Collector, FsCollector, cumulative_buckets, le_seconds, listen
 from probes.mounts import MountTable
@@ -155,7 +156,7 @@ def test_scrape_serves_the_histograms_counts_and_health() -> None:
     assert info == {("read", "kprobe", "nfs_file_read"),
                     ("getattr", "tracepoint", "nfs:nfs_getattr_enter -> nfs:nfs_getattr_exit")}
     assert "pid=" not in text
-    assert 'probekit_build_info{bcc_version="0.26.0",kernel="6.1.0-50-amd64"' in text
+    assert f'probekit_build_info{{bcc_version="0.26.0",kernel="6.1.0-50-amd64",version="{probekit_version()}"}} 1.0' in text
 
 
 @pytest.mark.parametrize("args,hint", [(["--port", "0"], "--port"), (["--port", "x"], "--port"),
