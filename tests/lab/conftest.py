@@ -61,16 +61,17 @@ LANES = 3
 #: kprobes with bookworm's Prometheus (6.1) and on fentry with the cgroup label and a late nfsv4
 #: (7.2, sid's Prometheus; the fleet check runs three exporters on 7.3); faults and the fleet
 #: check on the fleet (7.3); the fs tools on kprobes without module
-#: BTF (5.10) and on fentry (6.12); identity where module BTF names the file on a single guest;
+#: BTF (5.10) and on fentry (6.12); identity where module BTF names the file on a single guest (7.2);
 #: `labs test`'s integration once; the client without LLVM, clang, bcc or headers on trixie (libbpf
 #: 1.5, fentry), the one suite whose core runs every tool there; nfsdtop on 6.12's single guest, an
 #: NFS server (fentry on nfsd's BTF) that is its own client over 127.0.0.1, so the check costs no
 #: second guest; sid's 7.2 the probe checks (core against bcc on sid's libbpf 1.7 and bcc) and the
-#: single-guest checks of fentry that 6.12's boot, the longest, has no room for.
+#: single-guest checks of fentry that 6.12's boot, the longest, has no room for (identity among
+#: them); the package's autopkgtest on Debian 13's userspace, on the fleet's first client (7.3).
 CI_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": ("7.3", "6.1", "6.12", "7.2", "5.10"), "v3only": ("6.1", "7.2", "5.10"), "coexist": ("6.1", "7.2"),
-    "exporter": ("6.1", "7.2"), "faults": ("7.3",), "fs": ("6.12", "5.10"), "identity": ("6.12",),
-    "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",), "fleet": ("7.3",),
+    "exporter": ("6.1", "7.2"), "faults": ("7.3",), "fs": ("6.12", "5.10"), "identity": ("7.2",),
+    "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",), "fleet": ("7.3",), "package": ("7.3",),
 }
 #: a release's run: each check on every kernel it has passed on (CI's matrix until 2026-12-03:
 #: 6.12 and 7.3 as pairs, coexistence, faults and fs tools on both, 7.2 in CI)
@@ -78,6 +79,7 @@ FULL_MATRIX: Dict[str, Tuple[str, ...]] = {
     "probes": KERNELS, "v3only": ("6.1", "6.12", "7.2", "5.10"), "coexist": ("7.3", "6.1", "6.12", "7.2"),
     "exporter": ("7.3", "6.1", "7.2"), "faults": ("7.3", "6.12"), "fs": ("7.3", "6.12", "5.10"), "identity": ("7.2",),
     "integration": ("6.1",), "nollvm": ("6.12",), "nfsdtop": ("6.12",), "fleet": ("7.3",),
+    "package": ("6.1", "7.3"),
 }
 #: the topology a kernel boots, by the first of these checks whose kernels name it (else one guest):
 #: the fleet check needs three guests, the fault run a server of its own (it stops it); a fleet's

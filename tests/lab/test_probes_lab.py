@@ -13,7 +13,7 @@ bcc beside them over the same phases, whose counts and bytes must be theirs) and
 nfsv4 unloaded, nfstop watching the workload's process; then nfsv4 loaded under them: on core they
 trace it beside their running programs and count a workload on NFSv4.2, on bcc they say to restart). v3only runs on the kernels of
 the matrix's `v3only` (a pair's fault run starts all three tools on a v3-only client and checks
-the same there). A third run, `identity` (6.12 in CI), checks the mount and cgroup of each
+the same there). A third run, `identity` (its kernels: docs/ci.md), checks the mount and cgroup of each
 operation (two systemd scope units on two mounts: nfsslower --cgroup -M, nfstop --by cgroup,
 nfsdist --per-mount).
 
