@@ -121,6 +121,10 @@ class Backend(Protocol):
         """Every loaded program's attachment, with its kprobe's missed count where the kernel
         (`release`) and this loader expose one: a BPF link's (6.7+) or tracefs' kprobe_profile."""
 
+    def missed_counts(self, attachments: Sequence[Attachment], release: str) -> List[Optional[int]]:
+        """attachments()'s missed counts read again, in its order (None where it gave None).
+        Why apart: the list is built once after attaching; a tick or scrape reads counts only."""
+
     def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
         """Deliver each record of the `events` buffer to `handle`; `lost` counts the perf
         buffer's drops (a ring buffer counts its own in lost_events)."""

@@ -145,6 +145,14 @@ def bcc_event_name(kind: str, function: str, pid: int) -> str:
     return f"{'r' if kind == 'kretprobe' else 'p'}_{function.replace('+', '_').replace('.', '_')}_bcc_{pid}"
 
 
+def profile_missed(profile: Dict[str, Tuple[int, int]], kind: str, target: str, pid: int) -> Optional[int]:
+    """The missed count kprobe_profile shows of process `pid`'s kprobe or kretprobe at `target`;
+    None for other kinds and for a kprobe bcc made through the perf PMU (not in tracefs)."""
+    if kind not in ("kprobe", "kretprobe"):
+        return None
+    return profile.get(bcc_event_name(kind, target, pid), (0, None))[1]
+
+
 def bcc_program_attachment(program: str) -> Optional[Attachment]:
     """A program bcc attached itself while loading: its kfunc__[MODULE__]FUNCTION (fentry) or
     kretfunc__ (fexit) name says where; None for any other name."""
@@ -242,9 +250,7 @@ class BccBackend:
         (every kretprobe: KRETPROBE_MAXACTIVE); bcc makes its kprobes through the perf PMU,
         whose count no interface shows without a BPF link."""
         profile = read_kprobe_profile() if any(k == "kretprobe" for k, _t, _p in self._attached) else {}
-        out = [Attachment(program, kind, target,
-                          profile.get(bcc_event_name(kind, target, os.getpid()), (0, None))[1]
-                          if kind in ("kprobe", "kretprobe") else None)
+        out = [Attachment(program, kind, target, profile_missed(profile, kind, target, os.getpid()))
                for kind, target, program in self._attached]
         attached = {program for _k, _t, program in self._attached}
         for name in self.program_fds():
@@ -252,6 +258,11 @@ class BccBackend:
             if found is not None:
                 out.append(found)
         return out
+
+    def missed_counts(self, attachments: Sequence[Attachment], release: str) -> List[Optional[int]]:
+        profile = read_kprobe_profile() if any(a.missed is not None for a in attachments) else {}
+        return [profile_missed(profile, a.kind, a.target, os.getpid()) if a.missed is not None else None
+                for a in attachments]
 
     def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
                fentry: Collection[str]) -> Optional[Probe]:

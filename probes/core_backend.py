@@ -256,17 +256,34 @@ class CoreBackend:
         kprobe or kretprobe, its perf link's info: libbpf links them through BPF links where
         the kernel has them, whose info carries the kprobe's missed count from 6.7."""
         assert self.obj is not None and self._plan is not None
-        version = major_minor(release)
-        counted = version is not None and version >= MISSES_MIN_KERNEL
+        counted = self._links_count_misses(release)
         out: List[Attachment] = []
         for obj, programs in [(self.obj, self._plan[1])] + self._late:
             for name in programs:
                 kind, _, target = obj.section(name).partition("/")
                 kind = {"tp": "tracepoint", "tracepoint": "tracepoint"}.get(kind, kind)
-                link = obj.kprobe_link(name) if kind in ("kprobe", "kretprobe") else None
                 out.append(Attachment(name, kind, target.replace("/", ":") if kind == "tracepoint" else target,
-                                      link[2] if link is not None and counted else None))
+                                      self._link_missed(obj, name) if counted and kind in ("kprobe", "kretprobe")
+                                      else None))
         return out
+
+    def missed_counts(self, attachments: Sequence[Attachment], release: str) -> List[Optional[int]]:
+        assert self.obj is not None and self._plan is not None
+        counted = self._links_count_misses(release)
+        owner = {name: obj for obj, programs in [(self.obj, self._plan[1])] + self._late for name in programs}
+        return [self._link_missed(owner[a.program], a.program) if counted and a.missed is not None else None
+                for a in attachments]
+
+    @staticmethod
+    def _links_count_misses(release: str) -> bool:
+        """Whether a kprobe link's info carries its missed count on this kernel."""
+        version = major_minor(release)
+        return version is not None and version >= MISSES_MIN_KERNEL
+
+    @staticmethod
+    def _link_missed(obj: BpfObject, program: str) -> Optional[int]:
+        link = obj.kprobe_link(program)
+        return link[2] if link is not None else None
 
     def open_events(self, ringbuf: bool, handle: Callable[[bytes], None], lost: Callable[[int], None]) -> None:
         assert self.obj is not None

@@ -333,6 +333,9 @@ class Session:
         #: whether the backend holds a loaded probe (the exporter reads nothing before or after)
         self.attached = False
         self.unvouched: List[str] = []
+        #: per loaded program: its attachment, fd and the ops it times; built after each attach
+        #: (_read_attachments), so that missed_causes() only reads counts
+        self._attachments: List[Tuple[Attachment, Optional[int], Tuple[str, ...]]] = []
         self._lost_seen = 0
         self._inflight_lost_seen = 0
         self._absent_modules |= {m for c in self.selection.chosen for why in c.skipped for m in _NOT_LOADED.findall(why)}
@@ -436,8 +439,9 @@ class Session:
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._stop)
             self._attach()
+            self._read_attachments()
             #: what the kernel skips without a count this process can read ([] : every skip is counted)
-            self.unvouched = unvouched(self.backend.attachments(self.release), self.kernel_counts_misses)
+            self.unvouched = unvouched([a for a, _fd, _ops in self._attachments], self.kernel_counts_misses)
             if self.unvouched:
                 self.warn(f"warning: counts may be short without a word on {self.release}: the kernel keeps no "
                           f"count this tool can read of {'; '.join(self.unvouched)} (docs/troubleshooting.md, "
@@ -457,9 +461,17 @@ class Session:
                 raise UserError(str(exc)) from None
             self.warn(f"warning: fentry/fexit not attached ({exc}): kprobes instead")
             self.fentry = False
+            self.backend.close()  # the links attached before the refusal, and the first programs
             self.probe = self._generate(self.probe.task_storage, False)
             self.backend.load(self.probe)
             self.backend.attach(self.probe)
+
+    def _read_attachments(self) -> None:
+        """What missed_causes() reads the counts of, once per attach: each program's attachment
+        (the kernel's missed count as of now), its fd (for recursion_misses) and its ops."""
+        fds = self.backend.program_fds()
+        self._attachments = [(a, fds.get(a.program), tuple(self.probe.programs.get(a.program, ())))
+                             for a in self.backend.attachments(self.release)]
 
     def __exit__(self, *_exc: Any) -> None:
         if self.attached:
@@ -534,6 +546,7 @@ class Session:
         if probe is None:
             return []
         self.probe = probe
+        self._read_attachments()
         by_op = {c.op: c for c in added}
         self.selection = Selection([c._replace(points=c.points + by_op[c.op].points) if c.op in by_op else c
                                     for c in self.selection.chosen], self.selection.uncovered)
@@ -627,9 +640,10 @@ class Session:
     def missed_causes(self) -> Dict[MissKey, int]:
         """Since the start, per (op, cause, where), the operations not counted, at most (one
         skipped start or end loses one operation, a skipped pair one too): MISS_CAUSES'
-        "recursion", runs of its programs the kernel skipped (a program's recursion_misses: the
-        CPU's BPF guard was held by another program, or by a task preempted inside a BPF map
-        access), "kprobe" and "kretprobe", the kernel's missed count of a kprobe of it (a
+        "recursion", runs of its programs the kernel skipped (a program's recursion_misses, as
+        bpf_prog_info and /proc fdinfo show it: the CPU's BPF guard was held by another program,
+        or by a task preempted inside a BPF map access; counted for fentry/fexit from 5.12, which
+        before skipped nothing, for kprobe and tracepoint programs from MISSES_MIN_KERNEL), "kprobe" and "kretprobe", the kernel's missed count of a kprobe of it (a
         kretprobe's exhausted instances too), both with the function or event attached
         (`where`); "start_not_stored", the starts and ends the start store refused. Only
         nonzero counts."""
@@ -639,15 +653,13 @@ class Session:
             if n and op in self.ops:  # an op tracked in flight only counts nothing to miss
                 out[(op, cause, where)] = out.get((op, cause, where), 0) + n
 
-        fds = self.backend.program_fds()
-        for attachment in self.backend.attachments(self.release):
-            ops = self.probe.programs.get(attachment.program, ())
-            fd = fds.get(attachment.program)
+        counts = self.backend.missed_counts([a for a, _fd, _ops in self._attachments], self.release)
+        for (attachment, fd, ops), kernel_missed in zip(self._attachments, counts):
             skipped = fdinfo_counts(fd, ("recursion_misses",)).get("recursion_misses", 0) if fd is not None else 0
             for op in ops:
                 add(op, "recursion", attachment.target, skipped)
-                if attachment.missed is not None:
-                    add(op, attachment.kind, attachment.target, attachment.missed)
+                if kernel_missed is not None:
+                    add(op, attachment.kind, attachment.target, kernel_missed)
         untimed = COUNTERS.index("untimed")
         with self.reading():
             values = self.backend.map("counters").all_values(untimed + len(self.probe.ops))

@@ -6,22 +6,26 @@ from __future__ import annotations
 import ctypes
 import gzip
 import json
+import os
 import shutil
 import struct
 import subprocess
+import types
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 
+from discover.errors import UserError
 from discover.profile import KernelProfile
 from discover.spec import OPS, load_spec
 from probes.build_core import build
+from probes.backend import Rejected
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
 from probes.generate_core import cfg_format, core_table, generate_core, slots_needed
 from probes.model import CFG_FIELDS, Tool, point_fields
 from probes.libbpf import BpfObject, Libbpf
-from probes.runtime import module_live
+from probes.runtime import RealtimeReads, Session, module_live
 from probes.select import KernelFacts, late_points, select
 
 REPO = Path(__file__).resolve().parent.parent
@@ -303,3 +307,70 @@ def test_a_module_counts_as_loaded_once_live(tmp_path: Path, state: Optional[str
         (tmp_path / "nfsv4" / "initstate").write_text(state)
     assert module_live("nfsv4", tmp_path) is live
     assert not module_live("cifs", tmp_path)
+
+
+def loaded_on_host(backend: CoreBackend, probe: Any) -> None:
+    """backend.load(probe) on this host's kernel (bpf() loads; kprobes cannot attach here)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: loads the probe into the host's kernel")
+    backend.load(probe)
+
+
+def session_state(backend: CoreBackend, probe: Any, generate: Any = None) -> Any:
+    """The fields of runtime.Session that its methods under test read, around a real loader."""
+    state = types.SimpleNamespace(backend=backend, probe=probe, release=os.uname().release, ops=list(probe.ops),
+                                  reading=RealtimeReads(), fentry=True, said=[], _generate=generate)
+    state.op_name = lambda op_id: probe.ops[op_id]
+    state.warn = state.said.append
+    return state
+
+
+def test_missed_causes_reads_counts_only(spec: Dict[str, Any], profile: KernelProfile, built: bytes) -> None:
+    """A tick's or scrape's missed_causes() re-reads the kernel's counts of the attachments
+    listed once after attaching; it neither lists them nor asks for program fds again."""
+    backend = CoreBackend(spec, built, Libbpf())
+    probe = backend.generate(select(spec, KernelFacts.from_profile(profile), ["read", "write"]).chosen,
+                             Tool(dist=True), None, formats_of(profile), True, True, ())
+    loaded_on_host(backend, probe)
+    try:
+        state = session_state(backend, probe)
+        Session._read_attachments(state)
+        assert sorted((a.kind, a.target, fd > 0, ops) for a, fd, ops in state._attachments) == \
+            [("kprobe", "nfs_file_read", True, ("read",)), ("kprobe", "nfs_file_write", True, ("write",)),
+             ("kretprobe", "nfs_file_read", True, ("read",)), ("kretprobe", "nfs_file_write", True, ("write",))]
+        listed = []
+        for name in ("attachments", "program_fds"):
+            real = getattr(backend, name)
+            setattr(backend, name, lambda *args, _real=real, _name=name: listed.append(_name) or _real(*args))
+        for _ in range(3):
+            assert Session.missed_causes(state) == {}
+        assert listed == []
+    finally:
+        backend.close()
+
+
+def test_a_refused_trampoline_closes_the_first_programs_before_kprobes_load(
+        spec: Dict[str, Any], profile: KernelProfile, built: bytes) -> None:
+    """Session._attach's fallback when a trampoline will not attach: the first object (its
+    programs and any link attached before the refusal) is closed before the kprobe probe loads,
+    so nothing of it stays in the kernel beside the second. The host gets the fentry object as
+    far as attaching (nfs' BTF is not here to load it), and its kprobes load but cannot attach."""
+    backend = CoreBackend(spec, built, Libbpf())
+    chosen = select(spec, KernelFacts.from_profile(profile), ["read"]).chosen
+    fentry = [p["entry"] for c in chosen for p in c.points]
+    probe = backend.generate(chosen, Tool(dist=True), None, formats_of(profile), True, True, fentry)
+    assert set(probe.programs) == {"p0_fentry", "p0_fexit"}
+    first = backend.obj = backend.prepare(probe)
+    state = session_state(backend, probe, lambda storage, use_fentry: backend.generate(
+        chosen, Tool(dist=True), None, formats_of(profile), True, storage, fentry if use_fentry else ()))
+    try:
+        if os.geteuid() != 0:
+            pytest.skip("needs root: loads the kprobe probe into the host's kernel")
+        with pytest.raises((UserError, Rejected)):
+            Session._attach(state)
+        assert first.obj is None and not first.links
+        assert backend.obj is not first and set(state.probe.programs) == {"p0_kprobe", "p0_kretprobe"}
+        assert state.said[0].startswith("warning: fentry/fexit not attached (") and state.fentry is False
+    finally:
+        first.close()
+        backend.close()

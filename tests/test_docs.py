@@ -135,6 +135,7 @@ def literal(path: Path, name: str) -> object:
 VARIANTS = {
     "EXPORTER_OPTIONS": ("exporter", LAB / "test_exporter_lab.py"),
     "EXPORTER_KERNELS": ("fs", LAB / "test_fs_lab.py"),
+    "FORCED_MISS_KERNELS": ("probes", LAB / "test_probes_lab.py"),
 }
 
 

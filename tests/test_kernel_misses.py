@@ -5,7 +5,7 @@ kretprobe made with maxactive 1 under six concurrent sleepers."""
 from __future__ import annotations
 
 from probes.backend import Attachment
-from probes.bcc_backend import bcc_event_name, bcc_program_attachment, kprobe_profile
+from probes.bcc_backend import bcc_event_name, bcc_program_attachment, kprobe_profile, profile_missed
 from probes.runtime import describe_missed, missed_by_op, missed_json, unvouched
 
 #: /sys/kernel/tracing/kprobe_profile in the 6.12 guest (bcc 0.31) and the 5.10 one (bcc 0.18)
@@ -18,6 +18,16 @@ def test_kprobe_profile_gives_hits_and_misses_per_event() -> None:
     assert kprobe_profile(PROFILE_510 + PROFILE_612 + "\n") == {"r_hrtimer_nanosleep_bcc_397": (15, 6),
                                                                "r_hrtimer_nanosleep_bcc_626": (12, 7)}
     assert kprobe_profile("") == {}
+
+
+def test_a_bcc_attachment_finds_its_count_in_the_profile() -> None:
+    """The count of this process's own event; none for a kprobe bcc made through the perf PMU
+    (absent from tracefs) nor for a trampoline."""
+    profile = kprobe_profile(PROFILE_510 + PROFILE_612)
+    assert profile_missed(profile, "kretprobe", "hrtimer_nanosleep", 626) == 7
+    assert profile_missed(profile, "kretprobe", "hrtimer_nanosleep", 397) == 6
+    assert profile_missed(profile, "kprobe", "hrtimer_nanosleep", 626) is None
+    assert profile_missed(profile, "fexit", "hrtimer_nanosleep", 626) is None
 
 
 def test_bcc_names_its_tracefs_events_and_trampolines() -> None:

@@ -10,7 +10,8 @@ from typing import Any, Dict
 
 import pytest
 
-from labs.checks.probes.verdicts import (V3ONLY_CHECKS, verify_auto_picks_the_loader_and_bcc_counts_the_same,
+from labs.checks.probes.verdicts import (V3ONLY_CHECKS, verify_a_forced_kretprobe_miss_is_reported,
+                                         verify_auto_picks_the_loader_and_bcc_counts_the_same,
                                          verify_fentry_where_the_loader_and_btf_allow, verify_late_nfsv4_is_traced_by_the_running_tools,
                                          verify_nfsslower_reports_injected_latency)
 
@@ -18,6 +19,8 @@ RUN = Path(__file__).parent / "fixtures" / "5.10.0-32-amd64" / "probes" / "guest
 RUN_CORE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "guest-run.json.gz"
 #: the v3only run with nfsv4 loaded under the running tools, on core
 LATE_RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "late-nfsv4-run.json.gz"
+#: guest.py kmiss on 6.12 (probes kmiss.json of its lab run): 256 O_DIRECT reads, 16 at once
+KMISS_RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "kmiss-run.json.gz"
 
 
 def load(path: Path) -> Dict[str, Any]:
@@ -140,3 +143,22 @@ def test_a_program_of_the_second_instance_left_attached_fails(late_run: Dict[str
     attached["after"]["bpf_progs"] = sorted(attached["after"]["bpf_progs"] + second[:1])
     with pytest.raises(AssertionError):
         verify_late_nfsv4_is_traced_by_the_running_tools(late_run)
+
+
+def test_a_forced_miss_passes_counted_or_reported_and_fails_unreported() -> None:
+    """The 6.12 capture passes (bcc: 16 counted, 240 kretprobe misses; core: 165 and 91); the
+    same run with one interval's misses left unreported, or with none said to be kretprobe
+    misses, fails."""
+    run = {"kmiss": load(KMISS_RUN)}
+    verify_a_forced_kretprobe_miss_is_reported(run)
+    intervals = run["kmiss"]["data"]["nfsdist"]["core"]["intervals"]
+    missing = next(i for i in intervals if i["missed"].get("read"))
+    saved = dict(missing)
+    missing["missed"], missing["missed_by"] = {"read": 0}, []
+    with pytest.raises(AssertionError, match="core: counted 165 \\+ reported missed"):
+        verify_a_forced_kretprobe_miss_is_reported(run)
+    missing.update(saved)
+    for entry in (e for i in intervals for e in i.get("missed_by", [])):
+        entry["cause"] = "recursion"
+    with pytest.raises(AssertionError):
+        verify_a_forced_kretprobe_miss_is_reported(run)

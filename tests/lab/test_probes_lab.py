@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from conftest import guest_run, matrix, on_kernels, once_run
+from conftest import KERNELS, guest_run, guest_script, matrix, on_kernels, once_run
 
 from discover.errors import UserError
 from labs.checks.probes import verdicts as pc
@@ -135,6 +135,29 @@ def identity(kernel_lab: Any) -> Results:
 @pytest.mark.parametrize("verify", pc.IDENTITY_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
 def test_identity_of_each_operation(identity: Results, verify: Any) -> None:
     verify(identity)
+
+
+#: where nfsdist's two loaders are run into kretprobe misses (issue 34): trixie's bcc makes
+#: its kretprobes in tracefs and its libbpf through BPF links, whose missed counts 6.12 gives
+FORCED_MISS_KERNELS = ("6.12",)
+forced_miss_kernels = pytest.mark.parametrize(
+    "kernel_lab", [k for k in KERNELS if k in matrix().get("probes", ()) and k in FORCED_MISS_KERNELS],
+    indirect=True, ids=lambda k: f"k{k}")
+
+
+@guest_run("probes kmiss", fixture="forced_miss")
+def run_forced_miss(kernel_lab: Any) -> Results:
+    return {"kmiss": guest_script(kernel_lab, "probes kmiss", f"{GUEST_SCRIPTS['probes']} kmiss", timeout=900)}
+
+
+@pytest.fixture
+def forced_miss(kernel_lab: Any) -> Results:
+    return once_run(kernel_lab, "probes kmiss")
+
+
+@forced_miss_kernels
+def test_a_forced_kretprobe_miss_is_reported(forced_miss: Results) -> None:
+    pc.verify_a_forced_kretprobe_miss_is_reported(forced_miss)
 
 
 def test_both_tools_pick_the_same_candidates(results: Results) -> None:

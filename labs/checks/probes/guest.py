@@ -6,17 +6,19 @@ next to what the workload issued. tests/lab/test_probes_lab.py asserts on it; `p
 alone gives this kernel's --lab-results for `probes compat` (docs/compat.md), for
 `labs test --lab-results FILE`.
 
-  python3 labs/checks/probes/guest.py main|v3only|identity|picks
+  python3 labs/checks/probes/guest.py main|v3only|identity|kmiss|picks
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -37,6 +39,15 @@ N_READS, READ_SIZE = 4, 65536
 M_WRITES, WRITE_SIZE = 8, 1 << 20
 K_STATS = 5
 GAP_S = 5.0  # quiet seconds between workload phases (their COMMITs done)
+
+
+#: where the package keeps its Python modules (packaging/debian/rules' PRIVATE)
+INSTALLED_MODULES = "/usr/lib/probekit"
+#: the forced kretprobe miss: MISS_READERS threads read a file with O_DIRECT at once,
+#: MISS_READS x 64 KiB each, every read a round trip that netem delays MISS_DELAY_MS per packet,
+#: so that more callers are inside nfs_file_read at once than its kretprobe has instances: bcc's
+#: made with MISS_MAXACTIVE, core's with the kernel's default (10 on a preemptible kernel)
+MISS_READERS, MISS_READS, MISS_DELAY_MS, MISS_MAXACTIVE = 16, 16, 20, 1
 
 
 def installed(command: str) -> str:
@@ -119,12 +130,12 @@ def drop_caches() -> None:
         handle.write("3\n")
 
 
-def prepare(mount: str, tag: str) -> None:
+def prepare(mount: str, tag: str, size: int = N_READS * READ_SIZE) -> None:
     """Create the file the workload reads, before any tool runs (its set-up is not counted)."""
     work = os.path.join(mount, "work", f"probes-{tag}")
     os.makedirs(work, exist_ok=True)
     with open(os.path.join(work, "read.bin"), "wb") as handle:
-        handle.write(os.urandom(N_READS * READ_SIZE))
+        handle.write(os.urandom(size))
 
 
 def writes_and_two_fsyncs(fd: int, block: bytes, count: int, issued: Dict[str, int]) -> int:
@@ -429,6 +440,75 @@ def check_main() -> Dict[str, Any]:
     return result
 
 
+def concurrent_direct_reads(mount: str, tag: str) -> Dict[str, int]:
+    """MISS_READERS threads, released together, each reading the file prepare() made for `tag`
+    from its start with O_DIRECT (no page cache: every read is an RPC), MISS_READS x 64 KiB."""
+    path = os.path.join(mount, "work", f"probes-{tag}", "read.bin")
+    start = threading.Barrier(MISS_READERS)
+    sizes: List[int] = []
+
+    def reader() -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, READ_SIZE)  # page-aligned, as O_DIRECT wants
+        try:
+            start.wait()
+            for i in range(MISS_READS):
+                sizes.append(os.preadv(fd, [buf], i * READ_SIZE))
+        finally:
+            buf.close()
+            os.close(fd)
+    threads = [threading.Thread(target=reader) for _ in range(MISS_READERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"read": len(sizes), "read_bytes": sum(sizes)}
+
+
+def nfsdist_with_kretprobe_instances(args: List[str], log: str, maxactive: int) -> subprocess.Popen:
+    """nfsdist as installed, its bcc kretprobes made with `maxactive` instances (the module's
+    KRETPROBE_MAXACTIVE set before it runs: no option of the tool sets it)."""
+    code = (f"import sys; sys.path.insert(0, {INSTALLED_MODULES!r}); from probes import bcc_backend; "
+            f"bcc_backend.KRETPROBE_MAXACTIVE = {maxactive}; sys.argv = {['nfsdist'] + args!r}; "
+            "from probes.commands import main_nfsdist; main_nfsdist()")
+    installed("nfsdist")
+    return subprocess.Popen(["python3", "-c", code], cwd="/", env=user_env(), stdout=open(log, "w"),
+                            stderr=open(log + ".err", "w"), universal_newlines=True)
+
+
+def check_forced_miss() -> Dict[str, Any]:
+    """nfsdist on kprobes, on bcc with MISS_MAXACTIVE kretprobe instances and on core with the
+    kernel's default, started together around concurrent_direct_reads on NFSv3 with netem on
+    the client's interface to the server (removed whatever happens): each tool's count plus
+    what it reports missed must be the reads issued, and the kernel's kretprobe count must say
+    why (issue 34)."""
+    device = route_device(nfs_server())
+    prepare(MOUNTS["nfs3"], "kmiss", MISS_READS * READ_SIZE)
+    args = ["--kprobes", "--json", "-v", "--ops", "read", "1"]
+    logs = {"bcc": "/tmp/nfsdist-kmiss-bcc.out", "core": "/tmp/nfsdist-kmiss-core.out"}
+    procs = {"bcc": nfsdist_with_kretprobe_instances(["--backend", "bcc"] + args, logs["bcc"], MISS_MAXACTIVE),
+             "core": tool(["nfsdist", "--backend", "core"] + args, logs["core"])}
+    stopped: Dict[str, Any] = {}
+    try:
+        ready = {name: wait_ready(proc, logs[name]) for name, proc in procs.items()}
+        with netem(device, MISS_DELAY_MS):
+            phase = timed_phase(MOUNTS["nfs3"], "kmiss", concurrent_direct_reads)
+        phase["flushed"] = wait_flushed(list(logs.values()), phase["end"], "the concurrent reads")
+    finally:  # every tool stopped, whatever failed: nothing may stay attached
+        for name, proc in procs.items():
+            try:
+                stopped[name] = stop(proc, logs[name], signal.SIGINT)
+            except BaseException:
+                proc.kill()
+                raise
+    for result in stopped.values():
+        result["intervals"] = json_lines(result["lines"], "ops")
+    qdisc = subprocess.run(["tc", "qdisc", "show", "dev", device], stdout=subprocess.PIPE, check=True,
+                           universal_newlines=True).stdout
+    return {"device": device, "ready_s": ready, "phase": phase, "nfsdist": stopped, "qdisc_after": qdisc,
+            "readers": MISS_READERS, "maxactive": MISS_MAXACTIVE}
+
+
 def check_picks() -> Dict[str, Any]:
     """The lean lab-results run (`labs test --lab-results`): one nfsdist (every op) around the
     workload and the metadata operations on both mounts."""
@@ -613,7 +693,8 @@ def main(argv: List[str]) -> int:
         while not os.path.exists(argv[4]) and time.monotonic() < deadline:
             time.sleep(0.2)
         return 0
-    checks = {"main": check_main, "v3only": check_v3only, "identity": check_identity, "picks": check_picks}
+    checks = {"main": check_main, "v3only": check_v3only, "identity": check_identity, "kmiss": check_forced_miss,
+              "picks": check_picks}
     if what not in checks:
         print(f"usage: {argv[0]} {'|'.join(checks)}", file=sys.stderr)
         return 2
