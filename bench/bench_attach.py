@@ -129,13 +129,18 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
                 before = prog_stats()
                 seconds[state] += read_loops(reads, loops)
                 after = prog_stats()
-                for prog in set(before) - existing:
+                named: Dict[str, int] = {}
+                for prog in sorted(set(before) - existing):
                     runs = after[prog].get("run_cnt", 0) - before[prog].get("run_cnt", 0)
                     ns = after[prog].get("run_time_ns", 0) - before[prog].get("run_time_ns", 0)
                     bpf[state][0] += runs
                     bpf[state][1] += ns
+                    # bcc names a function's entry and exit programs alike: the second is NAME.1
+                    name = after[prog].get("name", str(prog))
+                    named[name] = named.get(name, -1) + 1
                     if runs:
-                        add_program(programs[state], after[prog], runs, ns)
+                        add_program(programs[state], f"{name}.{named[name]}" if named[name] else name, after[prog],
+                                    runs, ns)
             finally:
                 proc.terminate()
                 proc.wait(120)
@@ -151,11 +156,11 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
             "ratios": [[a, b, added[a] / added[b] if added[b] > 0 else None, target] for a, b, target in ratios]}
 
 
-def add_program(seen: Dict[str, Dict[str, int]], prog: Dict[str, Any], runs: int, ns: int) -> None:
+def add_program(seen: Dict[str, Dict[str, int]], name: str, prog: Dict[str, Any], runs: int, ns: int) -> None:
     """One program's runs and time over a visit's loops, added to its earlier visits', with its
     size after the verifier (bytes_xlated: what is left once it pruned the branches a setting
     turns off) and the JIT's: the steady part of what a run costs, beside the noisy time."""
-    mine = seen.setdefault(prog.get("name", str(prog["id"])), {"run_cnt": 0, "run_time_ns": 0})
+    mine = seen.setdefault(name, {"run_cnt": 0, "run_time_ns": 0})
     mine["run_cnt"] += runs
     mine["run_time_ns"] += ns
     mine["bytes_xlated"] = prog.get("bytes_xlated", 0)
