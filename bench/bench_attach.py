@@ -10,9 +10,13 @@ Three comparisons (--set):
 - core: the installed nfsslower (probekit's Debian package, which the host installs first)
   on `--backend core` against `--backend bcc`, both with fentry/fexit where the loader can
   (bcc 0.28+: the 6.12 lab). Target: core at most 1.0x bcc.
+- core-tree: the same two loaders run from the tree shared into the guest (no package built
+  or installed: the CO-RE objects the host built last, `python -m probes.build_core`), to
+  compare one object against another in one boot.
 
 Two measures per tool: the added time per read, and the BPF programs' own run time per
-run (kernel.bpf_stats_enabled). The second covers only the program body, the same code for
+run (kernel.bpf_stats_enabled), with each program's size after the verifier and the JIT
+(its runs and time apart, under "programs"). The second covers only the program body, the same code for
 fentry and kprobes: what fentry saves is the way in (an ftrace or int3 handler and a
 kretprobe's return trampoline against a direct call from a BPF trampoline), which only the
 first shows. The operation: a loop of cached 4 KiB preads of one page on the NFSv3 mount
@@ -56,6 +60,8 @@ SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[f
                  [("per_mount", "plain", 1.1)]),
     "core": ({"core": INSTALLED + ["-v", "--backend", "core"], "bcc": INSTALLED + ["-v", "--backend", "bcc"]},
              "TIME ", [("core", "bcc", 1.0)]),
+    "core-tree": ({"core": OURS + ["-v", "--backend", "core"], "bcc": OURS + ["-v", "--backend", "bcc"]},
+                  "TIME ", [("core", "bcc", 1.0)]),
 }
 #: sets that run the installed package (the host installs it before the guest half)
 PACKAGED = {"core"}
@@ -105,6 +111,7 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
     states = order(list(tools), visits)
     seconds: Dict[str, List[float]] = {state: [] for state in ["none", *tools]}
     bpf = {tool: [0, 0] for tool in tools}  # [runs, ns]
+    programs: Dict[str, Dict[str, Dict[str, int]]] = {tool: {} for tool in tools}
     how: Dict[str, str] = {}
     startup: Dict[str, List[float]] = {tool: [] for tool in tools}
     subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
@@ -122,9 +129,18 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
                 before = prog_stats()
                 seconds[state] += read_loops(reads, loops)
                 after = prog_stats()
-                for prog in set(before) - existing:
-                    bpf[state][0] += after[prog].get("run_cnt", 0) - before[prog].get("run_cnt", 0)
-                    bpf[state][1] += after[prog].get("run_time_ns", 0) - before[prog].get("run_time_ns", 0)
+                named: Dict[str, int] = {}
+                for prog in sorted(set(before) - existing):
+                    runs = after[prog].get("run_cnt", 0) - before[prog].get("run_cnt", 0)
+                    ns = after[prog].get("run_time_ns", 0) - before[prog].get("run_time_ns", 0)
+                    bpf[state][0] += runs
+                    bpf[state][1] += ns
+                    # bcc names a function's entry and exit programs alike: the second is NAME.1
+                    name = after[prog].get("name", str(prog))
+                    named[name] = named.get(name, -1) + 1
+                    if runs:
+                        add_program(programs[state], f"{name}.{named[name]}" if named[name] else name, after[prog],
+                                    runs, ns)
             finally:
                 proc.terminate()
                 proc.wait(120)
@@ -136,7 +152,19 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
             "seconds": seconds, "attach": how, "startup_s": startup,
             "none_ns_per_read": base / reads * 1e9, "added_ns_per_read": added,
             "bpf_ns_per_run": {tool: ns / runs if runs else None for tool, (runs, ns) in bpf.items()},
+            "programs": programs,
             "ratios": [[a, b, added[a] / added[b] if added[b] > 0 else None, target] for a, b, target in ratios]}
+
+
+def add_program(seen: Dict[str, Dict[str, int]], name: str, prog: Dict[str, Any], runs: int, ns: int) -> None:
+    """One program's runs and time over a visit's loops, added to its earlier visits', with its
+    size after the verifier (bytes_xlated: what is left once it pruned the branches a setting
+    turns off) and the JIT's: the steady part of what a run costs, beside the noisy time."""
+    mine = seen.setdefault(name, {"run_cnt": 0, "run_time_ns": 0})
+    mine["run_cnt"] += runs
+    mine["run_time_ns"] += ns
+    mine["bytes_xlated"] = prog.get("bytes_xlated", 0)
+    mine["bytes_jited"] = prog.get("bytes_jited", 0)
 
 
 def per_visit(res: Dict[str, Any]) -> Dict[str, List[float]]:
@@ -168,6 +196,9 @@ def report(res: Dict[str, Any]) -> str:
         lines.append(f"  {tool:<9} +{added:.0f} ns per read, BPF {per_run:.0f} ns per program run"
                      if per_run is not None else f"  {tool:<9} +{added:.0f} ns per read")
         lines.append(f"            attach: {res['attach'].get(tool, '?')}")
+        for prog, seen in sorted(res.get("programs", {}).get(tool, {}).items()):
+            lines.append(f"            {prog}: {seen['run_time_ns'] / seen['run_cnt']:.0f} ns per run over "
+                         f"{seen['run_cnt']} runs, {seen['bytes_xlated']} bytes xlated, {seen['bytes_jited']} jited")
     lines.append("  added ns per read by visit (against the nothing-attached visits around it): " + "; ".join(
         f"{tool} {', '.join(f'{value:+.0f}' for value in values)}" for tool, values in per_visit(res).items()))
     lines.append("  ratios of the added time: " + ", ".join(
