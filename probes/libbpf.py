@@ -161,6 +161,9 @@ class KernelBtf:
         self._raw = self.lib.btf__raw_data(handle, ctypes.byref(size))
         #: the blob as parsed: every record of this blob lies in it (a view, not a copy)
         self._data = (ctypes.c_char * size.value).from_address(self._raw)
+        #: vmlinux's names looked up so far; a module's functions, once listed
+        self._found: Dict[str, Optional[int]] = {}
+        self._functions: Optional[Dict[str, int]] = None
 
     def __del__(self) -> None:
         if getattr(self, "handle", None):
@@ -185,13 +188,22 @@ class KernelBtf:
         return name.decode("utf-8", "replace") if name else ""
 
     def func_id(self, name: str) -> Optional[int]:
-        """The type id of this blob's (not its base's) FUNC record called `name`, or None."""
-        type_id = int(self.lib.btf__find_by_name_kind(self.handle, name.encode(), KIND_FUNC))
-        if 0 < type_id < self.first_id:  # the base has one too (libbpf 1.1 cannot search a split blob alone)
-            last = int(self.lib.btf__type_cnt(self.handle))
-            return next((i for i in range(last - 1, self.first_id - 1, -1)
-                         if self._record(i)[3] == KIND_FUNC and self._str(self._record(i)[2]) == name), None)
-        return type_id if type_id >= self.first_id else None
+        """The type id of this blob's (not its base's) FUNC record called `name`, or None:
+        vmlinux's found by libbpf (a scan in C), a module's from a table of its own
+        functions made on first use (libbpf 1.1 searches a split blob only with its base,
+        a whole vmlinux scan per module asked)."""
+        if self.base is None:
+            if name not in self._found:
+                type_id = int(self.lib.btf__find_by_name_kind(self.handle, name.encode(), KIND_FUNC))
+                self._found[name] = type_id if type_id > 0 else None
+            return self._found[name]
+        if self._functions is None:
+            self._functions = {}
+            for type_id in range(self.first_id, int(self.lib.btf__type_cnt(self.handle))):
+                _owner, _off, name_off, kind, _vlen, _ref = self._record(type_id)
+                if kind == KIND_FUNC:  # of several, the last, as discover.btf's
+                    self._functions[self._str(name_off)] = type_id
+        return self._functions.get(name)
 
     def struct_ids(self, names: Sequence[str]) -> Dict[str, int]:
         """Type ids of complete structs by name (the first of each name)."""
