@@ -71,7 +71,7 @@ def alternated(names: Sequence[str], rounds: int) -> List[List[str]]:
 def installed(command: str, *args: str) -> List[str]:
     """A command of probekit's package as a user runs it (without the lab agent's PYTHONPATH,
     which points at the source share); unbuffered, so each line is in the log when printed."""
-    return ["env", "-u", "PYTHONPATH", sys.executable, "-u", f"/usr/bin/{command}", *args]
+    return ["env", "-u", "PYTHONPATH", sys.executable, "-u", f"/usr/sbin/{command}", *args]
 
 
 def libbpf_tool(name: str) -> Optional[str]:
