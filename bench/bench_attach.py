@@ -50,7 +50,7 @@ READS = 20000
 LOOPS = 25  # loops timed per visit of a state; the median over its visits counts
 DIST = OURS[:-1] + ["nfsdist"]
 #: the packaged nfsslower as a user runs it: without the lab agent's PYTHONPATH (the source share)
-INSTALLED = ["env", "-u", "PYTHONPATH", sys.executable, "-u", "/usr/bin/nfsslower"]
+INSTALLED = ["env", "-u", "PYTHONPATH", sys.executable, "-u", "/usr/sbin/nfsslower"]
 #: per set: the tools (name -> command), what a ready tool's output starts a line with, and
 #: the ratios of added time reported (numerator, denominator, target or None)
 SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[float]]]]] = {

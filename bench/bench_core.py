@@ -1,7 +1,7 @@
 """The CO-RE loader's four figures against bcc and libbpf-tools, side by side in one lab guest.
 
 One 6.12 guest (libbpf 1.5, bcc 0.31, trixie's libbpf-tools), probekit's Debian package and
-libbpf-tools installed by the host first (offline: the .debs are put into the guest). Every
+libbpf-tools unpacked beside it (the two conflict), by the host first (offline). Every
 comparison runs its tools in turn, ROUNDS rounds, each round in the reverse order of the one
 before (A B, B A, A B), and takes the median per tool:
 
@@ -50,6 +50,9 @@ ROUNDS = 3
 PARTS = ("startup", "exporter", "attach")
 BUSY = "/mnt/nfs3/work/bench/busy.bin"
 LIBBPF_TOOLS = "libbpf-tools"
+#: where the host unpacks libbpf-tools in the guest (dpkg-deb -x), with its version in VERSION:
+#: installing it would remove probekit's package, which conflicts with it (the same tool names)
+LIBBPF_TOOLS_ROOT = "/opt/libbpf-tools"
 #: (numerator, denominator, measure, target or None) of each part's ratios of medians
 RATIOS: Dict[str, List[Tuple[str, str, str, Optional[float]]]] = {
     "startup": [("core", "bcc", "s", 0.1), ("core", "libbpf-tools", "s", 2.0),
@@ -71,18 +74,18 @@ def alternated(names: Sequence[str], rounds: int) -> List[List[str]]:
 def installed(command: str, *args: str) -> List[str]:
     """A command of probekit's package as a user runs it (without the lab agent's PYTHONPATH,
     which points at the source share); unbuffered, so each line is in the log when printed."""
-    return ["env", "-u", "PYTHONPATH", sys.executable, "-u", f"/usr/bin/{command}", *args]
+    return ["env", "-u", "PYTHONPATH", sys.executable, "-u", f"/usr/sbin/{command}", *args]
 
 
 def libbpf_tool(name: str) -> Optional[str]:
-    """Where libbpf-tools' `name` is installed (Debian names it NAME-libbpf; other builds NAME or
-    libbpf-tools-NAME), from the package's file list; None when the package is not installed."""
-    res = subprocess.run(["dpkg", "-L", LIBBPF_TOOLS], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         universal_newlines=True)
+    """Where libbpf-tools' `name` is unpacked (Debian names it NAME-libbpf; other builds NAME or
+    libbpf-tools-NAME); None when the package is not there."""
     wanted = re.compile(rf"(libbpf-tools-)?{re.escape(name)}(-libbpf)?")
-    for path in res.stdout.splitlines():
-        if "/bin/" in path or "/sbin/" in path:
-            if wanted.fullmatch(os.path.basename(path)) and os.access(path, os.X_OK):
+    for where in ("usr/sbin", "usr/bin"):
+        folder = os.path.join(LIBBPF_TOOLS_ROOT, where)
+        for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            path = os.path.join(folder, entry)
+            if wanted.fullmatch(entry) and os.access(path, os.X_OK):
                 return path
     return None
 
@@ -109,7 +112,7 @@ def startup(rounds: int) -> Dict[str, Any]:
         if path:
             tools[name] = (line_buffered(path, *argv), ready)
         else:
-            missing.append(f"{LIBBPF_TOOLS} is not installed: no {peer}")
+            missing.append(f"{LIBBPF_TOOLS} is not unpacked: no {peer}")
     os.makedirs(os.path.dirname(BUSY), exist_ok=True)
     busy = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={BUSY} bs=4k count=1 oflag=sync "
                                          "conv=notrunc status=none; sleep 0.2; done"])
@@ -175,7 +178,7 @@ def exporter(rounds: int) -> Dict[str, Any]:
         mounts = len(points)
     return {"commands": {name: argv for name, (argv, _, _) in tools.items()}, "mounts": mounts, "scrapes": SCRAPES,
             "order": alternated(list(tools), rounds), "runs": runs,
-            "missing": [] if fsdist else [f"{LIBBPF_TOOLS} is not installed: no fsdist"]}
+            "missing": [] if fsdist else [f"{LIBBPF_TOOLS} is not unpacked: no fsdist"]}
 
 
 def medians(runs: Dict[str, List[Dict[str, Any]]], measure: str) -> Dict[str, Optional[float]]:
@@ -233,7 +236,7 @@ MEASURES = {"startup": ("s", "hwm_kib"), "exporter": ("hwm_kib", "median_s")}
 
 def report(res: Dict[str, Any]) -> str:
     lines = [f"bench_core on {res['kernel']}, {res['rounds']} rounds, each in the reverse order of the one before; "
-             f"libbpf-tools: {res['libbpf_tools'] or 'not installed'}"]
+             f"libbpf-tools: {res['libbpf_tools'] or 'not unpacked'}"]
     for part, measures in MEASURES.items():
         if part not in res:
             continue
@@ -257,11 +260,18 @@ def report(res: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def libbpf_tools_version() -> str:
+    """`libbpf-tools\tVERSION` of the unpacked package, as dpkg-query -W says it; "" without it."""
+    try:
+        with open(os.path.join(LIBBPF_TOOLS_ROOT, "VERSION")) as handle:
+            return f"{LIBBPF_TOOLS}\t{handle.read().strip()}"
+    except OSError:
+        return ""
+
+
 def in_guest(parts: Sequence[str], rounds: int) -> Dict[str, Any]:
     res: Dict[str, Any] = {"kernel": os.uname().release, "rounds": rounds,
-                           "libbpf_tools": subprocess.run(["dpkg-query", "-W", LIBBPF_TOOLS], stdout=subprocess.PIPE,
-                                                          stderr=subprocess.DEVNULL,
-                                                          universal_newlines=True).stdout.strip()}
+                           "libbpf_tools": libbpf_tools_version()}
     measure = {"startup": lambda: startup(rounds), "exporter": lambda: exporter(rounds),
                "attach": lambda: bench_attach.in_guest("core", bench_attach.READS, bench_attach.LOOPS, rounds)}
     for part in parts:
@@ -274,8 +284,8 @@ def in_guest(parts: Sequence[str], rounds: int) -> Dict[str, Any]:
 
 def install_libbpf_tools(lab: Any) -> None:
     """Debian's libbpf-tools of the guest's release, fetched on the host with the project's
-    private apt (the guest has no network) and installed offline; said and skipped when that
-    fails (the guest half then measures the rest)."""
+    private apt (the guest has no network) and unpacked in LIBBPF_TOOLS_ROOT; said and skipped
+    when that fails (the guest half then measures the rest)."""
     from discover.errors import UserError
     from probes.fetch import PrivateApt
     suite = lab.run(". /etc/os-release && echo $VERSION_CODENAME").stdout.strip()
@@ -290,11 +300,10 @@ def install_libbpf_tools(lab: Any) -> None:
         lab.put(deb, f"/tmp/{deb.name}")
     finally:
         shutil.rmtree(dest)
-    res = lab.run(f"cd / && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
-                  f"/tmp/{deb.name}", timeout=300)
+    res = lab.run(f"rm -rf {LIBBPF_TOOLS_ROOT} && dpkg-deb -x /tmp/{deb.name} {LIBBPF_TOOLS_ROOT} && "
+                  f"dpkg-deb -f /tmp/{deb.name} Version > {LIBBPF_TOOLS_ROOT}/VERSION", timeout=300)
     if res.exit_code != 0:
-        print(f"bench_core: {deb.name} does not install offline: {(res.stdout + res.stderr).strip()[-300:]}",
-              flush=True)
+        print(f"bench_core: {deb.name} does not unpack: {(res.stdout + res.stderr).strip()[-300:]}", flush=True)
 
 
 def prepare(lab: Any) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 MAGIC = 0xEB9F
 
@@ -314,6 +314,18 @@ class Btf:
                 name = self._str(name_off)
                 if name.startswith(prefix):
                     yield name, self._first_id + idx
+
+    def struct_ids(self, names: Sequence[str]) -> Dict[str, int]:
+        """Type ids of this blob's complete structs by name (the first of each name), in one
+        pass (forward declarations are not structs)."""
+        wanted = set(names)
+        out: Dict[str, int] = {}
+        for name, type_id in self.named_types(KIND_STRUCT):
+            if name in wanted and name not in out:
+                out[name] = type_id
+                if len(out) == len(wanted):
+                    break
+        return out
 
     def referenced(self, type_id: int) -> int:
         """The type a typedef, pointer or modifier refers to (a typedef's target)."""

@@ -17,7 +17,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 from discover.errors import UserError
 from probes.backend import major_minor
 from probes.objects import MIN_KERNEL, OBJECTS_DIR, object_path
-from probes.libbpf import MIN_VERSION, Libbpf, LibbpfError
+from probes.libbpf import MIN_VERSION, Libbpf, LibbpfError, shared
 
 BACKENDS = ("auto", "core", "bcc")
 #: uname's machine the objects are built for (probes.build_core's -D__TARGET_ARCH_x86)
@@ -41,7 +41,7 @@ def dotted(version: Tuple[int, ...]) -> str:
 def libbpf_check(path: Optional[str] = None) -> Tuple[Optional[Libbpf], str]:
     """(libbpf, its version) where libbpf.so.1 loads and is new enough, else (None, why not)."""
     try:
-        lib = Libbpf(path)
+        lib = shared(path)
     except LibbpfError as exc:
         return None, str(exc.strerror).split(": apt-get")[0]
     if lib.version < MIN_VERSION:

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from discover.btf import (KIND_CONST, KIND_FUNC_PROTO, KIND_PTR, KIND_RESTRICT, KIND_STRUCT,
                           KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, KIND_VOLATILE, Btf, BtfError)
 from discover.spec import add_pointer_roles
+
+if TYPE_CHECKING:
+    from probes.libbpf import KernelBtf
+
+#: a BTF blob as this module reads it: discover's reader, or libbpf's parse of it
+Blob = Union[Btf, "KernelBtf"]
 
 _SKIP = (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG)
 
@@ -36,28 +42,38 @@ class ArgSource(NamedTuple):
 class KernelLayout:
     """Function prototypes and struct member offsets from one kernel's BTF blobs."""
 
-    def __init__(self, vmlinux: Btf, modules: Dict[str, Btf]) -> None:
+    def __init__(self, vmlinux: Blob, modules: Dict[str, Blob]) -> None:
         self.vmlinux = vmlinux
         self.modules = modules
 
     @classmethod
     def live(cls, sysfs_btf: Path = Path("/sys/kernel/btf"),
              modules: Tuple[str, ...] = ()) -> Optional["KernelLayout"]:
-        """The running kernel's BTF, or None when it has none (then probes carry no names)."""
+        """The running kernel's BTF, or None when it has none (then probes carry no names).
+        Parsed by libbpf.so.1 where it loads (probes.libbpf.KernelBtf: in C, a quarter of
+        the memory), else (Debian 11's bcc-only hosts) by discover.btf's reader."""
+        from probes.libbpf import KernelBtf, LibbpfError, shared
         try:
-            base = Btf((sysfs_btf / "vmlinux").read_bytes())
+            lib = shared()
+        except LibbpfError:
+            lib = None
+        try:
+            base: Blob = (KernelBtf(lib, sysfs_btf / "vmlinux") if lib is not None
+                          else Btf((sysfs_btf / "vmlinux").read_bytes()))
         except (OSError, BtfError):
             return None
-        blobs: Dict[str, Btf] = {}
+        blobs: Dict[str, Blob] = {}
         for module in modules:
+            path = sysfs_btf / module
             try:
-                blobs[module] = Btf((sysfs_btf / module).read_bytes(), base=base)
+                blobs[module] = (KernelBtf(lib, path, base) if isinstance(base, KernelBtf)
+                                 else Btf(path.read_bytes(), base=base))
             except (OSError, BtfError):
                 continue
         return cls(base, blobs)
 
     # raw records ----------------------------------------------------------
-    def _blob_for(self, function: str) -> Optional[Btf]:
+    def _blob_for(self, function: str) -> Optional[Blob]:
         name = self.btf_module_of(function)
         return None if name is None else self.modules.get(name, self.vmlinux)
 
@@ -70,11 +86,11 @@ class KernelLayout:
         return None
 
     @staticmethod
-    def _raw(blob: Btf, type_id: int) -> Tuple[Btf, int, int, int, int, int]:
+    def _raw(blob: Blob, type_id: int) -> Tuple[Blob, int, int, int, int, int]:
         """(owner, record offset, name_off, kind, vlen, size_or_type) via the reader."""
         return blob._record(type_id)  # noqa: SLF001 - offsets are not in its public API
 
-    def _strip(self, blob: Btf, type_id: int) -> int:
+    def _strip(self, blob: Blob, type_id: int) -> int:
         for _ in range(32):
             if type_id == 0:
                 return 0
@@ -84,7 +100,7 @@ class KernelLayout:
             type_id = ref
         return 0
 
-    def _struct_name(self, blob: Btf, type_id: int) -> str:
+    def _struct_name(self, blob: Blob, type_id: int) -> str:
         owner, _, name_off, kind, _, _ = self._raw(blob, type_id)
         return owner._str(name_off) if kind in (KIND_STRUCT, KIND_UNION) else ""  # noqa: SLF001
 
@@ -105,7 +121,7 @@ class KernelLayout:
             out.append((owner._str(name_off), type_id))  # noqa: SLF001
         return out
 
-    def _member(self, blob: Btf, struct_id: int, name: str) -> Optional[Tuple[int, int]]:
+    def _member(self, blob: Blob, struct_id: int, name: str) -> Optional[Tuple[int, int]]:
         """(byte offset, member type id) of `name` in a struct/union, looking into anonymous members."""
         struct_id = self._strip(blob, struct_id)
         owner, off, _, kind, vlen, _ = self._raw(blob, struct_id)
@@ -125,14 +141,14 @@ class KernelLayout:
                     return bit_offset // 8 + inner[0], inner[1]
         return None
 
-    def _pointee(self, blob: Btf, type_id: int) -> Optional[int]:
+    def _pointee(self, blob: Blob, type_id: int) -> Optional[int]:
         type_id = self._strip(blob, type_id)
         if type_id == 0:
             return None
         _, _, _, kind, _, ref = self._raw(blob, type_id)
         return self._strip(blob, ref) if kind == KIND_PTR else None
 
-    def member_path(self, blob: Btf, struct_id: int, path: List[str]) -> Optional[Tuple[int, int]]:
+    def member_path(self, blob: Blob, struct_id: int, path: List[str]) -> Optional[Tuple[int, int]]:
         """Byte offset of `a.b.c` (embedded members only) inside a struct, and its type id."""
         offset = 0
         type_id = struct_id
@@ -206,7 +222,7 @@ class KernelLayout:
     def name_offsets(self) -> Dict[str, int]:
         """OFF_FILE_PATH_DENTRY (file.f_path.dentry) and OFF_DENTRY_NAME (dentry.d_name.name)."""
         out: Dict[str, int] = {}
-        ids = _struct_ids(self.vmlinux, ("file", "dentry"))
+        ids = self.vmlinux.struct_ids(("file", "dentry"))
         if "file" in ids:
             found = self.member_path(self.vmlinux, ids["file"], ["f_path", "dentry"])
             if found is not None:
@@ -223,7 +239,7 @@ class KernelLayout:
         OFF_FILE_INODE (file.f_inode), OFF_INODE_SB (inode.i_sb), OFF_DENTRY_SB (dentry.d_sb),
         OFF_SB_DEV (super_block.s_dev); OFF_INODE_INO (inode.i_ino): a printed line's inode."""
         out: Dict[str, int] = {}
-        ids = _struct_ids(self.vmlinux, ("file", "inode", "dentry", "super_block"))
+        ids = self.vmlinux.struct_ids(("file", "inode", "dentry", "super_block"))
         for macro, owner, path in (("OFF_FILE_INODE", "file", ["f_inode"]), ("OFF_INODE_SB", "inode", ["i_sb"]),
                                    ("OFF_DENTRY_SB", "dentry", ["d_sb"]), ("OFF_SB_DEV", "super_block", ["s_dev"]),
                                    ("OFF_INODE_INO", "inode", ["i_ino"])):
@@ -231,15 +247,3 @@ class KernelLayout:
             if found is not None:
                 out[macro] = found[0]
         return out
-
-
-def _struct_ids(blob: Btf, names: Tuple[str, ...]) -> Dict[str, int]:
-    """Type ids of complete structs by name (one pass; forward declarations are not structs)."""
-    wanted = set(names)
-    out: Dict[str, int] = {}
-    for name, type_id in blob.named_types(KIND_STRUCT):
-        if name in wanted and name not in out:
-            out[name] = type_id
-            if len(out) == len(wanted):
-                break
-    return out

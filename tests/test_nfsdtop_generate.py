@@ -12,7 +12,6 @@ from typing import Dict, List, Tuple
 import pytest
 
 from debian_kernels import ABI_612, btf_dir
-from discover.btf import KIND_STRUCT
 from discover.errors import UserError
 from discover.spec import load_spec
 from generated_c import defines
@@ -117,8 +116,8 @@ def export_offsets(layout: KernelLayout) -> list:
     fhp = layout.params("fh_verify")
     assert fhp is not None and fhp[1][0] == "fhp"
     blob = layout.modules["nfsd"]
-    ids = {name: tid for name, tid in blob.named_types(KIND_STRUCT) if name in ("svc_fh", "svc_export")}
-    vmlinux = {name: tid for name, tid in layout.vmlinux.named_types(KIND_STRUCT) if name in ("dentry", "inode", "super_block")}
+    ids = blob.struct_ids(("svc_fh", "svc_export"))
+    vmlinux = layout.vmlinux.struct_ids(("dentry", "inode", "super_block"))
     return [layout.member_path(blob, ids["svc_fh"], ["fh_export"])[0],
             layout.member_path(blob, ids["svc_export"], ["ex_path", "dentry"])[0],
             layout.member_path(layout.vmlinux, vmlinux["dentry"], ["d_inode"])[0],

@@ -1,0 +1,68 @@
+"""libbpf's parse of a kernel's BTF (probes.libbpf.KernelBtf) answers the layout as discover's reader does.
+
+Why: a live start reads the BTF through libbpf where libbpf.so.1 loads (in C, without the
+Python walk over vmlinux's records) and through discover.btf where it does not (Debian 11):
+both must give every tool the same prototypes, offsets and modules. Checked on a real Debian
+6.12 kernel's BTF, vmlinux's and the NFS and ext4 modules', on every fourth module function.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Tuple
+
+import pytest
+
+from debian_kernels import ABI_612, btf_dir
+from discover.btf import Btf, BtfError
+from probes.layout import KernelLayout
+from probes.libbpf import KernelBtf, shared
+
+MODULES = ("nfs", "nfsv4", "sunrpc", "nfsd", "ext4")
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> Tuple[KernelLayout, KernelLayout]:
+    """(libbpf's, discover's) layout of the same BTF files."""
+    where = btf_dir(ABI_612, MODULES, tmp_path_factory.mktemp("btf"))
+    ours = KernelLayout.live(where, MODULES)
+    base = Btf((where / "vmlinux").read_bytes())
+    theirs = KernelLayout(base, {m: Btf((where / m).read_bytes(), base=base) for m in MODULES})
+    assert ours is not None and isinstance(ours.vmlinux, KernelBtf) and set(ours.modules) == set(MODULES)
+    return ours, theirs
+
+
+def test_every_module_function_has_the_same_prototype_module_and_arguments(
+        layouts: Tuple[KernelLayout, KernelLayout]) -> None:
+    ours, theirs = layouts
+    checked = 0
+    for blob in theirs.modules.values():
+        assert isinstance(blob, Btf)
+        for function in blob.function_names()[::4]:  # a vmlinux look-up is a scan of 112,000 types
+            assert ours.btf_module_of(function) == theirs.btf_module_of(function), function
+            params = theirs.params(function)
+            assert ours.params(function) == params, function
+            assert ours.infer_args(function) == theirs.infer_args(function), function
+            for name, _type in params or []:
+                assert ours.resolve(function, name) == theirs.resolve(function, name), (function, name)
+            checked += 1
+    assert checked > 1500
+
+
+def test_vmlinux_offsets_and_functions_are_the_same(layouts: Tuple[KernelLayout, KernelLayout]) -> None:
+    ours, theirs = layouts
+    assert ours.name_offsets() == theirs.name_offsets() and ours.dev_offsets() == theirs.dev_offsets()
+    assert set(ours.dev_offsets()) == {"OFF_FILE_INODE", "OFF_INODE_SB", "OFF_DENTRY_SB", "OFF_SB_DEV", "OFF_INODE_INO"}
+    for function, expr in (("vfs_read", "file"), ("nfs_file_read", "iocb->ki_filp"), ("fh_verify", "fhp"),
+                           ("ext4_file_write_iter", "iocb->ki_filp")):
+        found = ours.resolve(function, expr)
+        assert found is not None and found == theirs.resolve(function, expr)
+    assert ours.btf_module_of("no_such_function_here") is None
+    assert ours.vmlinux.struct_ids(("file", "no_such_struct")) == theirs.vmlinux.struct_ids(("file", "no_such_struct"))
+
+
+def test_a_file_that_is_not_btf_is_refused_in_one_message(tmp_path: Path) -> None:
+    (tmp_path / "vmlinux").write_bytes(b"not BTF at all, just bytes" * 4)
+    with pytest.raises(BtfError, match="libbpf cannot parse it"):
+        KernelBtf(shared(), tmp_path / "vmlinux")
+    assert KernelLayout.live(tmp_path) is None
+    assert KernelLayout.live(tmp_path / "absent") is None
