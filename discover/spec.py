@@ -24,13 +24,17 @@ VERSION = 1
 OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "fsync": "F", "commit": "C",
                        "lookup": "L", "create": "N", "unlink": "U", "rename": "M", "mkdir": "K",
                        "rmdir": "X", "setattr": "S", "readdir": "D", "access": "A", "link": "H",
-                       "symlink": "Y", "rpc": "P"}
+                       "symlink": "Y", "rpc": "P", "v4op": "V"}
 #: what `--ops` means when not given
 DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
 #: the layer every other operation waits in: tracked in flight by the tools that show stuck
 #: operations whatever `--ops` asks (a create stuck on a dead server is then seen as its RPC),
 #: its completions counted and printed only when `--ops` names it
 INFLIGHT_ALWAYS = ("rpc",)
+#: operations only an NFS server's requests have (nfsdtop, nfs-exporter --nfsd): each NFSv4
+#: operation inside a COMPOUND, timed between the kernel's per-operation tracepoints; `all`
+#: leaves them out, since no client-side tool has them
+SERVER_ONLY_OPS = ("v4op",)
 
 
 def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
@@ -46,7 +50,7 @@ def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
         raise UserError(f"{option} is empty (known: {', '.join(OPS)}, their letters, or all)")
     for item in items:
         if item.lower() == "all":
-            wanted.update(OPS)
+            wanted.update(op for op in OPS if op not in SERVER_ONLY_OPS)
             continue
         name = letters.get(item.upper(), item.lower()) if len(item) == 1 else item.lower()
         if name not in OPS:
