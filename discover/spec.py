@@ -24,17 +24,18 @@ VERSION = 1
 OPS: Dict[str, str] = {"read": "R", "write": "W", "open": "O", "getattr": "G", "fsync": "F", "commit": "C",
                        "lookup": "L", "create": "N", "unlink": "U", "rename": "M", "mkdir": "K",
                        "rmdir": "X", "setattr": "S", "readdir": "D", "access": "A", "link": "H",
-                       "symlink": "Y", "rpc": "P", "v4op": "V"}
+                       "symlink": "Y", "rpc": "P"}
 #: what `--ops` means when not given
 DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
 #: the layer every other operation waits in: tracked in flight by the tools that show stuck
 #: operations whatever `--ops` asks (a create stuck on a dead server is then seen as its RPC),
 #: its completions counted and printed only when `--ops` names it
 INFLIGHT_ALWAYS = ("rpc",)
-#: operations only an NFS server's requests have (nfsdtop, nfs-exporter --nfsd): each NFSv4
-#: operation inside a COMPOUND, timed between the kernel's per-operation tracepoints; `all`
-#: leaves them out, since no client-side tool has them
-SERVER_ONLY_OPS = ("v4op",)
+#: operations only an NFS server's requests have (nfsdtop, nfs-exporter --nfsd: no --ops):
+#: each NFSv4 operation inside a COMPOUND, timed between the kernel's per-operation tracepoints
+SERVER_OPS: Dict[str, str] = {"v4op": "V"}
+#: every operation a spec may have: the tools' and the server's
+SPEC_OPS: Dict[str, str] = {**OPS, **SERVER_OPS}
 
 
 def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
@@ -50,7 +51,7 @@ def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
         raise UserError(f"{option} is empty (known: {', '.join(OPS)}, their letters, or all)")
     for item in items:
         if item.lower() == "all":
-            wanted.update(op for op in OPS if op not in SERVER_ONLY_OPS)
+            wanted.update(OPS)
             continue
         name = letters.get(item.upper(), item.lower()) if len(item) == 1 else item.lower()
         if name not in OPS:
@@ -231,15 +232,15 @@ def validate_spec(spec: Any, origin: str) -> None:
         raise _fail(origin, "ops", "expected at least one [ops.NAME] table")
     for op_name, op in ops.items():
         where = f"ops.{op_name}"
-        if op_name not in OPS:
+        if op_name not in SPEC_OPS:
             from discover.schema import did_you_mean
-            raise _fail(origin, where, "unknown operation" + did_you_mean(str(op_name), OPS))
+            raise _fail(origin, where, "unknown operation" + did_you_mean(str(op_name), SPEC_OPS))
         if not isinstance(op, dict):
             raise _fail(origin, where, "expected a table")
         _no_unknown(origin, where, op, OP_KEYS)
         letter = op.get("letter")
-        if letter != OPS[op_name]:
-            raise _fail(origin, f"{where}.letter", f"expected {OPS[op_name]!r}, got {letter!r}")
+        if letter != SPEC_OPS[op_name]:
+            raise _fail(origin, f"{where}.letter", f"expected {SPEC_OPS[op_name]!r}, got {letter!r}")
         candidates = op.get("candidates")
         if not isinstance(candidates, list) or not candidates:
             raise _fail(origin, f"{where}.candidates", "expected a non-empty list of candidates")

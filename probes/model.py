@@ -14,7 +14,7 @@ import struct
 from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
-from discover.spec import SERVER_ONLY_OPS
+from discover.spec import SERVER_OPS
 from probes.layout import ArgSource, KernelLayout
 from probes.select import Chosen
 
@@ -268,7 +268,7 @@ def body_of(point: Point, server: bool) -> str:
     a server-only op's point (an NFSv4 operation's end) adds to the request it runs in."""
     if point.context:
         return "context"
-    if point.op in SERVER_ONLY_OPS:
+    if point.op in SERVER_OPS:
         return "operation"
     if server and point.op == "rpc" and "client" in point.args:
         return "request"
