@@ -865,8 +865,9 @@ def server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
     return rows
 
 
-#: width of nfsdtop's key column: an IPv6 address, a procedure, or an export's path
-NFSDTOP_WIDTH = {"client": 39, "proc": 20, "export": TOP_PATH_WIDTH}
+#: width of nfsdtop's key column: an IPv6 address, a procedure or NFSv4 operation (`NFSv4
+#: BIND_CONN_TO_SESSION`), or an export's path
+NFSDTOP_WIDTH = {"client": 39, "proc": 26, "export": TOP_PATH_WIDTH}
 
 
 def nfsdtop_text(rows: List[Dict[str, Any]], by: str, max_rows: int) -> List[str]:
