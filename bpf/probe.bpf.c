@@ -161,6 +161,9 @@ struct server_request {
     u64 rd_bytes;
     u64 wr_bytes;
     u64 fh;       /* the file handle fh_verify is verifying now (its export is set on return) */
+    u64 op_ts;    /* NFSv4: the end of the COMPOUND's previous operation (0: none yet) */
+    u64 op_rd;    /* rd_bytes and wr_bytes then: the next operation's bytes are the difference */
+    u64 op_wr;
     struct server_key k;
 };
 MAP_HASH(requests, u32, struct server_request, SIZE(requests));
@@ -658,6 +661,57 @@ static __always_inline void server_end(void)
         MAP_INSERT(server_hist, &hk, &one);
 }
 
+/* the end of one NFSv4 operation inside the thread's COMPOUND (the kernel's tracepoint after
+ * each operation, its reply encoded): counted under the request's client and export with the
+ * operation's name (`name`, the kernel's "OP_READ") as procedure, timed from the previous
+ * operation's end, the first one from the request's dispatch */
+static __always_inline void server_operation(const char *name)
+{
+    struct server_request *r = current_request();
+    struct server_val zero = {};
+    struct server_val *sv;
+    struct server_hist_key hk = {};
+    u64 now = bpf_ktime_get_ns();
+    u64 from, one = 1, *hn;
+    if (!r || !name)
+        return;
+    from = r->op_ts ? r->op_ts : r->ts;
+    hk.k = r->k;
+    __builtin_memset(hk.k.proc, 0, PROC_LEN);
+    bpf_probe_read_kernel(hk.k.proc, 3, name);
+    /* past the "OP_" of every operation's name ("unknown_operation" kept whole) */
+    if (hk.k.proc[0] == 'O' && hk.k.proc[1] == 'P' && hk.k.proc[2] == '_')
+        name += 3;
+    bpf_probe_read_kernel_str(hk.k.proc, PROC_LEN, name);
+    zero.rd_bytes = r->rd_bytes - r->op_rd;
+    zero.wr_bytes = r->wr_bytes - r->op_wr;
+    r->op_ts = now;
+    r->op_rd = r->rd_bytes;
+    r->op_wr = r->wr_bytes;
+    if (!sane_delta(from, now))
+        return;
+    sv = MAP_LOOKUP(server_stats, &hk.k);
+    if (!sv) {
+        struct server_val none = {};
+        MAP_INSERT(server_stats, &hk.k, &none);
+        sv = MAP_LOOKUP(server_stats, &hk.k);
+    }
+    if (!sv) {
+        count(COUNTER_UNTIMED + CFG(op_v4op));
+        return;
+    }
+    __sync_fetch_and_add(&sv->count, 1);
+    __sync_fetch_and_add(&sv->lat_ns, now - from);
+    __sync_fetch_and_add(&sv->rd_bytes, zero.rd_bytes);
+    __sync_fetch_and_add(&sv->wr_bytes, zero.wr_bytes);
+    hk.slot = log2_slot((now - from) / 1000);
+    hn = MAP_LOOKUP(server_hist, &hk);
+    if (hn)
+        __sync_fetch_and_add(hn, 1);
+    else
+        MAP_INSERT(server_hist, &hk, &one);
+}
+
 /* fh_verify's entry: the file handle (struct svc_fh *) it verifies for the thread's request */
 static __always_inline void server_fh(u64 fh)
 {
@@ -737,6 +791,9 @@ static __always_inline void server_fh(u64 fh)
             task_start(P(p, id), P(p, slot), P(p, op), &v_); \
         } \
     } while (0)
+
+/* an NFSv4 operation's end (server_operation): the operation's name is the point's name field */
+#define OPERATION(p) server_operation(tp_string(ctx, P(p, t_name_off), P(p, t_name_size)))
 
 #define TP_EXIT(p) \
     do { \

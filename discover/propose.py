@@ -24,7 +24,7 @@ from discover.errors import UserError
 from discover.events import EventPair, find_pairs
 from discover.profile import KernelProfile
 from discover.schema import node_link_parts
-from discover.spec import OPS, SCHEMA, VERSION, add_pointer_roles
+from discover.spec import SCHEMA, SPEC_OPS, VERSION, add_pointer_roles
 
 
 class OpKnowledge(NamedTuple):
@@ -58,6 +58,11 @@ class OpKnowledge(NamedTuple):
     #: why a same-task pair beneath the filesystem ranks below its own entry (a layer
     #: shared with other users, an end that some calls never reach)
     beneath_note: str = ""
+    #: one event at the end of each step of a request, on its task, naming the step
+    #: (nfsd:nfsd_compound_status after each NFSv4 operation): (system, event, the function it
+    #: fires in); a step runs from the previous step's end, where no function of its own can be
+    #: attached (the operations are called through a table, one function each)
+    tp_each: Tuple[Tuple[str, str, str], ...] = ()
 
 
 def _metadata(vfs: Tuple[str, ...], entry: str, what: str, window: str, deeper: Tuple[str, ...] = (),
@@ -189,6 +194,13 @@ def _nfsd(v3: Tuple[str, ...], v4: Tuple[str, ...], what: str, window: str, tp: 
 
 
 NFSD_KNOWLEDGE: Dict[str, OpKnowledge] = {
+    "v4op": OpKnowledge(
+        (), (), (), (), (),
+        "every NFSv4 operation of a COMPOUND that nfsd runs (SEQUENCE, PUTFH, OPEN, READ, READ_PLUS, WRITE, "
+        "CLOSE, REMOVE, GETATTR...); not those after the first that fails, which nfsd does not run",
+        "from the previous operation's end (the first: from the request's dispatch, its decoding included) "
+        "to this one's end, its reply encoded",
+        tp_each=(("nfsd", "nfsd_compound_status", "nfsd4_proc_compound"),)),
     "rpc": OpKnowledge(
         (), (r"nfsd_dispatch",), (r"nfsd4_proc_compound",), (), (),
         "every request of the NFS service from receipt to reply: NFSv3 procedures and NFSv4 COMPOUNDs "
@@ -633,6 +645,32 @@ class Proposer:
             "event present in available_events", know.window if layer == "fs-entry" else
             f"between {pair.start} and {pair.end}", evidence, reasons, True)
 
+    def _each_tracepoint(self, system: str, event: str, caller: str, know: OpKnowledge) -> Candidate:
+        """A tracepoint at the end of each step of a request (OpKnowledge.tp_each): one event
+        both ends the step and, on the same task, starts the next."""
+        fields = {f["name"] for f in (self.profile.event(system, event) or {}).get("fields") or []}
+        sites = self.graphs.sites(event) if self.graphs is not None else {}
+        if self.graphs is None:
+            evidence = (f"no call graph given: that {event} fires after each step in {caller} is inferred from "
+                        f"its name; capture function_graph with the {system} events enabled to check")
+        elif not sites:
+            evidence = f"{event} did not fire in the given captures"
+        else:
+            evidence = f"{event} fired " + ", ".join(
+                f"{n}x in {fn}" + (f" (depth {d})" if d >= 0 else "")
+                for (fn, d), n in sorted(sites.items(), key=lambda kv: -kv[1]))
+        reasons = [f"one tracepoint at each step's end, {system}:{event} in {caller}: the steps' own functions are "
+                   "called through a table, one function each, and the event names the step",
+                   "same task: the step runs from the previous step's end on the request's thread"]
+        return Candidate(
+            "tracepoint",
+            [{"entry": f"{system}:{event}", "exit": f"{system}:{event}", "entry_kind": "tracepoint",
+              "exit_kind": "tracepoint", "module": self.fs if system.startswith(self.fs) else system,
+              "optional": False, "args": {"name": "name"} if "name" in fields else {}}],
+            "task", [], self.fs if system.startswith(self.fs) else system, "fs-entry",
+            "stable: tracepoint (name and fields are kernel ABI in practice)", know.coverage,
+            "event present in available_events", know.window, evidence, reasons, "name" in fields)
+
     def _functions_candidate(self, kind: str, functions: List[str], op: str, layer: str,
                              know: OpKnowledge, evidence: str) -> Candidate:
         attach = []
@@ -774,7 +812,8 @@ class Proposer:
         if op not in self.knowledge:  # a server has no fsync, a client no procedure table
             return []
         know = self.knowledge[op]
-        out: List[Candidate] = []
+        out: List[Candidate] = [self._each_tracepoint(system, event, caller, know)
+                                for system, event, caller in know.tp_each if self.profile.event(system, event)]
         all_pairs = [p for pairs in self.pairs.values() for p in pairs]
         entries, evidence = self._entry_functions(op, know)
         full = [p for p in all_pairs if p.operation in know.tp_full or self._brackets(p, entries)]
@@ -856,7 +895,7 @@ def build_spec(proposer: Proposer, proposals: Dict[str, List[Candidate]],
             raise UserError(f"no usable attach point for {op} on {prof.release}: "
                             + "; ".join(r for c in cands for r in c.reasons[:1]) if cands else
                             f"no usable attach point for {op} on {prof.release} (no candidates found)")
-        ops[op] = {"letter": OPS[op], "candidates": usable}
+        ops[op] = {"letter": SPEC_OPS[op], "candidates": usable}
         context = [c.spec() for c in proposer.context(op) if c.usable]
         if context:
             ops[op]["context"] = context

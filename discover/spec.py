@@ -31,6 +31,11 @@ DEFAULT_OPS = ("read", "write", "open", "getattr", "fsync", "commit")
 #: operations whatever `--ops` asks (a create stuck on a dead server is then seen as its RPC),
 #: its completions counted and printed only when `--ops` names it
 INFLIGHT_ALWAYS = ("rpc",)
+#: operations only an NFS server's requests have (nfsdtop, nfs-exporter --nfsd: no --ops):
+#: each NFSv4 operation inside a COMPOUND, timed between the kernel's per-operation tracepoints
+SERVER_OPS: Dict[str, str] = {"v4op": "V"}
+#: every operation a spec may have: the tools' and the server's
+SPEC_OPS: Dict[str, str] = {**OPS, **SERVER_OPS}
 
 
 def parse_ops(text: Optional[str], option: str = "--ops") -> List[str]:
@@ -227,15 +232,15 @@ def validate_spec(spec: Any, origin: str) -> None:
         raise _fail(origin, "ops", "expected at least one [ops.NAME] table")
     for op_name, op in ops.items():
         where = f"ops.{op_name}"
-        if op_name not in OPS:
+        if op_name not in SPEC_OPS:
             from discover.schema import did_you_mean
-            raise _fail(origin, where, "unknown operation" + did_you_mean(str(op_name), OPS))
+            raise _fail(origin, where, "unknown operation" + did_you_mean(str(op_name), SPEC_OPS))
         if not isinstance(op, dict):
             raise _fail(origin, where, "expected a table")
         _no_unknown(origin, where, op, OP_KEYS)
         letter = op.get("letter")
-        if letter != OPS[op_name]:
-            raise _fail(origin, f"{where}.letter", f"expected {OPS[op_name]!r}, got {letter!r}")
+        if letter != SPEC_OPS[op_name]:
+            raise _fail(origin, f"{where}.letter", f"expected {SPEC_OPS[op_name]!r}, got {letter!r}")
         candidates = op.get("candidates")
         if not isinstance(candidates, list) or not candidates:
             raise _fail(origin, f"{where}.candidates", "expected a non-empty list of candidates")

@@ -738,13 +738,15 @@ Examples:
   nfsdtop              # per-client requests/s, MB/s, avg and p99 service time, every 1 s
   nfsdtop 5            # refresh every 5 seconds
   nfsdtop 2 10         # every 2 seconds, 10 times, then exit
-  nfsdtop --by proc    # one row per procedure: NFSv3 READ, NFSv4 COMPOUND, NFSACLv3 GETACL...
+  nfsdtop --by proc    # one row per procedure or NFSv4 operation: NFSv3 READ, NFSv4 COMPOUND, NFSv4 READ_PLUS...
   nfsdtop --by export  # one row per export (/srv/nfs...): which export the load goes to
   nfsdtop -C -r 5      # do not clear the screen; the 5 busiest rows only
   nfsdtop --json 10    # one JSON object per 10 s: the rows, and every (client, procedure)
 \b
 On the NFS server (knfsd). A request is timed on its nfsd thread from the dispatch of the
 decoded call to its encoded reply (an NFSv4 COMPOUND whole, all its operations inside);
+--by proc adds a row per NFSv4 operation (`NFSv4 OPEN`, from the end of the COMPOUND's
+previous operation to its own encoded reply), which client and export rows do not count again;
 RD_MB/s and WR_MB/s are the bytes its reads and writes moved. Rows are sorted by load: the
 nfsd time their requests took in the interval, then requests/s. INPROG is how many of the
 row's requests nfsd threads are serving now, OLDEST(s) how long the oldest has been served:
@@ -760,7 +762,7 @@ are (--backend; -v says which loader and why). --json has every row (-r is for t
 #: what one nfsdtop row stands for (--by)
 NFSDTOP_BY = ("client", "proc", "export")
 #: the operations of a server spec nfsdtop uses: requests (rpc) and the bytes of reads and writes
-NFSDTOP_OPS = ("rpc", "read", "write")
+NFSDTOP_OPS = ("rpc", "read", "write", "v4op")
 #: RPC program numbers as nfsdtop prints them
 RPC_PROGRAMS = {100003: "NFS", 100227: "NFSACL"}
 
@@ -782,6 +784,18 @@ def proc_label(prog: int, vers: int, name: str) -> str:
     if not prog:
         return name
     return f"{RPC_PROGRAMS.get(prog, str(prog))}v{vers} {name}"
+
+
+#: NFSv4's procedures: every other name under NFSv4 is an operation inside a COMPOUND
+NFSV4_PROCEDURES = ("NULL", "COMPOUND")
+
+
+def is_operation(label: str) -> bool:
+    """Whether a proc_label() names NFSv4 operations inside COMPOUNDs (`NFSv4 READ`), not
+    requests: a COMPOUND's operations are inside its one request, so a sum of requests leaves
+    them out."""
+    program, _, name = label.partition(" ")
+    return program == "NFSv4" and name not in NFSV4_PROCEDURES
 
 
 #: what Session.requests() counts per (client, procedure, export), beside its log2 slots
@@ -821,6 +835,11 @@ def server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
         return found, label if by == "client" else client
 
     for key, entry in data.items():
+        if by != "proc" and is_operation(proc_label(*key[1:4])):  # inside a COMPOUND counted already: its client's split only
+            if by == "client":
+                ops = group(key)[0].setdefault("operations", {})
+                ops[proc_label(*key[1:4])] = ops.get(proc_label(*key[1:4]), 0) + entry["count"]
+            continue
         found, other = group(key)
         add_request(found, entry)
         found["split"][other] = found["split"].get(other, 0) + entry["count"]
@@ -839,14 +858,16 @@ def server_rows(data: Dict[ServerKey, Dict[str, Any]], seconds: float,
                      "avg_ms": round(found["lat_ns"] / count / 1e6, 3) if count else None,
                      "p99_ms": _interval_p99_ms(found) if count else None,
                      "in_progress": found["in_progress"], "oldest_ms": found["oldest_ms"],
-                     "procs" if by == "client" else "clients": dict(sorted(found["split"].items()))})
+                     "procs" if by == "client" else "clients": dict(sorted(found["split"].items())),
+                     **({"operations": dict(sorted(found["operations"].items()))} if "operations" in found else {})})
     rows.sort(key=lambda row: str(row[by]))  # equal loads: by name, whatever order the maps gave
     rows.sort(key=lambda row: (row["service_ms"], row["requests"], row["oldest_ms"] or 0), reverse=True)
     return rows
 
 
-#: width of nfsdtop's key column: an IPv6 address, a procedure, or an export's path
-NFSDTOP_WIDTH = {"client": 39, "proc": 20, "export": TOP_PATH_WIDTH}
+#: width of nfsdtop's key column: an IPv6 address, a procedure or NFSv4 operation (`NFSv4
+#: BIND_CONN_TO_SESSION`), or an export's path
+NFSDTOP_WIDTH = {"client": 39, "proc": 26, "export": TOP_PATH_WIDTH}
 
 
 def nfsdtop_text(rows: List[Dict[str, Any]], by: str, max_rows: int) -> List[str]:

@@ -31,7 +31,7 @@ import click
 from discover.errors import Terminated, UserError, run_cli
 from discover.version import probekit_version, version_option
 from probes.cgroups import CgroupLabels, cgroup2_root
-from probes.commands import (Target, add_request, find_target, known_types, proc_label, request_totals,
+from probes.commands import (Target, add_request, find_target, is_operation, known_types, proc_label, request_totals,
                              server_ops, serves_requests)
 from probes.model import Tool
 from probes.inflight import Stall, rpc_server, stalls
@@ -564,13 +564,25 @@ class NfsdCollector:
                                    labels=SERVER_LABELS)
         written = CounterMetricFamily("probekit_nfsd_write_bytes", "Bytes the writes of completed requests moved.",
                                       labels=SERVER_LABELS)
+        op_duration = HistogramMetricFamily("probekit_nfsd_operation_duration_seconds", "Service time of NFSv4 "
+                                            "operations inside completed COMPOUNDs (proc=\"NFSv4 READ\"...), from the "
+                                            "previous operation's end to this one's encoded reply.",
+                                            labels=SERVER_LABELS)
+        op_count = CounterMetricFamily("probekit_nfsd_operations", "NFSv4 operations nfsd ran inside COMPOUNDs "
+                                       "(each COMPOUND also counts once in probekit_nfsd_requests_total).",
+                                       labels=SERVER_LABELS)
         for key, entry in sorted(series.items()):
+            if is_operation(key[2]):
+                op_duration.add_metric(list(key), cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS,
+                                                                     server_le_seconds), entry["lat_ns"] / 1e9)
+                op_count.add_metric(list(key), entry["count"])
+                continue
             duration.add_metric(list(key), cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS, server_le_seconds),
                                 entry["lat_ns"] / 1e9)
             count.add_metric(list(key), entry["count"])
             read.add_metric(list(key), entry["read_bytes"])
             written.add_metric(list(key), entry["write_bytes"])
-        yield from (duration, count, read, written)
+        yield from (duration, count, read, written, op_duration, op_count)
         progress = GaugeMetricFamily("probekit_nfsd_requests_in_progress", "Requests nfsd threads are serving now.",
                                      labels=SERVER_LABELS[:2])
         oldest = GaugeMetricFamily("probekit_nfsd_oldest_in_progress_seconds", "How long the oldest of "

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Collection, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
+from discover.spec import SERVER_OPS
 from probes.layout import KernelLayout
 from probes.model import (COMM_LEN, COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, NAME_LEN, NO_PARAM, PROC_LEN, PTR_KINDS,
                           Formats, Point, Probe, Tool, check_tool, event_c_struct, map_flags, map_sizes,
@@ -153,6 +154,9 @@ def tracepoint_programs(points: Sequence[Tuple[int, AttachPoint]]) -> List[Progr
     end there while the point is on."""
     bodies: Dict[str, List[Tuple[int, str]]] = {}
     for p, point in points:
+        if point.op in SERVER_OPS:  # one event: each operation's end, inside a server's request
+            bodies.setdefault(point.exit, []).append((p, f"if (P({p}, on) && CFG(want_server))\n        OPERATION({p});"))
+            continue
         bodies.setdefault(point.entry, []).append((p, f"if (P({p}, on))\n        TP_ENTRY({p});"))
         bodies.setdefault(point.exit, []).append((p, f"if (P({p}, on))\n        TP_EXIT({p});"))
     out = []

@@ -14,12 +14,14 @@ import struct
 from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
+from discover.spec import SERVER_OPS
 from probes.layout import ArgSource, KernelLayout
 from probes.select import Chosen
 
 NAME_LEN = 32   # bytes of file name kept per event (bcc's nfsslower keeps 32 too)
-#: bytes of an NFS server procedure's name kept (the longest, NFSv3's READDIRPLUS, is 11)
-PROC_LEN = 16
+#: bytes of an NFS server procedure's or NFSv4 operation's name kept (the longest,
+#: NFSv4.1's BIND_CONN_TO_SESSION, is 20)
+PROC_LEN = 24
 #: requests in progress an NFS server probe holds at once (one per nfsd thread busy)
 REQUEST_SLOTS = 4096
 COMM_LEN = 16   # TASK_COMM_LEN
@@ -55,8 +57,9 @@ PTR_KINDS = {"none": 0, "file": 1, "dentry": 2}
 #: COUNTER_UNTIMED on, one per op (operations that could not be timed)
 COUNTERS = ("anomalies", "inflight_lost", "lost_events", "untimed")
 #: what a program of an attach point does: time an operation, time an NFS server's request
-#: (its client, procedure and export), or name the export of the request it runs in
-BODIES = ("timed", "request", "context")
+#: (its client, procedure and export), name the export of the request it runs in, or end one
+#: NFSv4 operation inside the request (a COMPOUND's)
+BODIES = ("timed", "request", "context", "operation")
 
 #: (field, C type, array length): the one definition of the slow-event record.
 #: u64 first, then u32, then byte arrays, so the C struct has no implicit padding.
@@ -74,7 +77,7 @@ CFG_FIELDS: Tuple[Tuple[str, str], ...] = (
     ("want_events", "u32"), ("want_dist", "u32"), ("want_top", "u32"), ("want_inflight", "u32"),
     ("want_lat_sum", "u32"), ("want_dev", "u32"), ("want_cgroup_key", "u32"), ("cgroup_filter", "u32"),
     ("dev_at_entry", "u32"), ("task_storage", "u32"), ("want_server", "u32"),
-    ("op_rpc", "u32"), ("op_read", "u32"), ("op_write", "u32"),
+    ("op_rpc", "u32"), ("op_read", "u32"), ("op_write", "u32"), ("op_v4op", "u32"),
 )
 #: one point's scalar settings (P(p, name)), before its argument sources and tracepoint fields
 POINT_SCALARS = ("on", "id", "op", "slot", "keyed", "watch", "ptr_kind", "ret_bytes", "nargs")
@@ -261,9 +264,12 @@ def points_of(chosen: Sequence[Chosen], layout: Optional[KernelLayout],
 
 def body_of(point: Point, server: bool) -> str:
     """The program body a point runs (BODIES): a context point names its request's export; the
-    rpc op's points of a server spec (a `client` role) time requests when the tool serves them."""
+    rpc op's points of a server spec (a `client` role) time requests when the tool serves them;
+    a server-only op's point (an NFSv4 operation's end) adds to the request it runs in."""
     if point.context:
         return "context"
+    if point.op in SERVER_OPS:
+        return "operation"
     if server and point.op == "rpc" and "client" in point.args:
         return "request"
     return "timed"
@@ -304,7 +310,8 @@ def probe_settings(tool: Tool, task_storage: bool, ops: Sequence[str]) -> Dict[s
             "want_dev": int(tool.per_mount), "want_cgroup_key": int(tool.cgroup_limit > 0),
             "cgroup_filter": int(tool.cgroup_filter), "dev_at_entry": int(tool.dev_at_entry),
             "task_storage": int(task_storage), "want_server": int(tool.server),
-            "op_rpc": op_id("rpc"), "op_read": op_id("read"), "op_write": op_id("write")}
+            "op_rpc": op_id("rpc"), "op_read": op_id("read"), "op_write": op_id("write"),
+            "op_v4op": op_id("v4op")}
 
 
 class PointPlan(NamedTuple):
@@ -425,6 +432,9 @@ def plan_point(point: Point, op: int, slot: int, nkeys: int, server: bool, layou
     values.update({"on": 1, "id": point.id, "op": op, "slot": slot, "keyed": int(point.match == "keys"),
                    "watch": int(point.watch)})
     body = body_of(point, server)
+    if point.kind == "tracepoint" and body == "operation":
+        _tp_args(point, formats, values)
+        return PointPlan(values, False)
     if point.kind == "tracepoint":
         if body != "timed":
             raise UserError(f"per-client requests need a function for {point.op} at {point.entry} (nfsd_dispatch), "

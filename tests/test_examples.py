@@ -15,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from discover.spec import OPS
+from discover.spec import SPEC_OPS
 from labs.capture import examples
 from probes import commands, exporter
 from probes.histogram import format_log2
@@ -33,7 +33,7 @@ EVENT = {"op": 0, "name": "f", "dev": 0, "fileid": 7, "pid": 1, "comm": "dd", "e
 
 class _Probe:
     def __init__(self, ops: List[str]) -> None:
-        self.ops, self.letters, self.ringbuf = ops, [OPS[op] for op in ops], False
+        self.ops, self.letters, self.ringbuf = ops, [SPEC_OPS[op] for op in ops], False
 
 
 class FakeSession:

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from labs.checks.nfsdtop import verdicts as nc
-from probes.commands import proc_label
+from probes.commands import is_operation, proc_label
 from probes.exporter import NfsdCollector, cumulative_buckets, server_le_seconds, SERVER_BUCKET_SLOTS
 from probes.exports import ExportNames, exported_paths
 from probes.mounts import kernel_dev
@@ -85,6 +85,10 @@ def test_the_runs_requests_as_series_per_client_export_and_procedure() -> None:
     got = scrape(collector)
     for key, entry in requests.items():
         labels = tuple(sorted({"client": key[0], "export": key[4], "proc": proc_label(*key[1:4])}.items()))
+        if is_operation(proc_label(*key[1:4])):  # an NFSv4 operation: its own families
+            assert got[("probekit_nfsd_operations_total", labels)] == entry["count"]
+            assert got[("probekit_nfsd_operation_duration_seconds_sum", labels)] == entry["lat_ns"] / 1e9
+            continue
         assert got[("probekit_nfsd_requests_total", labels)] == entry["count"]
         assert got[("probekit_nfsd_read_bytes_total", labels)] == entry["read_bytes"]
         assert got[("probekit_nfsd_write_bytes_total", labels)] == entry["write_bytes"]
@@ -116,7 +120,8 @@ def test_clients_past_the_limit_share_other_for_good() -> None:
 
     counts: Dict[str, int] = {}
     for key, entry in requests.items():
-        counts[key[0]] = counts.get(key[0], 0) + entry["count"]
+        if not is_operation(proc_label(*key[1:4])):
+            counts[key[0]] = counts.get(key[0], 0) + entry["count"]
     assert sorted(counts) == [data["neighbour"], "127.0.0.1"]
     assert per_client(got) == {data["neighbour"]: counts[data["neighbour"]], "other": counts["127.0.0.1"]}
     assert got[("probekit_nfsd_clients_labelled", ())] == 1 == got[("probekit_nfsd_clients_labelled_limit", ())]
@@ -170,3 +175,29 @@ def test_the_labs_exports_are_its_export_and_the_nfsv4_pseudo_root() -> None:
 def test_the_lab_verdicts_hold_on_the_real_run(verify: Any) -> None:
     """The lab check's verdicts on the kept run: what the CI job decided, decided again."""
     verify(lab_run())
+
+
+def test_nfsv4_operations_are_a_family_of_their_own() -> None:
+    """NFSv4 operations inside COMPOUNDs are probekit_nfsd_operations_total and
+    probekit_nfsd_operation_duration_seconds, labelled like the requests (proc="NFSv4 OPEN"):
+    summing probekit_nfsd_requests_total per client counts each COMPOUND once."""
+    client, export = "127.0.0.1", "/srv/nfs"
+    requests = {(client, 100003, 4, "COMPOUND", export): {"count": 6, "lat_ns": 6_000_000, "read_bytes": 0,
+                                                          "write_bytes": 0, "slots": {10: 6}},
+                (client, 100003, 4, "OPEN", export): {"count": 2, "lat_ns": 900_000, "read_bytes": 0,
+                                                      "write_bytes": 0, "slots": {9: 2}},
+                (client, 100003, 3, "READ", export): {"count": 3, "lat_ns": 300_000, "read_bytes": 3 << 16,
+                                                      "write_bytes": 0, "slots": {7: 3}}}
+    collector = NfsdCollector(threading.Lock(), 64)
+    collector.session = _Served(requests, [])
+    got = scrape(collector)
+
+    def labels(proc: str) -> Tuple[Tuple[str, str], ...]:
+        return tuple(sorted({"client": client, "export": export, "proc": proc}.items()))
+    assert got[("probekit_nfsd_operations_total", labels("NFSv4 OPEN"))] == 2
+    assert got[("probekit_nfsd_operation_duration_seconds_count", labels("NFSv4 OPEN"))] == 2
+    assert got[("probekit_nfsd_operation_duration_seconds_sum", labels("NFSv4 OPEN"))] == 900_000 / 1e9
+    assert ("probekit_nfsd_requests_total", labels("NFSv4 OPEN")) not in got
+    assert got[("probekit_nfsd_requests_total", labels("NFSv4 COMPOUND"))] == 6
+    assert got[("probekit_nfsd_requests_total", labels("NFSv3 READ"))] == 3
+    assert ("probekit_nfsd_operations_total", labels("NFSv3 READ")) not in got

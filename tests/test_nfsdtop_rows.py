@@ -7,7 +7,7 @@ import json
 import socket
 from pathlib import Path
 
-from probes.commands import nfsdtop_text, proc_label, server_rows
+from probes.commands import is_operation, nfsdtop_text, proc_label, server_rows
 from probes.runtime import client_address
 
 V3, V4, ACL = (100003, 3), (100003, 4), (100227, 3)
@@ -102,7 +102,8 @@ def test_the_lab_runs_rows_rebuilt_from_its_requests() -> None:
 
 def test_the_lab_runs_procedures_are_the_servers_counts() -> None:
     """The same pairs by procedure, summed over the run: each NFSv3 procedure's requests are
-    what /proc/net/rpc/nfsd counted, and every byte read and written is the server's."""
+    what /proc/net/rpc/nfsd counted, and every byte read and written is the server's; the
+    NFSv4 operations' bytes are their COMPOUNDs', split, not added again."""
     run = lab_run()
     totals: dict = {}
     for line in run["nfsdtop"]["lines"][1:]:
@@ -115,5 +116,35 @@ def test_the_lab_runs_procedures_are_the_servers_counts() -> None:
     server = run["server_delta"]
     assert {k: v[0] for k, v in totals.items() if k.startswith("NFSv3 ")} == \
         {k: v for k, v in server.items() if k.startswith("NFSv3 ")}
-    assert sum(v[1] for v in totals.values()) == server["io read"] > 0
-    assert sum(v[2] for v in totals.values()) == server["io write"] > 0
+    requests = [v for k, v in totals.items() if not is_operation(k)]
+    assert sum(v[1] for v in requests) == server["io read"] > 0
+    assert sum(v[2] for v in requests) == server["io write"] > 0
+    operations = [v for k, v in totals.items() if is_operation(k)]
+    assert operations and [sum(v[i] for v in operations) for i in (1, 2)] == totals["NFSv4 COMPOUND"][1:]
+
+
+def test_nfsv4_operations_are_rows_by_proc_and_not_requests_again() -> None:
+    """An NFSv4 client's operations (`NFSv4 OPEN`, beside NFSv3's `NFSv3 READ`) are rows of their
+    own by procedure; its client's and export's rows count its COMPOUNDs once, the operations
+    named in the client's split only."""
+    data = {key("10.77.0.3", V4, "COMPOUND"): entry(10, 1.0, {10: 10}, read=1 << 16),
+            key("10.77.0.3", V4, "SEQUENCE"): entry(10, 0.1, {7: 10}),
+            key("10.77.0.3", V4, "READ"): entry(4, 0.5, {9: 4}, read=1 << 16),
+            key("10.77.0.3", V4, "OPEN"): entry(2, 0.3, {9: 2}),
+            key("10.77.0.2", V3, "READ"): entry(3, 0.4, {9: 3}, read=3 << 16)}
+    by_client = {row["client"]: row for row in server_rows(data, 1.0, [])}
+    assert by_client["10.77.0.3"]["requests"] == 10 and by_client["10.77.0.3"]["read_bytes"] == 1 << 16
+    assert by_client["10.77.0.3"]["procs"] == {"NFSv4 COMPOUND": 10}
+    assert by_client["10.77.0.3"]["operations"] == {"NFSv4 OPEN": 2, "NFSv4 READ": 4, "NFSv4 SEQUENCE": 10}
+    assert "operations" not in by_client["10.77.0.2"]  # an NFSv3 client's rows as before
+    by_export = server_rows(data, 1.0, [], "export")
+    assert [(row["export"], row["requests"]) for row in by_export] == [("/srv/nfs", 13)]
+    by_proc = {row["proc"]: row["requests"] for row in server_rows(data, 1.0, [], "proc")}
+    assert by_proc == {"NFSv4 COMPOUND": 10, "NFSv4 SEQUENCE": 10, "NFSv4 READ": 4, "NFSv4 OPEN": 2,
+                       "NFSv3 READ": 3}
+
+
+def test_only_nfsv4_names_past_its_procedures_are_operations() -> None:
+    assert is_operation("NFSv4 READ_PLUS") and is_operation("NFSv4 unknown_operation")
+    assert not is_operation("NFSv4 COMPOUND") and not is_operation("NFSv4 NULL")
+    assert not is_operation("NFSv3 READ") and not is_operation("NFSACLv3 GETACL")

@@ -19,7 +19,7 @@ import pytest
 from debian_kernels import ABI_61, ABI_612, kernel_dir
 from discover.profile import load_profile
 from discover.propose import CallGraphs, Proposer, build_spec
-from discover.spec import OPS, load_spec
+from discover.spec import SPEC_OPS, load_spec
 from probes.compat import build_report, load_kernel, spec_events, spec_functions, spec_modules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def proposer(tmp_path_factory: pytest.TempPathFactory) -> Proposer:
 
 
 def test_committed_spec_is_what_propose_writes(proposer: Proposer) -> None:
-    spec, left_out = build_spec(proposer, proposer.propose(list(OPS)), every=True)
+    spec, left_out = build_spec(proposer, proposer.propose(list(SPEC_OPS)), every=True)
     committed = load_spec(SPEC)
     assert left_out == ["fsync"]  # a server has no fsync: its clients' fsyncs arrive as COMMIT
     assert _decisions(spec) == _decisions(committed)

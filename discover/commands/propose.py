@@ -13,7 +13,7 @@ from discover.errors import check_output, write_file
 from discover.profile import KernelProfile, load_profile
 from discover.propose import CallGraphs, Candidate, Proposer, build_spec, check_fs_name
 from discover.snapshot import build_profile, find_live_tracefs, host_paths
-from discover.spec import OPS, dumps_spec, parse_ops
+from discover.spec import OPS, SPEC_OPS, dumps_spec, parse_ops
 
 EXAMPLES = """
 \b
@@ -27,7 +27,7 @@ Examples:
 
 def render(console: Console, proposer: Proposer, proposals: Dict[str, List[Candidate]]) -> None:
     for op, cands in proposals.items():
-        table = Table(title=f"{OPS[op]} {op} on {proposer.profile.release} ({proposer.fs}: "
+        table = Table(title=f"{SPEC_OPS[op]} {op} on {proposer.profile.release} ({proposer.fs}: "
                             f"{', '.join(proposer.modules) or 'built in'})", show_lines=True)
         table.add_column("#", justify="right")
         table.add_column("kind")
@@ -69,7 +69,7 @@ def propose(fs: str, ops_text: str, profile_path: Optional[str], graphs_dir: Opt
     coverage, module, traceability, what falls in the timed window, and the evidence.
     """
     check_fs_name(fs)
-    ops = parse_ops("all" if ops_text is None else ops_text)
+    ops = list(SPEC_OPS) if ops_text is None else parse_ops(ops_text)  # the server's too: left out where none
     if output is not None:  # the spec's directory is made if missing (probes/specs/ of a new tree)
         inputs = [Path(profile_path)] if profile_path else []
         check_output(output, inputs + (CallGraphs.graph_files(Path(graphs_dir)) if graphs_dir else []),

@@ -326,6 +326,8 @@ def nfsdtop_read(data: Dict[str, Any]) -> Dict[str, str]:
     v3 = ", ".join(f"{n} {name.split()[1]}" for name, (n, _r, _w) in sorted(procs.items(), key=lambda i: -i[1][0])
                    if name.startswith("NFSv3 "))
     compound = procs.get("NFSv4 COMPOUND", (0, 0.0, 0.0))
+    v4 = ", ".join(f"{n} {name.split()[1]}" for name, (n, _r, _w) in sorted(procs.items(), key=lambda i: -i[1][0])
+                   if name.startswith("NFSv4 ") and name != "NFSv4 COMPOUND")
     on_export = exports.get("/srv/nfs", (0, 0.0, 0.0))
     delta = data["server_delta"]
     return {
@@ -344,15 +346,18 @@ def nfsdtop_read(data: Dict[str, Any]) -> Dict[str, str]:
                 "program, version and procedure, sorted by the nfsd time they took. The NFSv3 mounts "
                 f"show each procedure ({v3}: the fsynced writes, the reads after the cache drop, "
                 "the COMMIT of an fsync, and the MKDIRs, CREATEs, LOOKUPs and ACCESSes of making "
-                "the files), NFSACL its own GETACL, and the NFSv4.2 mount all its work in "
-                f"{compound[0]} COMPOUNDs, which moved its 2 MiB each way.",
+                "the files), NFSACL its own GETACL, and the NFSv4.2 mount its work in "
+                f"{compound[0]} COMPOUNDs, which moved its 2 MiB each way, and beside them each "
+                f"operation the COMPOUNDs carried, in a row of its own ({v4}): an operation's time runs "
+                "from the end of the previous operation of its COMPOUND to its own encoded reply.",
         "export": "The same workload, --by export: one row per export, the path /proc/fs/nfs/exports "
                   "lists for the export of each request's file handle. Both clients' requests were "
                   f"on /srv/nfs ({on_export[0]} requests, {on_export[1]:.1f} MB read, "
                   f"{on_export[2]:.1f} MB written). A request that verifies no file handle (an NFSv4 "
                   "lease renewal: a COMPOUND of SEQUENCE alone) is a `-` row.",
         "json": "--json prints what it traces first, then one object per interval: `rows` as the "
-                "table (every row, with each client's requests per procedure under `procs`), "
+                "table (every row, with each client's requests per procedure under `procs` and its "
+                "NFSv4 operations under `operations`), "
                 "`requests` with each (client, program, version, procedure, export)'s count, service "
                 "time sum (`lat_ns`), bytes and log2 usec `slots`, `in_progress` and `missed`. -v "
                 "says on stderr which attach point times what (nfsd_dispatch by fentry on this "
@@ -366,8 +371,9 @@ def nfsdtop_read(data: Dict[str, Any]) -> Dict[str, str]:
 
 NFSDTOP_CAVEATS = ("nfsdtop runs on the server. The service time is the nfsd thread's, not "
                    "the client's latency: the network and the client's queues are outside it. "
-                   "An NFSv4 client's requests are all COMPOUND (the operations run inside "
-                   "them). The probe runs from the prebuilt CO-RE object where the kernel has "
+                   "An NFSv4 client's requests are COMPOUNDs; --by proc also shows each "
+                   "operation inside them (NFSv4 READ_PLUS), which the client and export rows "
+                   "do not count again. The probe runs from the prebuilt CO-RE object where the kernel has "
                    "BTF (libbpf1 and Python on the server), on bcc with --backend bcc, and "
                    "reads the client's address through nfsd's BTF (a kernel without it is "
                    "refused in one line). The screen is cleared between tables "

@@ -4,7 +4,9 @@ Runs inside a lab guest that serves /srv/nfs and mounts it over 127.0.0.1 (/mnt/
 /mnt/nfs42, labs/provision), root, bcc and probekit's package installed. It reads the server's
 own counters (/proc/net/rpc/nfsd: requests per NFSv3 and NFSv4 procedure, bytes read and
 written), starts `nfsdtop --json 2` (on core) and the same on bcc beside it, runs a known
-workload on both mounts (files written with fsync, the page cache dropped, read back, stat),
+workload on both mounts (files written with fsync, the page cache dropped, read back, stat;
+then on the NFSv4.2 mount files written, read back with O_DIRECT and removed, the client's
+per-operation counts of that mount (/proc/self/mountstats) read around it all),
 stops nfsdtop by SIGTERM, reads the counters again, and prints one JSON document: the counters'
 differences, what the workload moved, the addresses of the clients connected to port 2049 (ss),
 nfsdtop's output and exit, and the tracing programs / kprobe_events before and after. NFSv3
@@ -148,6 +150,55 @@ def workload(mount: str, tag: str) -> Dict[str, int]:
     return moved
 
 
+#: the NFSv4.2 workload's files, each written in WRITES_PER_FILE and read back in as many
+#: O_DIRECT blocks (not past its end), then removed
+V4_FILES, WRITES_PER_FILE = 25, 2
+#: the NFSv4 operations it is judged by: each carried by one client procedure of the same
+#: name (OPEN also by OPEN_NOATTR, the client's open of a file it has the handle of)
+V4_OPS = ("OPEN", "WRITE", "READ_PLUS", "CLOSE", "REMOVE")
+
+
+def mountstats_ops(mount: str) -> Dict[str, int]:
+    """The client's per-operation RPC counts of `mount` (/proc/self/mountstats' per-op lines)."""
+    out: Dict[str, int] = {}
+    here = False
+    with open("/proc/self/mountstats") as handle:
+        for line in handle:
+            if line.startswith("device "):
+                here = f" mounted on {mount} " in line
+            elif here and line.startswith("\t") and ":" in line:
+                name, _, rest = line.strip().partition(":")
+                fields = rest.split()
+                if name.isupper() and fields and fields[0].isdigit():
+                    out[name] = int(fields[0])
+    return out
+
+
+def v4_workload(mount: str) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """V4_FILES files written and read back with O_DIRECT (no page cache: every block is an RPC),
+    then removed: what the client counted per operation meanwhile, and the bytes moved."""
+    import mmap
+    before = mountstats_ops(mount)
+    work = os.path.join(mount, "work", "nfsdtop-v4")
+    os.makedirs(work, exist_ok=True)
+    block = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT wants
+    block.write(os.urandom(BLOCK))
+    moved = {"write_bytes": 0, "read_bytes": 0}
+    for i in range(V4_FILES):
+        path = os.path.join(work, f"f{i}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+        for _ in range(WRITES_PER_FILE):
+            moved["write_bytes"] += os.write(fd, block)
+        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        for _ in range(WRITES_PER_FILE):
+            moved["read_bytes"] += os.readv(fd, [block])
+        os.close(fd)
+        os.unlink(path)
+    after = mountstats_ops(mount)
+    return {name: after[name] - before.get(name, 0) for name in after if after[name] - before.get(name, 0)}, moved
+
+
 def nfs_clients() -> List[str]:
     """Peer addresses of the TCP connections established to the NFS port (ss), without port."""
     out = subprocess.run(["ss", "-Htn", "state", "established", "( sport = :2049 )"], stdout=subprocess.PIPE,
@@ -183,12 +234,17 @@ def run(second: str) -> Dict[str, Any]:
         bcc_ready_s = wait_ready(on_bcc, bcc_log)
         exporter_s = exporter_ready(exporter, "/tmp/nfs-exporter.log")
         time.sleep(2.5)  # one interval's read before the workload: nothing of it is lost at the start
+        ops_before = mountstats_ops(MOUNTS["nfs42"])
         before = scrape_with_counters()
         moved = {tag: workload(mount, "json") for tag, mount in MOUNTS.items()}
         moved["neighbour"] = quiet(second, "json")
+        v4_started = time.monotonic()
+        v4_sent, moved["nfs42-direct"] = v4_workload(MOUNTS["nfs42"])
+        v4_s = time.monotonic() - v4_started
         clients = nfs_clients()
         time.sleep(3)
         after = scrape_with_counters()
+        ops_after = mountstats_ops(MOUNTS["nfs42"])
         during = kernel_attachments()
     finally:
         result = dict(stop(proc, log), argv=argv)
@@ -214,7 +270,9 @@ def run(second: str) -> Dict[str, Any]:
     return {"release": os.uname().release, "date": time.strftime("%Y-%m-%d"), "bcc": bcc,
             "python": sys.version.split()[0], "ready_s": round(ready_s, 1), "moved": moved, "clients": clients,
             "server_delta": {k: v for k, v in delta.items() if v}, "nfsdtop": result, "nfsdtop_bcc": result_bcc,
-            "texts": texts,
+            "texts": texts, "v4_workload": dict(sent=v4_sent, files=V4_FILES, writes=V4_FILES * WRITES_PER_FILE,
+                                                ops=list(V4_OPS), seconds=round(v4_s, 1)),
+            "v4_client_ops": {k: v - ops_before.get(k, 0) for k, v in ops_after.items() if v - ops_before.get(k, 0)},
             "exporter": dict(exported, ready_s=round(exporter_s, 1),
                              scrapes={"before": before[0], "after": after[0]}, window_s=round(after[2] - before[2], 3),
                              server_delta={k: after[1][k] - before[1].get(k, 0) for k in after[1]

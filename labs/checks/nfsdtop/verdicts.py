@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Tuple
 
-from probes.commands import proc_label, server_rows
+from probes.commands import is_operation, proc_label, server_rows
 from probes.exports import exported_paths
 
 
@@ -23,7 +23,9 @@ def intervals(data: Dict[str, Any], run: str = "nfsdtop") -> List[Dict[str, Any]
     """nfsdtop's --json intervals (`run`: on core, or nfsdtop_bcc), after its first line (what it
     traces; -v's lines go to stderr)."""
     records = [json.loads(line) for line in data[run]["lines"] if line.startswith("{")]
-    assert records and records[0] == {"tracing": ["rpc", "read", "write"], "by": "client"}, records[:1]
+    # v4op since NFSv4 operations are counted (the bench's earlier recorded rounds have none)
+    assert records and records[0]["by"] == "client" and records[0]["tracing"] in (
+        ["rpc", "read", "write", "v4op"], ["rpc", "read", "write"]), records[:1]
     return records[1:]
 
 
@@ -102,7 +104,7 @@ def verify_nfsv4_compounds_bounded(data: Dict[str, Any]) -> None:
 def verify_bytes_equal_the_servers_and_the_workloads(data: Dict[str, Any]) -> None:
     """Bytes read and written: nfsdtop's sum over NFSv3 and NFSv4 equals the server's `io`
     counters and what the workload wrote and read back (after a cache drop, every byte)."""
-    counted = totals(data)
+    counted = {label: entry for label, entry in totals(data).items() if not is_operation(label)}  # inside COMPOUNDs
     read = sum(entry["read_bytes"] for entry in counted.values())
     written = sum(entry["write_bytes"] for entry in counted.values())
     moved = data["moved"]
@@ -166,7 +168,9 @@ def verify_every_nfsv3_request_names_the_export(data: Dict[str, Any]) -> None:
         rows = server_rows({(p["client"], p["program"], p["version"], p["proc"], p["export"]):
                             {**p, "slots": dict(p["slots"])} for p in interval["requests"]}, interval["seconds"],
                            [], "export")
-        assert sum(row["requests"] for row in rows) == sum(p["count"] for p in interval["requests"]), rows
+        assert sum(row["requests"] for row in rows) == sum(p["count"] for p in interval["requests"]
+                                                           if not is_operation(proc_label(p["program"], p["version"],
+                                                                                          p["proc"]))), rows
 
 
 def metrics(text: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
@@ -255,9 +259,40 @@ def verify_exporter_health_series(data: Dict[str, Any]) -> None:
     assert after[("probekit_nfsd_clients_labelled", ())] == len(data["clients"])
     assert after[("probekit_nfsd_clients_labelled_limit", ())] == 64
     missed = {dict(labels)["op"]: value for (name, labels), value in after.items() if name == "probekit_nfsd_missed_total"}
-    assert set(missed) == {"rpc", "read", "write"}, missed
+    assert set(missed) == {"rpc", "read", "write", "v4op"}, missed
     points = {dict(labels)["op"] for (name, labels), _ in after.items() if name == "probekit_nfsd_probe_info"}
-    assert {"rpc", "rpc context", "read", "write"} <= points, (points, names)
+    assert {"rpc", "rpc context", "read", "write", "v4op"} <= points, (points, names)
+
+
+#: the NFSv4 client's procedures (/proc/self/mountstats) that carry each operation once
+CARRIED_BY = {"OPEN": ("OPEN", "OPEN_NOATTR")}
+
+
+def verify_nfsv4_operations_equal_the_clients(data: Dict[str, Any]) -> None:
+    """The NFSv4.2 client's operations (the guest's V4_OPS; CARRIED_BY: the client's procedures
+    that carry each), per operation: nfsdtop's count on core and on bcc equals the client's own count over the run
+    (/proc/self/mountstats), and so does probekit_nfsd_operations_total's growth between the
+    exporter's scrapes, or is short by at most what the run said it missed; the O_DIRECT workload
+    alone sent the known operations."""
+    sent = data["v4_client_ops"]
+    direct, files, writes = (data["v4_workload"][k] for k in ("sent", "files", "writes"))
+    assert direct["OPEN"] >= files and direct["WRITE"] == direct["READ_PLUS"] == writes, direct
+    assert direct["REMOVE"] == files and direct["CLOSE"] >= files, direct
+    grew: Dict[str, float] = {}
+    for labels, value in increases(data, "probekit_nfsd_operations_total").items():
+        named = dict(labels)
+        assert named["client"] == "127.0.0.1" and named["export"] in (lab_export(data), ""), named
+        grew[named["proc"]] = grew.get(named["proc"], 0) + value
+    for run in ("nfsdtop", "nfsdtop_bcc", "exporter"):
+        if run == "exporter":
+            seen, slack = grew, int(sum(increases(data, "probekit_nfsd_missed_total").values()))
+        else:
+            seen = {label: entry["count"] for label, entry in totals(data, run).items()}
+            slack = missed(data, run)
+        for op in data["v4_workload"]["ops"]:
+            counted = seen.get(f"NFSv4 {op}", 0)
+            issued = sum(sent.get(proc, 0) for proc in CARRIED_BY.get(op, (op,)))
+            assert issued - slack <= counted <= issued, f"{run} NFSv4 {op}: {counted} of {issued} (missed {slack})"
 
 
 RUN_CHECKS = (verify_ran_and_detached, verify_nfsv3_requests_equal_the_servers_counts, verify_core_and_bcc_count_the_same,
@@ -265,4 +300,5 @@ RUN_CHECKS = (verify_ran_and_detached, verify_nfsv3_requests_equal_the_servers_c
               verify_bytes_equal_the_servers_and_the_workloads, verify_rows_name_the_client, verify_text_runs,
               verify_every_nfsv3_request_names_the_export, verify_exporter_requests_equal_the_servers_counts,
               verify_exporter_bytes_equal_the_servers_and_the_workloads,
-              verify_exporter_histograms_count_the_requests, verify_the_neighbours_apart, verify_exporter_health_series)
+              verify_exporter_histograms_count_the_requests, verify_the_neighbours_apart, verify_exporter_health_series,
+              verify_nfsv4_operations_equal_the_clients)
