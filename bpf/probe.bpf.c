@@ -623,42 +623,50 @@ static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
         count(COUNTER_UNTIMED + CFG(op_rpc));
 }
 
+/* one request's or operation's service: counted, timed and its bytes added under its key
+ * (client, export, procedure), and into its log2 histogram; `untimed`, the counter of what
+ * found no room in the maps */
+static __always_inline void server_record(struct server_hist_key *hk, u64 lat_ns, u64 rd_bytes,
+                                          u64 wr_bytes, u32 untimed)
+{
+    struct server_val zero = {};
+    struct server_val *sv = MAP_LOOKUP(server_stats, &hk->k);
+    u64 one = 1, *hn;
+    if (!sv) {
+        MAP_INSERT(server_stats, &hk->k, &zero);
+        sv = MAP_LOOKUP(server_stats, &hk->k);
+    }
+    if (!sv) {
+        count(untimed);
+        return;
+    }
+    __sync_fetch_and_add(&sv->count, 1);
+    __sync_fetch_and_add(&sv->lat_ns, lat_ns);
+    __sync_fetch_and_add(&sv->rd_bytes, rd_bytes);
+    __sync_fetch_and_add(&sv->wr_bytes, wr_bytes);
+    hk->slot = log2_slot(lat_ns / 1000);
+    hn = MAP_LOOKUP(server_hist, hk);
+    if (hn)
+        __sync_fetch_and_add(hn, 1);
+    else
+        MAP_INSERT(server_hist, hk, &one);
+}
+
 static __always_inline void server_end(void)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct server_request *found = MAP_LOOKUP(requests, &tid);
     struct server_request r;
-    struct server_val zero = {};
-    struct server_val *sv;
     struct server_hist_key hk = {};
     u64 now = bpf_ktime_get_ns();
-    u64 one = 1, *hn;
     if (!found)
         return;
     r = *found;
     MAP_DELETE(requests, &tid);
     if (!sane_delta(r.ts, now))
         return;
-    sv = MAP_LOOKUP(server_stats, &r.k);
-    if (!sv) {
-        MAP_INSERT(server_stats, &r.k, &zero);
-        sv = MAP_LOOKUP(server_stats, &r.k);
-    }
-    if (!sv) {
-        count(COUNTER_UNTIMED + CFG(op_rpc));
-        return;
-    }
-    __sync_fetch_and_add(&sv->count, 1);
-    __sync_fetch_and_add(&sv->lat_ns, now - r.ts);
-    __sync_fetch_and_add(&sv->rd_bytes, r.rd_bytes);
-    __sync_fetch_and_add(&sv->wr_bytes, r.wr_bytes);
     hk.k = r.k;
-    hk.slot = log2_slot((now - r.ts) / 1000);
-    hn = MAP_LOOKUP(server_hist, &hk);
-    if (hn)
-        __sync_fetch_and_add(hn, 1);
-    else
-        MAP_INSERT(server_hist, &hk, &one);
+    server_record(&hk, now - r.ts, r.rd_bytes, r.wr_bytes, COUNTER_UNTIMED + CFG(op_rpc));
 }
 
 /* the end of one NFSv4 operation inside the thread's COMPOUND (the kernel's tracepoint after
@@ -668,11 +676,9 @@ static __always_inline void server_end(void)
 static __always_inline void server_operation(const char *name)
 {
     struct server_request *r = current_request();
-    struct server_val zero = {};
-    struct server_val *sv;
     struct server_hist_key hk = {};
     u64 now = bpf_ktime_get_ns();
-    u64 from, one = 1, *hn;
+    u64 from, rd_bytes, wr_bytes;
     if (!r || !name)
         return;
     from = r->op_ts ? r->op_ts : r->ts;
@@ -683,33 +689,14 @@ static __always_inline void server_operation(const char *name)
     if (hk.k.proc[0] == 'O' && hk.k.proc[1] == 'P' && hk.k.proc[2] == '_')
         name += 3;
     bpf_probe_read_kernel_str(hk.k.proc, PROC_LEN, name);
-    zero.rd_bytes = r->rd_bytes - r->op_rd;
-    zero.wr_bytes = r->wr_bytes - r->op_wr;
+    rd_bytes = r->rd_bytes - r->op_rd;
+    wr_bytes = r->wr_bytes - r->op_wr;
     r->op_ts = now;
     r->op_rd = r->rd_bytes;
     r->op_wr = r->wr_bytes;
     if (!sane_delta(from, now))
         return;
-    sv = MAP_LOOKUP(server_stats, &hk.k);
-    if (!sv) {
-        struct server_val none = {};
-        MAP_INSERT(server_stats, &hk.k, &none);
-        sv = MAP_LOOKUP(server_stats, &hk.k);
-    }
-    if (!sv) {
-        count(COUNTER_UNTIMED + CFG(op_v4op));
-        return;
-    }
-    __sync_fetch_and_add(&sv->count, 1);
-    __sync_fetch_and_add(&sv->lat_ns, now - from);
-    __sync_fetch_and_add(&sv->rd_bytes, zero.rd_bytes);
-    __sync_fetch_and_add(&sv->wr_bytes, zero.wr_bytes);
-    hk.slot = log2_slot((now - from) / 1000);
-    hn = MAP_LOOKUP(server_hist, &hk);
-    if (hn)
-        __sync_fetch_and_add(hn, 1);
-    else
-        MAP_INSERT(server_hist, &hk, &one);
+    server_record(&hk, now - from, rd_bytes, wr_bytes, COUNTER_UNTIMED + CFG(op_v4op));
 }
 
 /* fh_verify's entry: the file handle (struct svc_fh *) it verifies for the thread's request */
