@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import re
+import signal
 import sys
 from importlib.metadata import distribution
 from pathlib import Path
@@ -31,8 +32,11 @@ def console_scripts() -> Dict[str, Callable[[], None]]:
 
 
 def help_text(main: Callable[[], None], argv: List[str]) -> str:
-    """What `argv --help` prints, run in this process through the command's own entry point."""
+    """What `argv --help` prints, run in this process through the command's own entry point;
+    the process's signal dispositions as they were (the command's boundary ignores SIGTERM on
+    its way out, which a process going on, and every child it starts, would inherit)."""
     out = io.StringIO()
+    dispositions = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     saved, os.environ["COLUMNS"] = (sys.argv, os.environ.get("COLUMNS")), HELP_COLUMNS
     sys.argv = [*argv, "--help"]
     try:
@@ -42,6 +46,8 @@ def help_text(main: Callable[[], None], argv: List[str]) -> str:
         if exc.code not in (0, None):
             raise RuntimeError(f"`{' '.join(argv)} --help` exited {exc.code}") from None
     finally:
+        for sig, disposition in dispositions.items():
+            signal.signal(sig, disposition)
         sys.argv = saved[0]
         if saved[1] is None:
             del os.environ["COLUMNS"]

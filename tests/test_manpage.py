@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,11 @@ def test_the_name_line_is_the_first_sentence() -> None:
     assert summary(["Per-process NFS activity: operations per second, read and write MB/s, and",
                     "average latency per operation from in-kernel per-", "process histograms."]) == \
         "per-process NFS activity: operations per second, read and write MB/s, and average latency per operation from in-kernel per-process histograms"
+
+
+def test_help_text_leaves_the_signals_as_they_were() -> None:
+    """Rendered in the test run's own process: a SIGTERM ignored after it would be ignored by
+    every process the later tests start (tests/test_run_signals.py saw it)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    help_text(console_scripts()["nfsslower"], ["nfsslower"])
+    assert {sig: signal.getsignal(sig) for sig in before} == before
