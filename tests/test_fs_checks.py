@@ -65,11 +65,22 @@ def test_a_lost_operation_fails_the_count(data: Dict[str, Any]) -> None:
         fc.verify_counts_exact(run, "xfs")
 
 
-def test_a_slow_operation_without_delay_fails(data: Dict[str, Any]) -> None:
+def test_every_fsync_slow_without_delay_fails(data: Dict[str, Any]) -> None:
+    """The delay is what makes every fsync slow: a phase without it where they all are cannot
+    show it."""
+    run = data["runs"]["cifs"]
+    for event in _worker_events(run, "loose plain", "fsync"):
+        event["lat_us"] = run["delay_ms"] * 1000
+    with pytest.raises(AssertionError, match="loose plain: fsslower at 600 ms: at or above the delay without it"):
+        fc.verify_delay_visible(run, "cifs")
+
+
+def test_one_stalled_operation_without_delay_is_compared_not_refused(data: Dict[str, Any]) -> None:
+    """A loaded host may stall one operation past the delay's mark (CI saw an xfs write take
+    600 ms without it): the phase with the delay still shows more."""
     run = data["runs"]["cifs"]
     _worker_events(run, "loose plain", "open")[0]["lat_us"] = run["delay_ms"] * 1000
-    with pytest.raises(AssertionError, match="loose plain: operations at or above"):
-        fc.verify_delay_visible(run, "cifs")
+    fc.verify_delay_visible(run, "cifs")
 
 
 def test_a_delayed_fsync_in_a_lower_bucket_fails(data: Dict[str, Any]) -> None:
