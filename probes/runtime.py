@@ -643,7 +643,8 @@ class Session:
         "recursion", runs of its programs the kernel skipped (a program's recursion_misses, as
         bpf_prog_info and /proc fdinfo show it: the CPU's BPF guard was held by another program,
         or by a task preempted inside a BPF map access; counted for fentry/fexit from 5.12, which
-        before skipped nothing, for kprobe and tracepoint programs from MISSES_MIN_KERNEL), "kprobe" and "kretprobe", the kernel's missed count of a kprobe of it (a
+        before skipped nothing, for kprobe and tracepoint programs from MISSES_MIN_KERNEL);
+        "kprobe" and "kretprobe", the kernel's missed count of a kprobe of it (a
         kretprobe's exhausted instances too), both with the function or event attached
         (`where`); "start_not_stored", the starts and ends the start store refused. Only
         nonzero counts."""
