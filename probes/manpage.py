@@ -17,7 +17,7 @@ import signal
 import sys
 from importlib.metadata import distribution
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 from discover.version import probekit_version
 
@@ -31,23 +31,31 @@ def console_scripts() -> Dict[str, Callable[[], None]]:
     return {ep.name: ep.load() for ep in distribution("probekit").entry_points if ep.group == "console_scripts"}
 
 
-def help_text(main: Callable[[], None], argv: List[str]) -> str:
-    """What `argv --help` prints, run in this process through the command's own entry point;
-    the process's signal dispositions as they were (the command's boundary ignores SIGTERM on
-    its way out, which a process going on, and every child it starts, would inherit)."""
-    out = io.StringIO()
+@contextlib.contextmanager
+def kept_signals() -> Iterator[None]:
+    """A command run in this process leaves SIGINT, SIGTERM and SIGHUP as it found them: its
+    boundary ignores them on its way out, which a process going on, and every child it starts,
+    would inherit."""
     dispositions = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, disposition in dispositions.items():
+            signal.signal(sig, disposition)
+
+
+def help_text(main: Callable[[], None], argv: List[str]) -> str:
+    """What `argv --help` prints, run in this process through the command's own entry point."""
+    out = io.StringIO()
     saved, os.environ["COLUMNS"] = (sys.argv, os.environ.get("COLUMNS")), HELP_COLUMNS
     sys.argv = [*argv, "--help"]
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), kept_signals():
             main()
     except SystemExit as exc:
         if exc.code not in (0, None):
             raise RuntimeError(f"`{' '.join(argv)} --help` exited {exc.code}") from None
     finally:
-        for sig, disposition in dispositions.items():
-            signal.signal(sig, disposition)
         sys.argv = saved[0]
         if saved[1] is None:
             del os.environ["COLUMNS"]

@@ -4,14 +4,13 @@ scripts/build-deb stamps with the package's version: tests/test_debian_package.p
 from __future__ import annotations
 
 import re
-import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 from discover.version import probekit_version
-from probes.manpage import console_scripts
+from probes.manpage import console_scripts, kept_signals
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,17 +20,12 @@ def test_every_command_prints_the_version(monkeypatch: pytest.MonkeyPatch, capsy
     declared = set(re.findall(r'^([\w-]+) = "', (REPO / "pyproject.toml").read_text().split("[project.scripts]")[1]
                               .split("\n[")[0], re.M))
     assert set(scripts) == declared
-    # each command's boundary ignores SIGINT/SIGTERM/SIGHUP on its way out: put back after
-    dispositions = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with kept_signals():
         for name, main in scripts.items():
             monkeypatch.setattr(sys, "argv", [name, "--version"])
             with pytest.raises(SystemExit) as exit_:
                 main()
             assert exit_.value.code == 0 and capsys.readouterr().out == f"{name} {probekit_version()}\n", name
-    finally:
-        for sig, disposition in dispositions.items():
-            signal.signal(sig, disposition)
 
 
 def test_the_version_is_pyproject_toml_s() -> None:
