@@ -51,10 +51,11 @@ def status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
-def start(argv: List[str], ready: str, log: str, timeout: float = 600) -> subprocess.Popen:
-    """A server or tool, once `ready` appears in its output (bcc compiles first: minutes under TCG)."""
+def start(argv: List[str], ready: str, log: str, timeout: float = 600, cwd: str = PROJECT) -> subprocess.Popen:
+    """A server or tool, once `ready` appears in its output (bcc compiles first: minutes under TCG);
+    `cwd`: the checkout whose code `python3 -m` runs."""
     out = open(log, "w")
-    proc = subprocess.Popen(argv, cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

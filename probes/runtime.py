@@ -115,7 +115,9 @@ class RealtimeReads:
     (Debian's 7.x run PREEMPT_LAZY) an NFS client task woken there preempts the reader and
     runs its operations untraced: on a 7.3 guest one read and one open of 150 rounds went
     missing from nfsdist and nfstop alike. A SCHED_FIFO reader is not preempted by such tasks.
-    Reentrant; the thread's own policy is put back after the outermost read."""
+    The slower tools read their events this way too: at normal priority, on one CPU shared
+    with the writers it traced, nfsslower fell so far behind that the ring buffer dropped 204
+    events. Reentrant; the thread's own policy is put back after the outermost read."""
 
     def __init__(self) -> None:
         self.depth = 0
@@ -575,15 +577,19 @@ class Session:
         end = None if seconds is None else time.monotonic() + seconds
         while not self.stopped and (end is None or time.monotonic() < end):
             self._tick()
-            self.backend.poll_events(self.probe.ringbuf)
-            if self.probe.ringbuf:
-                lost = self.counter("lost_events")
-                if lost > self._lost_seen:
-                    self._lost(lost - self._lost_seen)
-                    self._lost_seen = lost
-            batch, self._batch = self._batch, []
-            if batch and self._on_batch is not None:
-                self._on_batch(batch)
+            # read and shown at real-time priority too: a reader with only its fair share of
+            # one CPU falls behind the tasks it traces, and the full buffer drops their events
+            # (bench/README.md, "bench_load.py")
+            with self.reading():
+                self.backend.poll_events(self.probe.ringbuf)
+                if self.probe.ringbuf:
+                    lost = self.counter("lost_events")
+                    if lost > self._lost_seen:
+                        self._lost(lost - self._lost_seen)
+                        self._lost_seen = lost
+                batch, self._batch = self._batch, []
+                if batch and self._on_batch is not None:
+                    self._on_batch(batch)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds` in short steps; False as soon as a stop signal came."""

@@ -6,11 +6,13 @@ kernel skips every probe that fires there meanwhile (seen on a Debian 7.3 guest,
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
+from typing import List, Tuple
 
 import pytest
 
 from as_nobody import View
-from probes.runtime import RealtimeReads
+from probes.runtime import RealtimeReads, Session
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root (CAP_SYS_NICE); the refused case runs anywhere")
@@ -24,6 +26,29 @@ def test_reads_run_real_time_nested_and_the_policy_comes_back() -> None:
         assert os.sched_getscheduler(0) == os.SCHED_FIFO  # the inner read does not end the outer one
     assert os.sched_getscheduler(0) == before and reads.allowed is True
     assert "real-time priority" in reads.describe()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root (CAP_SYS_NICE)")
+def test_the_slower_tools_read_and_show_their_events_at_real_time_priority() -> None:
+    """A reader with its fair share of one CPU fell behind the writers it traced and the ring
+    buffer dropped their events (bench/README.md, "bench_load.py"): the poll and the lines it
+    brings run real-time, and the policy comes back between polls."""
+    seen: List[Tuple[str, int]] = []
+    before = os.sched_getscheduler(0)
+
+    def poll_events(_ringbuf: bool) -> None:
+        seen.append(("poll", os.sched_getscheduler(0)))
+
+    def show(_batch: List[object]) -> None:
+        seen.append(("show", os.sched_getscheduler(0)))
+
+    session = SimpleNamespace(stopped=False, _tick=lambda: None, backend=SimpleNamespace(poll_events=poll_events),
+                              probe=SimpleNamespace(ringbuf=False), reading=RealtimeReads(), _batch=[{"op": 0}],
+                              _on_batch=show)
+    Session.poll_until_stopped(session, 0.05)  # type: ignore[arg-type]
+    assert ("show", os.SCHED_FIFO) in seen and ("poll", os.SCHED_FIFO) in seen
+    assert {policy for _what, policy in seen} == {os.SCHED_FIFO}
+    assert os.sched_getscheduler(0) == before
 
 
 def test_refused_reads_go_on_at_normal_priority_and_say_so(unprivileged: View) -> None:
