@@ -49,8 +49,11 @@ class Phases:
         row.update(calls=row["calls"] + 1, s=row["s"] + seconds, hwm_mib=hwm_mib())
 
     def wrap(self, owner: Any, attr: str, name: str, static: bool = False) -> None:
-        """Time every call of owner.attr under `name` (a classmethod patched as a static one)."""
-        original = getattr(owner, attr)
+        """Time every call of owner.attr under `name` (a classmethod patched as a static one);
+        nothing where the tree has no such call (an older tree's package)."""
+        original = getattr(owner, attr, None)
+        if original is None:
+            return
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
