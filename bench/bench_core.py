@@ -24,6 +24,7 @@ before (A B, B A, A B), and takes the median per tool:
   flock /tmp/probekit-lab.lock .venv/bin/python bench/bench_core.py    # boot a 6.12 lab, run, tear down
   .venv/bin/python bench/bench_core.py --lab NAME      # a lab that is up (packages installed here)
   .venv/bin/python bench/bench_core.py --parts startup,attach   # some of the comparisons
+  .venv/bin/python bench/bench_core.py --parts startup --without-bcc   # start-up beside libbpf-tools only
   python3 bench/bench_core.py --in-guest              # inside a guest that has the packages
 """
 from __future__ import annotations
@@ -95,14 +96,15 @@ def line_buffered(path: str, *args: str) -> List[str]:
     return ["stdbuf", "-oL", path, *args]
 
 
-def startup(rounds: int) -> Dict[str, Any]:
+def startup(rounds: int, bcc: bool = True) -> Dict[str, Any]:
     """Per tool, per round: seconds from spawn to its first event line (the slower tools) or
     to the line that says it traces (the histogram tools, the exporter), and VmHWM a second
-    after it."""
+    after it. Without `bcc` the bcc backend's nfsslower is left out (on a loaded host one
+    start of it took minutes, and none of the libbpf-tools targets needs it)."""
     port = str(EXPORTER_PORT)
     first_event = lambda lines: len(event_lines(lines)) > 0  # noqa: E731
     tools = {"core": (installed("nfsslower", "--backend", "core", "0"), first_event),
-             "bcc": (installed("nfsslower", "--backend", "bcc", "0"), first_event),
+             **({"bcc": (installed("nfsslower", "--backend", "bcc", "0"), first_event)} if bcc else {}),
              "nfsdist core": (installed("nfsdist", "--backend", "core", "1"), said("Tracing")),
              "exporter core": (installed("nfs-exporter", "--port", port, "--backend", "core"), said("probe attached"))}
     missing = []
@@ -269,10 +271,10 @@ def libbpf_tools_version() -> str:
         return ""
 
 
-def in_guest(parts: Sequence[str], rounds: int) -> Dict[str, Any]:
+def in_guest(parts: Sequence[str], rounds: int, bcc: bool = True) -> Dict[str, Any]:
     res: Dict[str, Any] = {"kernel": os.uname().release, "rounds": rounds,
                            "libbpf_tools": libbpf_tools_version()}
-    measure = {"startup": lambda: startup(rounds), "exporter": lambda: exporter(rounds),
+    measure = {"startup": lambda: startup(rounds, bcc), "exporter": lambda: exporter(rounds),
                "attach": lambda: bench_attach.in_guest("core", bench_attach.READS, bench_attach.LOOPS, rounds)}
     for part in parts:
         try:
@@ -319,12 +321,12 @@ def main(argv: List[str]) -> int:
         print(f"bench_core: --parts takes {','.join(PARTS)}, --rounds a positive number", file=sys.stderr)
         return 2
     if "--in-guest" in argv:
-        print(json.dumps(in_guest(parts, rounds)))
+        print(json.dumps(in_guest(parts, rounds, "--without-bcc" not in argv)))
         return 0
     began, load = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), os.getloadavg()
     lab = argv[argv.index("--lab") + 1] if "--lab" in argv else None
     code = run_in_lab(lab, "bench-core", f"python3 bench/bench_core.py --in-guest --parts {','.join(parts)} "
-                      f"--rounds {rounds}", 7200, report, kernel="6.12", prepare=prepare)
+                      f"--rounds {rounds}{' --without-bcc' if '--without-bcc' in argv else ''}", 7200, report, kernel="6.12", prepare=prepare)
     print(f"bench_core: {began} to {time.strftime('%H:%M:%S UTC', time.gmtime())}, host load average "
           f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} CPUs)")
     return code

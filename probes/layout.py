@@ -72,6 +72,15 @@ class KernelLayout:
                 continue
         return cls(base, blobs)
 
+    def release(self) -> None:
+        """Free libbpf's parses of the blobs (modules first: each points into vmlinux's) until
+        the next look-up parses them again: a start calls it once its look-ups are done, before
+        the loader parses vmlinux's BTF itself. discover.btf's blobs are kept."""
+        from probes.libbpf import KernelBtf
+        for blob in [*self.modules.values(), self.vmlinux]:
+            if isinstance(blob, KernelBtf):
+                blob.release()
+
     # raw records ----------------------------------------------------------
     def _blob_for(self, function: str) -> Optional[Blob]:
         name = self.btf_module_of(function)

@@ -148,27 +148,47 @@ class KernelBtf:
     _end = "<"
 
     def __init__(self, lib: Libbpf, path: Path, base: Optional["KernelBtf"] = None) -> None:
-        self.lib, self.base = lib.lib, base
-        ctypes.set_errno(0)
-        handle = (self.lib.btf__parse_raw_split(str(path).encode(), base.handle) if base is not None
-                  else self.lib.btf__parse_raw(str(path).encode()))
-        if not handle:
-            raise BtfError(f"{path}: libbpf cannot parse it: {os.strerror(ctypes.get_errno())}")
-        self.handle = handle
+        self.lib, self.base, self.path = lib.lib, base, path
+        self.handle: Optional[int] = None
+        self._open()
         #: this blob's first type id (a split blob's ids continue its base's)
-        self.first_id = int(self.lib.btf__type_cnt(base.handle)) if base is not None else 1
-        size = _u32()
-        self._raw = self.lib.btf__raw_data(handle, ctypes.byref(size))
-        #: the blob as parsed: every record of this blob lies in it (a view, not a copy)
-        self._data = (ctypes.c_char * size.value).from_address(self._raw)
+        self.first_id = int(self.lib.btf__type_cnt(base.opened())) if base is not None else 1
         #: vmlinux's names looked up so far; a module's functions, once listed
         self._found: Dict[str, Optional[int]] = {}
         self._functions: Optional[Dict[str, int]] = None
 
-    def __del__(self) -> None:
-        if getattr(self, "handle", None):
+    def _open(self) -> None:
+        """Parse the blob: at the start, and again at the first look-up after release()."""
+        ctypes.set_errno(0)
+        handle = (self.lib.btf__parse_raw_split(str(self.path).encode(), self.base.opened()) if self.base is not None
+                  else self.lib.btf__parse_raw(str(self.path).encode()))
+        if not handle:
+            raise BtfError(f"{self.path}: libbpf cannot parse it: {os.strerror(ctypes.get_errno())}")
+        self.handle = handle
+        size = _u32()
+        self._raw = self.lib.btf__raw_data(handle, ctypes.byref(size))
+        #: the blob as parsed: every record of this blob lies in it (a view, not a copy)
+        self._data = (ctypes.c_char * size.value).from_address(self._raw)
+
+    def opened(self) -> int:
+        """libbpf's handle of the blob, parsed again if release() freed it."""
+        if not self.handle:
+            self._open()
+        assert self.handle
+        return self.handle
+
+    def release(self) -> None:
+        """Free libbpf's parse until the next look-up. Why: a start's look-ups are over before
+        libbpf loads the object, which parses vmlinux's BTF again; holding both made vmlinux's
+        the largest part of a tool's peak memory. A split blob must be released before its base
+        (it points into it): KernelLayout.release does."""
+        if self.handle:
             self.lib.btf__free(self.handle)
             self.handle = None
+            del self._data
+
+    def __del__(self) -> None:
+        self.release()
 
     def _record(self, type_id: int) -> Tuple["KernelBtf", int, int, int, int, int]:
         """(owner blob, offset in its _data, name_off, kind, vlen, size_or_type), as Btf._record."""
@@ -176,7 +196,7 @@ class KernelBtf:
             if self.base is None:
                 raise BtfError(f"type id {type_id} is void or out of range")
             return self.base._record(type_id)  # noqa: SLF001 - the same class
-        ptr = self.lib.btf__type_by_id(self.handle, type_id)
+        ptr = self.lib.btf__type_by_id(self.opened(), type_id)
         if not ptr:
             raise BtfError(f"type id {type_id} out of range")
         off = ptr - self._raw
@@ -184,7 +204,7 @@ class KernelBtf:
         return self, off, name_off, (info >> 24) & 0x1F, info & 0xFFFF, size_or_type
 
     def _str(self, off: int) -> str:
-        name = self.lib.btf__name_by_offset(self.handle, off)
+        name = self.lib.btf__name_by_offset(self.opened(), off)
         return name.decode("utf-8", "replace") if name else ""
 
     def func_id(self, name: str) -> Optional[int]:
@@ -194,12 +214,12 @@ class KernelBtf:
         a whole vmlinux scan per module asked)."""
         if self.base is None:
             if name not in self._found:
-                type_id = int(self.lib.btf__find_by_name_kind(self.handle, name.encode(), KIND_FUNC))
+                type_id = int(self.lib.btf__find_by_name_kind(self.opened(), name.encode(), KIND_FUNC))
                 self._found[name] = type_id if type_id > 0 else None
             return self._found[name]
         if self._functions is None:
             self._functions = {}
-            for type_id in range(self.first_id, int(self.lib.btf__type_cnt(self.handle))):
+            for type_id in range(self.first_id, int(self.lib.btf__type_cnt(self.opened()))):
                 _owner, _off, name_off, kind, _vlen, _ref = self._record(type_id)
                 if kind == KIND_FUNC:  # of several, the last, as discover.btf's
                     self._functions[self._str(name_off)] = type_id
@@ -207,7 +227,7 @@ class KernelBtf:
 
     def struct_ids(self, names: Sequence[str]) -> Dict[str, int]:
         """Type ids of complete structs by name (the first of each name)."""
-        found = {name: int(self.lib.btf__find_by_name_kind(self.handle, name.encode(), KIND_STRUCT))
+        found = {name: int(self.lib.btf__find_by_name_kind(self.opened(), name.encode(), KIND_STRUCT))
                  for name in names}
         return {name: type_id for name, type_id in found.items() if type_id > 0}
 

@@ -328,6 +328,8 @@ class Session:
             self.selection.chosen, tool, layout, formats, ringbuf, use_task_storage,
             fentry_functions if use_fentry else ())
         self.probe: Probe = self._generate(task_storage, True)
+        if layout is not None:  # its look-ups are done (a fallback's _generate parses it again)
+            layout.release()
         if tool.dev_at_entry and self.probe.mountless:
             what = "are left out by --mount-point" if tool.mount_dev else "count under no mount"
             self.warn(f"warning: {', '.join(self.probe.mountless)}: the mount is not known on {facts.release} "

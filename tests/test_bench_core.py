@@ -74,10 +74,13 @@ def test_bad_options_stop_before_anything_runs(capsys: pytest.CaptureFixture) ->
 STARTUP = RUN.parent / "bench_core_startup.json"
 
 
-def test_start_up_is_set_beside_libbpf_tools_for_each_tool() -> None:
-    """The start-up part's run (nfsslower, nfsdist and the exporter on core; fsslower and fsdist
-    of libbpf-tools): each tool beside its libbpf-tools peer, the target 2x, judged on medians."""
-    res = json.loads(STARTUP.read_text())
+@pytest.mark.parametrize("name", [STARTUP.name, "bench_core_startup_before.json"])
+def test_start_up_is_set_beside_libbpf_tools_for_each_tool(name: str) -> None:
+    """The start-up part's runs (nfsslower, nfsdist and the exporter on core; fsslower and fsdist
+    of libbpf-tools; 2026-12-06, the tree and main in one boot, --without-bcc): each tool
+    beside its libbpf-tools peer, the target 2x, judged on medians."""
+    res = json.loads((STARTUP.parent / name).read_text())
+    assert "bcc" not in res["startup"]["runs"]  # --without-bcc
     rows = {(tuple(row["pair"]), row["measure"]): row for row in bench_core.summary(res)}
     for pair, measure in ((("core", "libbpf-tools"), "s"), (("core", "libbpf-tools"), "hwm_kib"),
                           (("nfsdist core", "fsdist libbpf-tools"), "s"),
@@ -88,3 +91,35 @@ def test_start_up_is_set_beside_libbpf_tools_for_each_tool() -> None:
         top, bottom = (statistics.median(record[measure] for record in runs[name]) for name in pair)
         assert row["ratio"] == top / bottom and row["target"] == 2.0
         assert row["met"] == (top / bottom <= 2.0)
+
+
+def phases(name: str) -> Dict[str, Any]:
+    return json.loads((STARTUP.parent / name).read_text())
+
+
+def test_start_up_phases_come_in_a_starts_order_with_the_peak_only_growing() -> None:
+    """bench/startup_phases.py's runs in that boot (main's package, then the tree's): each
+    nfsslower start's phases in the order a start makes them, VmHWM never falling (a peak)."""
+    order = ["interpreter up", "import probes.commands", "KernelLayout.live", "KernelFacts.live", "select",
+             "backend choice", "backend opened", "generate", "layout released", "object opened",
+             "fentry targets named", "bpf_object__load", "attach", "Session up"]
+    for name in ("startup_phases_before.json", "startup_phases.json"):
+        for run in phases(name)["nfsslower"]:
+            names = [row["name"] for row in run["phases"]]
+            assert [step for step in order if any(n.startswith(step) for n in names)] == [
+                next(step for step in order if n.startswith(step)) for n in names]
+            peaks = [row["hwm_mib"] for row in run["phases"]]
+            assert peaks == sorted(peaks) and run["hwm_mib"] >= peaks[-1] - 0.1
+
+
+def test_the_released_layout_is_what_the_peak_lost() -> None:
+    """main's package held the layout's parse of vmlinux's BTF while libbpf opened the object
+    and parsed its own: the tree releases it first, and its peak is lower by most of it."""
+    before, after = phases("startup_phases_before.json"), phases("startup_phases.json")
+    assert before["package"].endswith("7dadc22") and not any(
+        row["name"] == "layout released" for run in before["nfsslower"] for row in run["phases"])
+    for old, new in zip(before["nfsslower"], after["nfsslower"]):
+        layout = next(row["hwm_mib"] for row in new["phases"] if row["name"].startswith("KernelLayout.live"))
+        opened = next(row["hwm_mib"] for row in new["phases"] if row["name"].startswith("object opened"))
+        assert opened <= layout  # the object opened in what the released layout left
+        assert new["hwm_mib"] < old["hwm_mib"] - 5

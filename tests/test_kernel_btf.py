@@ -66,3 +66,23 @@ def test_a_file_that_is_not_btf_is_refused_in_one_message(tmp_path: Path) -> Non
         KernelBtf(shared(), tmp_path / "vmlinux")
     assert KernelLayout.live(tmp_path) is None
     assert KernelLayout.live(tmp_path / "absent") is None
+
+
+def test_a_released_layout_frees_libbpfs_parses_and_answers_the_same_after(tmp_path: Path) -> None:
+    """A start releases the layout before the object loads (libbpf parses vmlinux's BTF again
+    then); a fallback that generates again looks up in a fresh parse, with the same answers."""
+    where = btf_dir(ABI_612, ("nfs", "sunrpc"), tmp_path)
+    layout = KernelLayout.live(where, ("nfs", "sunrpc"))
+    assert layout is not None
+    before = (layout.resolve("nfs_file_read", "iocb->ki_filp"), layout.params("rpc_task_end"),
+              layout.btf_module_of("nfs_file_write"), layout.name_offsets(), layout.dev_offsets())
+    layout.release()
+    blobs = [layout.vmlinux, *layout.modules.values()]
+    assert all(isinstance(blob, KernelBtf) and blob.handle is None for blob in blobs)
+    layout.release()  # twice is harmless
+    fresh = KernelLayout.live(where, ("nfs", "sunrpc"))
+    assert fresh is not None
+    for one in (layout, fresh):
+        assert (one.resolve("nfs_file_read", "iocb->ki_filp"), one.params("rpc_task_end"),
+                one.btf_module_of("nfs_file_write"), one.name_offsets(), one.dev_offsets()) == before
+    assert isinstance(layout.vmlinux, KernelBtf) and layout.vmlinux.handle  # parsed again to answer
