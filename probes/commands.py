@@ -893,6 +893,21 @@ def requests_json(data: Dict[ServerKey, Dict[str, Any]]) -> List[Dict[str, Any]]
             for (client, prog, vers, name, export), entry in sorted(data.items())]
 
 
+def nfsdtop_frame(session: Session, interval: int, seconds: float, by: str, as_json: bool, max_rows: int) -> str:
+    """One interval of nfsdtop, its JSON line or its table: apart from the loop so that
+    bench/bench_server_scale.py times exactly this as the clients grow."""
+    data = session.requests()
+    now = time.monotonic_ns()
+    in_progress = [(key, round(max(now - ts, 0) / 1e6, 3)) for key, ts in session.requests_in_progress()]
+    rows = server_rows(data, seconds, in_progress, by)
+    if not as_json:
+        return "\n".join(nfsdtop_text(rows, by, max_rows))
+    return json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval, "seconds": seconds, "by": by,
+                       "rows": rows, "requests": requests_json(data),
+                       "in_progress": [{"client": k[0], "program": k[1], "version": k[2], "proc": k[3], "export": k[4],
+                                        "age_ms": age} for k, age in in_progress], **missed_fields(session)})
+
+
 @click.command("nfsdtop", epilog=NFSDTOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option
 @click.argument("interval", type=click.IntRange(min=1), default=1, required=False)
@@ -929,19 +944,10 @@ def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json
             started = time.monotonic()
             stopping = not session.wait(interval)
             seconds = round(max(time.monotonic() - started, 1e-3), 3)
-            data = session.requests()
-            now = time.monotonic_ns()
-            in_progress = [(key, round(max(now - ts, 0) / 1e6, 3)) for key, ts in session.requests_in_progress()]
-            rows = server_rows(data, seconds, in_progress, by)
-            if as_json:
-                print(json.dumps({"ts": time.strftime("%Y-%m-%d %H:%M:%S"), "interval_s": interval,
-                                  "seconds": seconds, "by": by, "rows": rows, "requests": requests_json(data),
-                                  "in_progress": [{"client": k[0], "program": k[1], "version": k[2], "proc": k[3],
-                                                   "export": k[4], "age_ms": age} for k, age in in_progress],
-                                  **missed_fields(session)}), flush=True)
-            else:
+            frame = nfsdtop_frame(session, interval, seconds, by, as_json, max_rows)
+            if not as_json:
                 top_header(clear)
-                print("\n".join(nfsdtop_text(rows, by, max_rows)), flush=True)
+            print(frame, flush=True)
             if stopping:
                 break
             remaining = None if remaining is None else remaining - 1
