@@ -556,33 +556,32 @@ class NfsdCollector:
         yield GaugeMetricFamily("probekit_nfsd_probe_attach_time_seconds", "Unix time the NFS server probe was "
                                 "attached: its counters started from zero then.", value=self.attached_at)
         series, busy = self.series(snap["requests"], snap["in_progress"])
-        duration = HistogramMetricFamily("probekit_nfsd_request_duration_seconds", "Service time of completed "
-                                         "NFS server requests, from the dispatch of the decoded call to the encoded "
-                                         "reply (log2 buckets: le = 2^k us - 1 ns).", labels=SERVER_LABELS)
-        count = CounterMetricFamily("probekit_nfsd_requests", "Completed NFS server requests.", labels=SERVER_LABELS)
-        read = CounterMetricFamily("probekit_nfsd_read_bytes", "Bytes the reads of completed requests moved.",
-                                   labels=SERVER_LABELS)
-        written = CounterMetricFamily("probekit_nfsd_write_bytes", "Bytes the writes of completed requests moved.",
-                                      labels=SERVER_LABELS)
-        op_duration = HistogramMetricFamily("probekit_nfsd_operation_duration_seconds", "Service time of NFSv4 "
-                                            "operations inside completed COMPOUNDs (proc=\"NFSv4 READ\"...), from the "
-                                            "previous operation's end to this one's encoded reply.",
-                                            labels=SERVER_LABELS)
-        op_count = CounterMetricFamily("probekit_nfsd_operations", "NFSv4 operations nfsd ran inside COMPOUNDs "
-                                       "(each COMPOUND also counts once in probekit_nfsd_requests_total).",
-                                       labels=SERVER_LABELS)
+        # written as text straight from their rows (Rendered): nearly every sample of a scrape,
+        # growing with the clients (bench/README.md, "bench_server_scale.py")
+        requests: List[Tuple[Tuple[str, ...], Dict[str, Any]]] = []
+        operations: List[Tuple[Tuple[str, ...], Dict[str, Any]]] = []
         for key, entry in sorted(series.items()):
-            if is_operation(key[2]):
-                op_duration.add_metric(list(key), cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS,
-                                                                     server_le_seconds), entry["lat_ns"] / 1e9)
-                op_count.add_metric(list(key), entry["count"])
-                continue
-            duration.add_metric(list(key), cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS, server_le_seconds),
-                                entry["lat_ns"] / 1e9)
-            count.add_metric(list(key), entry["count"])
-            read.add_metric(list(key), entry["read_bytes"])
-            written.add_metric(list(key), entry["write_bytes"])
-        yield from (duration, count, read, written, op_duration, op_count)
+            (operations if is_operation(key[2]) else requests).append((key, entry))
+
+        def latency(rows: List[Tuple[Tuple[str, ...], Dict[str, Any]]]) -> List[Tuple[Tuple[str, ...], Any]]:
+            return [(key, (cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS, server_le_seconds),
+                           entry["lat_ns"] / 1e9)) for key, entry in rows]
+
+        yield Rendered(HistogramMetricFamily, "probekit_nfsd_request_duration_seconds", "Service time of completed "
+                       "NFS server requests, from the dispatch of the decoded call to the encoded reply (log2 "
+                       "buckets: le = 2^k us - 1 ns).", SERVER_LABELS, latency(requests))
+        yield Rendered(CounterMetricFamily, "probekit_nfsd_requests", "Completed NFS server requests.", SERVER_LABELS,
+                       [(key, entry["count"]) for key, entry in requests])
+        yield Rendered(CounterMetricFamily, "probekit_nfsd_read_bytes", "Bytes the reads of completed requests "
+                       "moved.", SERVER_LABELS, [(key, entry["read_bytes"]) for key, entry in requests])
+        yield Rendered(CounterMetricFamily, "probekit_nfsd_write_bytes", "Bytes the writes of completed requests "
+                       "moved.", SERVER_LABELS, [(key, entry["write_bytes"]) for key, entry in requests])
+        yield Rendered(HistogramMetricFamily, "probekit_nfsd_operation_duration_seconds", "Service time of NFSv4 "
+                       "operations inside completed COMPOUNDs (proc=\"NFSv4 READ\"...), from the previous "
+                       "operation's end to this one's encoded reply.", SERVER_LABELS, latency(operations))
+        yield Rendered(CounterMetricFamily, "probekit_nfsd_operations", "NFSv4 operations nfsd ran inside COMPOUNDs "
+                       "(each COMPOUND also counts once in probekit_nfsd_requests_total).", SERVER_LABELS,
+                       [(key, entry["count"]) for key, entry in operations])
         progress = GaugeMetricFamily("probekit_nfsd_requests_in_progress", "Requests nfsd threads are serving now.",
                                      labels=SERVER_LABELS[:2])
         oldest = GaugeMetricFamily("probekit_nfsd_oldest_in_progress_seconds", "How long the oldest of "

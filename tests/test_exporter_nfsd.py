@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from labs.checks.nfsdtop import verdicts as nc
+from probes import exporter
 from probes.commands import is_operation, proc_label
 from probes.exporter import NfsdCollector, cumulative_buckets, server_le_seconds, SERVER_BUCKET_SLOTS
 from probes.exports import ExportNames, exported_paths
@@ -100,6 +101,19 @@ def test_the_runs_requests_as_series_per_client_export_and_procedure() -> None:
     assert got[("probekit_nfsd_clients_labelled", ())] == len({key[0] for key in requests}) == 2
     assert got[("probekit_nfsd_probe_attached", ())] == 1
 
+
+
+def test_the_server_families_are_written_as_prometheus_client_writes_them() -> None:
+    """The request and NFSv4 operation families are written as text by themselves (Rendered), on
+    the real run's clients, exports and procedures ("NFSv4 OPEN" among them): byte for byte what
+    prometheus_client's encoder writes for the same collector."""
+    requests = run_requests(lab_run())
+    assert any(is_operation(proc_label(*key[1:4])) for key in requests)
+    collector = NfsdCollector(threading.Lock(), 64)
+    collector.session = _Served(requests, [])
+    registry = CollectorRegistry()
+    registry.register(collector)
+    assert exporter.scrape_text(registry) == generate_latest(registry)
 
 def test_clients_past_the_limit_share_other_for_good() -> None:
     """The run's two clients with one place: the first in address order (the neighbour,
