@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -30,14 +29,15 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)  # in a guest the share's tree is not on sys.path by itself
 from labs.checks.fs import verdicts as fc  # noqa: E402
+from probes.runtime import read_described  # noqa: E402
 
 RUNS = 10
 #: where the guest keeps each run's raw JSON (the lab's results share)
 RAW_DIR = "/results/bench_exact"
 #: seconds between two samples of the host's load average
 LOAD_EVERY_S = 30.0
-#: fsslower's stderr as Session._check_missed words it: "N op (why), M op (why)"
-NOT_COUNTED = re.compile(r"warning: not counted: (.*) \(docs/probes\.md")
+#: the warning Session._check_missed gives (its list: runtime.describe_missed)
+NOT_COUNTED = "warning: not counted: "
 VERDICTS = ("exact", "reported", "unreported")
 
 
@@ -54,9 +54,8 @@ def said_missed(stderr: str) -> Dict[str, int]:
     """Per op, what a tool's "warning: not counted" lines added up to over its run."""
     out: Dict[str, int] = {}
     for line in stderr.splitlines():
-        match = NOT_COUNTED.search(line)
-        for count, op in re.findall(r"(\d+) (\w+) \(", match.group(1)) if match else ():
-            out[op] = out.get(op, 0) + int(count)
+        for (op, _cause, _where), count in read_described(line).items() if NOT_COUNTED in line else ():
+            out[op] = out.get(op, 0) + count
     return out
 
 

@@ -35,7 +35,10 @@ from typing import Any, Dict, List, Tuple
 
 from bench_exporter import start, stop
 from bench_scale import parse_trees
-from lab_run import run_in_lab
+from lab_run import PROJECT, run_in_lab
+
+sys.path.insert(0, PROJECT)  # in a guest the share's tree is not on sys.path by itself
+from probes.runtime import read_described  # noqa: E402
 
 WRITERS, ROUNDS = 4, 200
 MOUNT = "/mnt/nfs3"
@@ -43,9 +46,6 @@ LOADERS = ("core", "bcc")
 #: the operations one round issues, once each, in the writer's own process
 OPS = ("create", "open", "write", "getattr", "unlink")
 LOG = "/tmp/bench-load-nfsslower.log"
-#: "3 write (kernel: 3 runs skipped at nfs_file_write; probe: 1 starts not stored)"
-MISSED_OP = re.compile(r"(\d+) (\w+) \(([^)]*)\)")
-CAUSES = {"runs skipped": "recursion", "kprobe misses": "kprobe", "kretprobe misses": "kretprobe"}
 LOST = re.compile(r"warning: (\d+) events lost")
 
 
@@ -81,12 +81,8 @@ def parse_missed(line: str) -> Dict[str, Dict[str, int]]:
     """One "not counted" warning: per op, per cause and place ("recursion at nfs_file_write",
     "start_not_stored"), the count it says."""
     out: Dict[str, Dict[str, int]] = {}
-    for _total, op, why in MISSED_OP.findall(line.split("not counted:", 1)[1]):
-        for part in why.split("; "):
-            count, _, rest = part.partition(": ")[2].partition(" ")
-            said = next((s for s in CAUSES if rest.startswith(s)), "")
-            cause = CAUSES[said] + rest[len(said):] if said else "start_not_stored"
-            out.setdefault(op, {})[cause] = out.get(op, {}).get(cause, 0) + int(count)
+    for (op, cause, where), n in read_described(line).items():
+        out.setdefault(op, {})[f"{cause} at {where}" if where else cause] = n
     return out
 
 

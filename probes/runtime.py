@@ -225,16 +225,33 @@ def missed_json(causes: Dict[MissKey, int]) -> List[Dict[str, Any]]:
     return [{"op": op, "cause": cause, "at": where, "count": n} for (op, cause, where), n in sorted(causes.items())]
 
 
+#: how describe_missed words each kernel cause (the probe's own, start_not_stored: "starts not stored")
+MISS_WORDS = {"recursion": "runs skipped", "kprobe": "kprobe misses", "kretprobe": "kretprobe misses"}
+
+
 def describe_missed(causes: Dict[MissKey, int]) -> str:
     """Per op, how many went uncounted and which counter says so, e.g. `3 write (kernel: 3
     kretprobe misses at ext4_file_write_iter)`."""
-    said = {"recursion": "runs skipped", "kprobe": "kprobe misses", "kretprobe": "kretprobe misses"}
     parts = []
     for op, total in missed_by_op(causes).items():
-        why = [f"kernel: {n} {said[cause]} at {where}" if cause in said else f"probe: {n} starts not stored"
+        why = [f"kernel: {n} {MISS_WORDS[cause]} at {where}" if cause in MISS_WORDS else f"probe: {n} starts not stored"
                for (o, cause, where), n in sorted(causes.items()) if o == op]
         parts.append(f"{total} {op} ({'; '.join(why)})")
     return ", ".join(parts)
+
+
+def read_described(text: str) -> Dict[MissKey, int]:
+    """describe_missed read back from a tool's "not counted" warning (what a bench or check has
+    of a run is its stderr); text after the list, such as the docs reference, is ignored."""
+    words = {word: cause for cause, word in MISS_WORDS.items()}
+    out: Dict[MissKey, int] = {}
+    for _total, op, why in re.findall(r"(\d+) (\w+) \(([^)]*)\)", text.split("not counted:", 1)[-1]):
+        for part in why.split("; "):
+            count, _, rest = part.partition(": ")[2].partition(" ")
+            word, _, where = rest.partition(" at ")
+            key = (op, words[word], where) if word in words else (op, "start_not_stored", "")
+            out[key] = out.get(key, 0) + int(count)
+    return out
 
 
 def unvouched(attachments: Sequence[Attachment], kernel_counts_misses: bool) -> List[str]:

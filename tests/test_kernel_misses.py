@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from probes.backend import Attachment
 from probes.bcc_backend import bcc_event_name, bcc_program_attachment, kprobe_profile, profile_missed
-from probes.runtime import describe_missed, missed_by_op, missed_json, unvouched
+from probes.runtime import describe_missed, missed_by_op, missed_json, read_described, unvouched
 
 #: /sys/kernel/tracing/kprobe_profile in the 6.12 guest (bcc 0.31) and the 5.10 one (bcc 0.18)
 PROFILE_612 = "  r_hrtimer_nanosleep_bcc_626                               12               7\n"
@@ -58,3 +58,12 @@ def test_what_cannot_be_vouched_for() -> None:
     said = unvouched(silent, kernel_counts_misses=False)
     assert said[0].startswith("the runs of kretprobe, tracepoint programs it skips") and len(said) == 2
     assert unvouched([Attachment("b", "fentry", "nfs_file_write")], kernel_counts_misses=False) == []
+
+
+def test_a_warnings_causes_read_back_are_the_causes_it_was_written_from() -> None:
+    """read_described is describe_missed read back (what the benches have of a run is its
+    stderr): every op, cause and place with its count, the docs reference after it ignored."""
+    causes = {("write", "kretprobe", "xfs_file_write_iter"): 3, ("write", "start_not_stored", ""): 1,
+              ("read", "recursion", "nfs_file_read"): 2, ("open", "kprobe", "nfs_file_open"): 5}
+    line = f"fsslower: warning: not counted: {describe_missed(causes)} (docs/probes.md, 'Missed operations')"
+    assert read_described(line) == causes
