@@ -366,12 +366,11 @@ def route_device(address: str) -> str:
 DELAYS = {"lo": (1000, 500), "link": (1000, 500)}
 
 
-def netem_delay(device: str) -> Tuple[int, int]:
-    """(round trip added, delay per packet) in ms for netem on the client's interface to the
-    server: on lo both the request and the reply pass netem (half the delay each), on a pair's
-    link only the request does."""
-    rtt_delay_ms = DELAYS["lo" if device == "lo" else "link"][0]
-    return rtt_delay_ms, rtt_delay_ms // 2 if device == "lo" else rtt_delay_ms
+def netem_delay(device: str, rtt_delay_ms: int) -> int:
+    """The delay per packet (ms) for netem on the client's interface to the server that adds
+    rtt_delay_ms to a round trip: on lo both the request and the reply pass netem (half the
+    delay each), on a pair's link only the request does."""
+    return rtt_delay_ms // 2 if device == "lo" else rtt_delay_ms
 
 
 @contextlib.contextmanager
@@ -392,8 +391,8 @@ def check_main() -> Dict[str, Any]:
     run on core, a second nfsdist on bcc, started once they are ready, watches the same phases:
     the reference the two loaders' counts are compared against."""
     device = route_device(nfs_server())
-    rtt_delay_ms, delay_ms = netem_delay(device)
-    threshold_ms = DELAYS["lo" if device == "lo" else "link"][1]
+    rtt_delay_ms, threshold_ms = DELAYS["lo" if device == "lo" else "link"]
+    delay_ms = netem_delay(device, rtt_delay_ms)
     slower_log, dist_log, bcc_log = "/tmp/nfsslower-main.out", "/tmp/nfsdist-main.out", "/tmp/nfsdist-bcc-main.out"
     plan = (("nfs3", MOUNTS["nfs3"], workload), ("nfs42", MOUNTS["nfs42"], workload),
             ("meta3", MOUNTS["nfs3"], metadata), ("meta42", MOUNTS["nfs42"], metadata),
