@@ -17,6 +17,8 @@ from labs.checks.fs import verdicts as fc
 RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "fs-lab" / "guest-run.json.gz"
 #: a later run of the same check with nfs-exporter -t scraped around every phase
 EXPORTER_RUN = RUN.with_name("guest-run-exporter.json.gz")
+#: a CI run of it where the loaded host stalled 4 of the plain phase's 8 xfs writes past 600 ms
+STALLED_RUN = RUN.with_name("guest-run-stalled-writes.json.gz")
 FILESYSTEMS = ("xfs", "ext4", "btrfs", "cifs")
 
 
@@ -27,14 +29,14 @@ def _run(path: Path) -> Dict[str, Any]:
     return out["data"]
 
 
-@pytest.fixture(params=[RUN, EXPORTER_RUN], ids=["tools", "with-exporter"])
+@pytest.fixture(params=[RUN, EXPORTER_RUN, STALLED_RUN], ids=["tools", "with-exporter", "stalled-writes"])
 def data(request: Any) -> Dict[str, Any]:
     return _run(request.param)
 
 
-@pytest.fixture
-def exporter_run() -> Dict[str, Any]:
-    return _run(EXPORTER_RUN)
+@pytest.fixture(params=[EXPORTER_RUN, STALLED_RUN], ids=["with-exporter", "stalled-writes"])
+def exporter_run(request: Any) -> Dict[str, Any]:
+    return _run(request.param)
 
 
 @pytest.mark.parametrize("fs", FILESYSTEMS)
@@ -81,6 +83,20 @@ def test_one_stalled_operation_without_delay_is_compared_not_refused(data: Dict[
     run = data["runs"]["cifs"]
     _worker_events(run, "loose plain", "open")[0]["lat_us"] = run["delay_ms"] * 1000
     fc.verify_delay_visible(run, "cifs")
+
+
+def test_stalled_writes_without_delay_are_not_the_delay() -> None:
+    """The CI run whose undelayed xfs writes stalled: four writes past 600 ms, as many slow
+    operations as the delayed phase had; only the reads and fsyncs wait on the device, and
+    there the plain phase had none: with its four reads at the delay it has as many as the
+    delayed phase, and fails."""
+    run = _run(STALLED_RUN)["runs"]["xfs"]
+    assert [r["lat_us"] >= 600_000 for r in _worker_events(run, "plain", "write")].count(True) == 4
+    fc.verify_delay_visible(run, "xfs")
+    for event in _worker_events(run, "plain", "read"):
+        event["lat_us"] = run["delay_ms"] * 1000
+    with pytest.raises(AssertionError, match="xfs plain: fsslower at 600 ms: at or above the delay without it"):
+        fc.verify_delay_visible(run, "xfs")
 
 
 def test_a_delayed_fsync_in_a_lower_bucket_fails(data: Dict[str, Any]) -> None:

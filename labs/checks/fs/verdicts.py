@@ -92,17 +92,26 @@ def verify_counts_exact(run: Dict[str, Any], fs: str) -> None:
                     f"{fs} {name}: {op} bytes {got['bytes']}, issued {issued[f'{op}_bytes']}"
 
 
+#: the workload's operations that wait on the device, and so on dm-delay: the others (buffered
+#: writes, opens and stats of cached inodes) wait only on the CPU, which a loaded host stalls
+#: past any mark (CI, 6.12, one vCPU: 4 of 8 undelayed xfs writes at 570-961 ms, one after
+#: the other, where the delayed phase's writes took under 18 ms)
+DEVICE_OPS = ("read", "fsync")
+
+
 def _plain_faster(slow: Dict[str, float], delayed: Dict[str, float], issued: Dict[str, int], where: str) -> None:
-    """Without the delay, by comparison with the phase that has it: fewer operations at or above
-    it, and not every fsync (a loaded host may stall one write past any fixed mark; the delay
-    is what makes them all slow)."""
-    assert sum(slow.values()) < sum(delayed.values()) and slow.get("fsync", 0) < issued["fsync"], \
+    """Without the delay, by comparison with the phase that has it: fewer of the operations that
+    wait on the device at or above it, and not every fsync (the delay is what makes them all
+    slow)."""
+    assert sum(slow.get(op, 0) for op in DEVICE_OPS) < sum(delayed.get(op, 0) for op in DEVICE_OPS) \
+        and slow.get("fsync", 0) < issued["fsync"], \
         f"{where}: at or above the delay without it {slow}, with it {delayed} (fsyncs issued {issued['fsync']})"
 
 
 def verify_delay_visible(run: Dict[str, Any], fs: str) -> None:
     """With dm-delay, every fsync and at least one read (of dropped pages) is shown at or above
-    the delay; without it, fewer operations are and not every fsync."""
+    the delay; without it, fewer of the operations that wait on the device are, and not every
+    fsync."""
     seen = seen_by_phase(run)
     for name in run["phases"]:
         if name.endswith("plain"):
@@ -186,8 +195,8 @@ def verify_exporter_counts_exact(data: Dict[str, Any], fs: str) -> None:
 
 def verify_exporter_delay_visible(data: Dict[str, Any], fs: str) -> None:
     """The exporter's histogram shows the delay as the tools do: with it, every fsync and at
-    least one read above the last bucket below DELAY_MS; without it, fewer operations and not
-    every fsync."""
+    least one read above the last bucket below DELAY_MS; without it, fewer of the operations
+    that wait on the device and not every fsync."""
     run = data["runs"][fs]
 
     def slow_of(phase: Dict[str, Any]) -> Dict[str, float]:
