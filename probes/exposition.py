@@ -18,7 +18,7 @@ import socket
 import socketserver
 import sys
 from functools import partial
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import parse_qs
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
@@ -185,6 +185,8 @@ def process_families(proc: str = "/proc/self") -> List[Family]:
 
 
 class Response(NamedTuple):
+    """What a request is answered: status, headers besides the length, body (a HEAD's unsent)."""
+
     status: int
     headers: Tuple[Tuple[str, str], ...]
     body: bytes
@@ -229,7 +231,7 @@ class _Handler(socketserver.StreamRequestHandler):
             response = self.server.scrape(parse_qs(query).get("name[]"), headers.get("accept-encoding", ""))
         self.send(response, method == "HEAD")
 
-    def read_head(self) -> Any:
+    def read_head(self) -> Union[Response, Tuple[str, str, Dict[str, str]]]:
         """(method, target, lower-cased headers) of the request, or the Response refusing it."""
         line = self.rfile.readline(MAX_LINE + 1)
         if len(line) > MAX_LINE:
