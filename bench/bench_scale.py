@@ -75,15 +75,12 @@ def exporter_at(tree: str, points: List[str]) -> Dict[str, Any]:
 
 def profile_scrape(points: List[str], top: int = 25) -> str:
     """cProfile of one scrape, in this process, on the code PYTHONPATH names: the exporter's
-    Session and collectors, through the WSGI app it serves (prometheus_client's where the tree
-    has no app of its own)."""
+    Session and collectors, encoded by probes.exposition (a tree without it: through the WSGI
+    app it served, prometheus_client's where the tree had no app of its own)."""
     import cProfile
     import pstats
     import threading
     from functools import partial
-
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import make_wsgi_app
 
     from discover.spec import serves_fstype
     from probes import exporter
@@ -99,13 +96,23 @@ def profile_scrape(points: List[str], top: int = 25) -> str:
             workload(bench_dir(point))
         collector = exporter.FsCollector(session, threading.Lock(),
                                          MountTable(serves=partial(serves_fstype, target.spec)))
-        registry = CollectorRegistry()
-        registry.register(exporter.Collector([collector], os.uname().release, "", "core", ""))
-        app = getattr(exporter, "metrics_app", make_wsgi_app)(registry)
-        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": ""}
+        whole = exporter.Collector([collector], os.uname().release, "", "core", "")
+        try:
+            from probes.exposition import encode
 
-        def scrape() -> int:
-            return sum(len(part) for part in app(environ, lambda *_: None))
+            def scrape() -> int:
+                return len(encode(whole.collect()))
+        except ImportError:
+            from prometheus_client import CollectorRegistry
+            from prometheus_client.exposition import make_wsgi_app
+
+            registry = CollectorRegistry()
+            registry.register(whole)
+            app = getattr(exporter, "metrics_app", make_wsgi_app)(registry)
+            environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": ""}
+
+            def scrape() -> int:
+                return sum(len(part) for part in app(environ, lambda *_: None))
 
         scrape()
         prof = cProfile.Profile()

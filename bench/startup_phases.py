@@ -5,7 +5,7 @@ which part of it to cut. Run in a lab guest on probekit's installed Debian packa
 modules from /usr/lib/probekit with their bytecode, as /usr/sbin/nfsslower runs them): it
 starts nfsslower's Session on `--backend core` in-process, every phase timed around its
 call, VmHWM read after it, then detaches. `--import MODULE` times only that import (the
-exporter's: probes.exporter and the prometheus_client parts it serves with).
+exporter's: probes.exporter, and on a tree that served through prometheus_client, its parts).
 
   env -u PYTHONPATH python3 bench/startup_phases.py            # in the guest; prints JSON
   env -u PYTHONPATH python3 bench/startup_phases.py --import probes.exporter
@@ -22,7 +22,8 @@ import time
 from typing import Any, Dict, List
 
 INSTALLED = "/usr/lib/probekit"
-#: the exporter's serving modules, imported by it once its probe is attached
+#: the serving modules of an exporter before probes.exposition, imported by it once its probe was
+#: attached (probes.exposition comes with probes.exporter)
 EXPORTER_SERVING = ("prometheus_client", "prometheus_client.exposition")
 
 
@@ -105,7 +106,8 @@ def main(argv: List[str]) -> int:
     phases.add("interpreter up (spawn to the script's first line)", since_spawn())
     if "--import" in argv:
         timed_import(phases, argv[argv.index("--import") + 1])
-        for name in EXPORTER_SERVING if argv[argv.index("--import") + 1] == "probes.exporter" else ():
+        served_before = argv[argv.index("--import") + 1] == "probes.exporter" and "probes.exposition" not in sys.modules
+        for name in EXPORTER_SERVING if served_before else ():
             timed_import(phases, name)
     else:
         nfsslower_start(phases)

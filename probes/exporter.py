@@ -3,8 +3,8 @@
 Why a custom collector over map snapshots: the kernel side already keeps cumulative
 per-operation log2 histograms (what nfsdist reads); a scrape reads them and turns them
 into Prometheus' cumulative buckets, so the cost per NFS operation is the same as
-nfsdist's and nothing is kept per event in user space. prometheus_client serves the
-text format; this module only says what the metrics are.
+nfsdist's and nothing is kept per event in user space. probes.exposition writes the text
+format and serves it; this module only says what the metrics are.
 
 Buckets: the exporter's histogram counts nanoseconds, and bcc's log2 slot k (>= 1) then
 holds the integer values [2^(k-1), 2^k - 1] ns (slot 1 also 0, bcc's bpf_log2l(0) == 1).
@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import ipaddress
 import signal
-import socket
 import sys
 import threading
 import time
 from contextlib import ExitStack
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import click
 
@@ -33,6 +31,7 @@ from discover.version import probekit_version, version_option
 from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import (Target, add_request, find_target, is_operation, known_types, proc_label, request_totals,
                              server_ops, serves_requests)
+from probes.exposition import Family, MetricsServer, counter, gauge, go_float, histogram, process_families
 from probes.model import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
@@ -86,9 +85,7 @@ def server_le_seconds(slot: int) -> float:
 @lru_cache(maxsize=None)
 def bucket_bounds(edges: range, le: Callable[[int], float]) -> Tuple[Tuple[int, str], ...]:
     """(slot, its `le` as the text format writes it) per edge: the same every scrape, written once."""
-    from prometheus_client.utils import floatToGoString
-
-    return tuple((slot, floatToGoString(le(slot))) for slot in edges)
+    return tuple((slot, go_float(le(slot))) for slot in edges)
 
 
 def cumulative_buckets(slots: Dict[int, int], edges: range = BUCKET_SLOTS,
@@ -142,122 +139,6 @@ def mount_labels(fs: str) -> MountLabels:
     return {"nfs": NFS_LABELS, "cifs": SMB_LABELS}.get(fs, LOCAL_LABELS)
 
 
-def _escaped(value: str) -> str:
-    """A label value as the text format quotes it."""
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
-
-
-class Rendered:
-    """One of the per-operation-and-mount families (latency histogram, ops, bytes): nearly every
-    sample of a scrape. Served (metrics_app), it is written as text straight from its rows, a
-    string join per sample; for any other reader (prometheus_client's encoders: OpenMetrics,
-    name[] filters, generate_latest) it is the family `kind` builds from the same rows, made
-    on first use, whose attributes it answers with. Same text either way (a unit test holds it).
-
-    Rows: (label values, value), or for a histogram (label values, (buckets, sum))."""
-
-    def __init__(self, kind: Any, name: str, documentation: str, labels: Sequence[str],
-                 rows: List[Tuple[Tuple[str, ...], Any]]) -> None:
-        self._kind, self._name, self._doc, self._labels, self._rows = kind, name, documentation, list(labels), rows
-        self._family: Any = None
-
-    def __getattr__(self, attr: str) -> Any:
-        if self._family is None:
-            family = self._kind(self._name, self._doc, labels=self._labels)
-            for values, value in self._rows:
-                family.add_metric(list(values), *(value if isinstance(value, tuple) else (value,)))
-            self._family = family
-        return getattr(self._family, attr)
-
-    def text(self) -> str:
-        """The family in the Prometheus text format (0.0.4), as prometheus_client writes it:
-        labels sorted by name (`le` among them), values as Go formats floats."""
-        from prometheus_client.utils import floatToGoString
-
-        written: Dict[Any, str] = {}
-
-        def number(value: Any) -> str:
-            text = written.get(value)
-            if text is None:
-                text = written[value] = floatToGoString(value)
-            return text
-
-        histogram = self._kind.__name__.startswith("Histogram")
-        name = self._name if histogram else self._name + "_total"
-        doc = self._doc.replace("\\", r"\\").replace("\n", r"\n")
-        out = [f"# HELP {name} {doc}\n# TYPE {name} {'histogram' if histogram else 'counter'}\n"]
-        order = sorted(range(len(self._labels)), key=self._labels.__getitem__)
-        for values, value in self._rows:
-            pairs = [f'{self._labels[i]}="{_escaped(values[i])}"' for i in order]
-            every = ",".join(pairs)
-            if not histogram:
-                out.append(f"{name}{{{every}}} {number(value)}\n")
-                continue
-            split = sum(1 for i in order if self._labels[i] < "le")
-            before = "".join(pair + "," for pair in pairs[:split])
-            after = "".join("," + pair for pair in pairs[split:])
-            buckets, total = value
-            out.extend(f'{name}_bucket{{{before}le="{le}"{after}}} {number(count)}\n' for le, count in buckets)
-            out.append(f"{name}_count{{{every}}} {number(buckets[-1][1])}\n{name}_sum{{{every}}} "
-                       f"{floatToGoString(total)}\n")
-        return "".join(out)
-
-
-def scrape_text(registry: Any) -> bytes:
-    """The whole scrape in the text format: Rendered families written by themselves, the
-    others (in the same order) by prometheus_client's text encoder."""
-    from prometheus_client import generate_latest
-
-    class Listed:
-        def __init__(self, families: List[Any]) -> None:
-            self.families = families
-
-        def collect(self) -> List[Any]:
-            return self.families
-
-    out: List[bytes] = []
-    pending: List[Any] = []
-    for family in registry.collect():
-        if isinstance(family, Rendered):
-            if pending:
-                out.append(generate_latest(Listed(pending)))
-                pending = []
-            out.append(family.text().encode())
-        else:
-            pending.append(family)
-    if pending:
-        out.append(generate_latest(Listed(pending)))
-    return b"".join(out)
-
-
-def metrics_app(registry: Any) -> Callable[..., List[bytes]]:
-    """The WSGI app of /metrics: a GET gets the text format (0.0.4) from scrape_text, gzipped
-    (level 1) when the scraper accepts it, whatever else its Accept header prefers, as
-    node_exporter answers by default; a `name[]` filter, OPTIONS and the rest go to
-    prometheus_client's own app."""
-    from urllib.parse import parse_qs
-
-    from prometheus_client.exposition import gzip_accepted, make_wsgi_app
-
-    fallback = make_wsgi_app(registry)
-
-    def app(environ: Dict[str, Any], start_response: Callable[..., Any]) -> List[bytes]:
-        if (environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico"
-                or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))):
-            return fallback(environ, start_response)
-        import gzip
-
-        output = scrape_text(registry)
-        headers = [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")]
-        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")):
-            output = gzip.compress(output, compresslevel=1)
-            headers.append(("Content-Encoding", "gzip"))
-        start_response("200 OK", headers)
-        return [output]
-
-    return app
-
-
 class FsCollector:
     """One filesystem's families (probekit_<fs>_*): every scrape reads one snapshot of its probe's maps.
 
@@ -304,65 +185,63 @@ class FsCollector:
                     "missed": session.missed_per_cause(), "admitted": len(admitted),
                     "programs": session.program_stats() if stats_on else {}}
 
-    def families(self, snap: Optional[Dict[str, Any]]) -> Iterator[Any]:
+    def families(self, snap: Optional[Dict[str, Any]]) -> Iterator[Family]:
         """This filesystem's families from one snapshot (None: no probe attached)."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
         title = self.title
-        yield GaugeMetricFamily(self.name("probe_attached"), "1 while the probe is attached; 0 while the "
-                                f"exporter waits for {title} modules or compiles the probe again.",
-                                value=int(snap is not None))
+        yield gauge(self.name("probe_attached"), "1 while the probe is attached; 0 while the "
+                    f"exporter waits for {title} modules or compiles the probe again.",
+                    value=int(snap is not None))
         if snap is None:
             return
         session = snap["session"]
-        yield GaugeMetricFamily(self.name("probe_attach_time_seconds"), "Unix time the probe was attached: "
-                                f"its counters started from zero then (again after {title} modules loaded).",
-                                value=self.attached_at)
+        yield gauge(self.name("probe_attach_time_seconds"), "Unix time the probe was attached: "
+                    f"its counters started from zero then (again after {title} modules loaded).",
+                    value=self.attached_at)
         ops = session.probe.ops  # the RPC layer too, tracked in flight beneath what --ops asked
         labels = ["op"] + list(self.labels.names) + (["cgroup"] if self.cgroups else [])
         rows = sorted(self.per_mount(snap["dist"]).items())
-        yield Rendered(HistogramMetricFamily, self.name("op_latency_seconds"), f"Latency of completed {title} "
+        yield histogram(self.name("op_latency_seconds"), f"Latency of completed {title} "
                        "operations (log2 buckets: le = 2^k - 1 ns).", labels,
                        [(key, (cumulative_buckets(entry["slots"]), entry["lat_ns"] / 1e9)) for key, entry in rows])
-        yield Rendered(CounterMetricFamily, self.name("ops"), f"Completed {title} operations.", labels,
-                       [(key, entry["count"]) for key, entry in rows])
-        yield Rendered(CounterMetricFamily, self.name("bytes"), f"Bytes read or written by completed {title} "
-                       "operations.", labels, [(key, entry["bytes"]) for key, entry in rows])
-        flying = GaugeMetricFamily(self.name("ops_in_flight"), f"{title} operations started and not ended "
-                                   "(each thread's outermost" + (", and RPCs)." if self.fs == "nfs" else ")."),
-                                   labels=["op"])
+        yield counter(self.name("ops"), f"Completed {title} operations.", labels,
+                      [(key, entry["count"]) for key, entry in rows])
+        yield counter(self.name("bytes"), f"Bytes read or written by completed {title} "
+                      "operations.", labels, [(key, entry["bytes"]) for key, entry in rows])
+        flying = gauge(self.name("ops_in_flight"), f"{title} operations started and not ended "
+                       "(each thread's outermost" + (", and RPCs)." if self.fs == "nfs" else ")."),
+                       labels=["op"])
         per_op = {op: 0 for op in ops}
         for op in (f.op for f in snap["in_flight"]):
             per_op[op] = per_op.get(op, 0) + 1
         for op, value in per_op.items():
-            flying.add_metric([op], value)
+            flying.add([op], value)
         yield flying
-        mount_flying = GaugeMetricFamily(self.name("mount_ops_in_flight"), f"{title} operations in flight on "
-                                         "the mount (each thread's outermost on one of its files)" +
-                                         (", and RPCs to its server no traced operation waits for (counted on "
-                                          "each mount of that server)." if self.fs == "nfs" else "."),
-                                         labels=list(self.labels.in_flight))
-        oldest = GaugeMetricFamily(self.name("mount_oldest_in_flight_seconds"), "How long the oldest of "
-                                   f"{self.name('mount_ops_in_flight')} has been in flight (0: none).",
-                                   labels=list(self.labels.in_flight))
+        mount_flying = gauge(self.name("mount_ops_in_flight"), f"{title} operations in flight on "
+                             "the mount (each thread's outermost on one of its files)" +
+                             (", and RPCs to its server no traced operation waits for (counted on "
+                              "each mount of that server)." if self.fs == "nfs" else "."),
+                             labels=list(self.labels.in_flight))
+        oldest = gauge(self.name("mount_oldest_in_flight_seconds"), "How long the oldest of "
+                       f"{self.name('mount_ops_in_flight')} has been in flight (0: none).",
+                       labels=list(self.labels.in_flight))
         for key, (value, age) in sorted(self.in_flight_per_mount(snap["stuck"]).items()):
-            mount_flying.add_metric(list(key), value)
-            oldest.add_metric(list(key), age)
+            mount_flying.add(list(key), value)
+            oldest.add(list(key), age)
         yield from (mount_flying, oldest)
         if self.cgroups is not None:
-            yield GaugeMetricFamily(self.name("cgroups_labelled"), "cgroups with series of their own; at "
-                                    "the limit, operations of any other cgroup are labelled "
-                                    f'cgroup="{CgroupLabels.OVERFLOW}".', value=snap["admitted"])
-            yield GaugeMetricFamily(self.name("cgroups_labelled_limit"), "--cgroup-limit: cgroups that can "
-                                    "have series of their own.", value=session.tool.cgroup_limit)
-        yield CounterMetricFamily(self.name("anomalies"), "Latencies dropped as impossible (end before start, "
-                                  "or above an hour).", value=snap["anomalies"])
-        yield CounterMetricFamily(self.name("inflight_lost"), "Operations not tracked in flight: another "
-                                  "thread held their slot.", value=snap["inflight_lost"])
-        missed = CounterMetricFamily(self.name("missed"), MISSED_HELP.format(what="Operations"),
-                                     labels=["op", "cause"])
+            yield gauge(self.name("cgroups_labelled"), "cgroups with series of their own; at "
+                        "the limit, operations of any other cgroup are labelled "
+                        f'cgroup="{CgroupLabels.OVERFLOW}".', value=snap["admitted"])
+            yield gauge(self.name("cgroups_labelled_limit"), "--cgroup-limit: cgroups that can "
+                        "have series of their own.", value=session.tool.cgroup_limit)
+        yield counter(self.name("anomalies"), "Latencies dropped as impossible (end before start, "
+                      "or above an hour).", value=snap["anomalies"])
+        yield counter(self.name("inflight_lost"), "Operations not tracked in flight: another "
+                      "thread held their slot.", value=snap["inflight_lost"])
+        missed = counter(self.name("missed"), MISSED_HELP.format(what="Operations"),
+                         labels=["op", "cause"])
         for (op, cause), value in snap["missed"].items():
-            missed.add_metric([op, cause], value)
+            missed.add([op, cause], value)
         yield missed
 
     def in_flight_per_mount(self, stuck: List[Stall], server_of: Callable[[int], Optional[str]] = rpc_server
@@ -425,7 +304,7 @@ class FsCollector:
 
 
 class Collector:
-    """prometheus_client collector of the whole scrape: every filesystem's families (one
+    """The collector of the whole scrape: every filesystem's families (one
     FsCollector each), then what is the same for all of them once: build and loader info,
     probekit_probe_info (with an `fs` label), BPF program statistics."""
 
@@ -447,43 +326,41 @@ class Collector:
         if backend == "bcc":
             self.bcc_version = version
 
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+    def collect(self) -> Iterator[Family]:
         stats_on = bpf_stats_enabled()
         snaps = [(part, part.snapshot(stats_on)) for part in self.parts]
         for part, snap in snaps:
             yield from part.families(snap)
-        build = GaugeMetricFamily("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
-                                  labels=["version", "bcc_version", "kernel"])
-        build.add_metric([probekit_version(), self.bcc_version, self.release], 1)
+        build = gauge("probekit_build_info", "probekit, bcc and kernel versions (value 1).",
+                      labels=["version", "bcc_version", "kernel"])
+        build.add([probekit_version(), self.bcc_version, self.release], 1)
         yield build
-        loader = GaugeMetricFamily("probekit_bpf_loader_info", "The BPF loader the probe runs on (backend bcc, "
-                                   "or core: libbpf with the prebuilt CO-RE object) and its version (value 1).",
-                                   labels=["backend", "version"])
+        loader = gauge("probekit_bpf_loader_info", "The BPF loader the probe runs on (backend bcc, "
+                       "or core: libbpf with the prebuilt CO-RE object) and its version (value 1).",
+                       labels=["backend", "version"])
         for row in sorted(set(self.loaders.values())) or [self.early]:
-            loader.add_metric(list(row), 1)
+            loader.add(list(row), 1)
         yield loader
         attached = [(part, snap) for part, snap in snaps if snap is not None]
         if not attached:
             return
-        info = GaugeMetricFamily("probekit_probe_info", "The attach point each traced operation uses (value 1).",
-                                 labels=["fs", "op", "kind", "point"])
+        info = gauge("probekit_probe_info", "The attach point each traced operation uses (value 1).",
+                     labels=["fs", "op", "kind", "point"])
         for part, snap in attached:
             for point in snap["session"].probe.points:
-                info.add_metric([part.fs, point.op, point.kind, point_label(point.entry, point.exit)], 1)
+                info.add([part.fs, point.op, point.kind, point_label(point.entry, point.exit)], 1)
         yield info
-        yield GaugeMetricFamily("probekit_bpf_stats_enabled", "1 when kernel.bpf_stats_enabled is on (BPF "
-                                "program run time and count are then exported).", value=int(stats_on))
+        yield gauge("probekit_bpf_stats_enabled", "1 when kernel.bpf_stats_enabled is on (BPF "
+                    "program run time and count are then exported).", value=int(stats_on))
         programs = [(part.fs, name, stats) for part, snap in attached for name, stats in snap["programs"].items()]
         if programs:
-            run_time = CounterMetricFamily("probekit_bpf_program_run_seconds", "Time spent in each BPF program.",
-                                           labels=["fs", "program"])
-            runs = CounterMetricFamily("probekit_bpf_program_runs", "Runs of each BPF program.",
-                                       labels=["fs", "program"])
+            run_time = counter("probekit_bpf_program_run_seconds", "Time spent in each BPF program.",
+                               labels=["fs", "program"])
+            runs = counter("probekit_bpf_program_runs", "Runs of each BPF program.",
+                           labels=["fs", "program"])
             for fs, name, (ns, cnt) in sorted(programs):
-                run_time.add_metric([fs, name], ns / 1e9)
-                runs.add_metric([fs, name], cnt)
+                run_time.add([fs, name], ns / 1e9)
+                runs.add([fs, name], cnt)
             yield from (run_time, runs)
 
 
@@ -545,19 +422,17 @@ class NfsdCollector:
             busy[(client(key), key[4])] = (count + 1, max(oldest, age))
         return out, busy
 
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
+    def collect(self) -> Iterator[Family]:
         snap = self.snapshot()
-        yield GaugeMetricFamily("probekit_nfsd_probe_attached", "1 while the NFS server probe is attached; 0 "
-                                "while it compiles.", value=int(snap is not None))
+        yield gauge("probekit_nfsd_probe_attached", "1 while the NFS server probe is attached; 0 "
+                    "while it compiles.", value=int(snap is not None))
         if snap is None:
             return
-        yield GaugeMetricFamily("probekit_nfsd_probe_attach_time_seconds", "Unix time the NFS server probe was "
-                                "attached: its counters started from zero then.", value=self.attached_at)
+        yield gauge("probekit_nfsd_probe_attach_time_seconds", "Unix time the NFS server probe was "
+                    "attached: its counters started from zero then.", value=self.attached_at)
         series, busy = self.series(snap["requests"], snap["in_progress"])
-        # written as text straight from their rows (Rendered): nearly every sample of a scrape,
-        # growing with the clients (bench/README.md, "bench_server_scale.py")
+        # nearly every sample of a scrape, growing with the clients (bench/README.md,
+        # "bench_server_scale.py"): their rows are the samples, no object per sample
         requests: List[Tuple[Tuple[str, ...], Dict[str, Any]]] = []
         operations: List[Tuple[Tuple[str, ...], Dict[str, Any]]] = []
         for key, entry in sorted(series.items()):
@@ -567,66 +442,59 @@ class NfsdCollector:
             return [(key, (cumulative_buckets(entry["slots"], SERVER_BUCKET_SLOTS, server_le_seconds),
                            entry["lat_ns"] / 1e9)) for key, entry in rows]
 
-        yield Rendered(HistogramMetricFamily, "probekit_nfsd_request_duration_seconds", "Service time of completed "
+        yield histogram("probekit_nfsd_request_duration_seconds", "Service time of completed "
                        "NFS server requests, from the dispatch of the decoded call to the encoded reply (log2 "
                        "buckets: le = 2^k us - 1 ns).", SERVER_LABELS, latency(requests))
-        yield Rendered(CounterMetricFamily, "probekit_nfsd_requests", "Completed NFS server requests.", SERVER_LABELS,
-                       [(key, entry["count"]) for key, entry in requests])
-        yield Rendered(CounterMetricFamily, "probekit_nfsd_read_bytes", "Bytes the reads of completed requests "
-                       "moved.", SERVER_LABELS, [(key, entry["read_bytes"]) for key, entry in requests])
-        yield Rendered(CounterMetricFamily, "probekit_nfsd_write_bytes", "Bytes the writes of completed requests "
-                       "moved.", SERVER_LABELS, [(key, entry["write_bytes"]) for key, entry in requests])
-        yield Rendered(HistogramMetricFamily, "probekit_nfsd_operation_duration_seconds", "Service time of NFSv4 "
+        yield counter("probekit_nfsd_requests", "Completed NFS server requests.", SERVER_LABELS,
+                      [(key, entry["count"]) for key, entry in requests])
+        yield counter("probekit_nfsd_read_bytes", "Bytes the reads of completed requests "
+                      "moved.", SERVER_LABELS, [(key, entry["read_bytes"]) for key, entry in requests])
+        yield counter("probekit_nfsd_write_bytes", "Bytes the writes of completed requests "
+                      "moved.", SERVER_LABELS, [(key, entry["write_bytes"]) for key, entry in requests])
+        yield histogram("probekit_nfsd_operation_duration_seconds", "Service time of NFSv4 "
                        "operations inside completed COMPOUNDs (proc=\"NFSv4 READ\"...), from the previous "
                        "operation's end to this one's encoded reply.", SERVER_LABELS, latency(operations))
-        yield Rendered(CounterMetricFamily, "probekit_nfsd_operations", "NFSv4 operations nfsd ran inside COMPOUNDs "
-                       "(each COMPOUND also counts once in probekit_nfsd_requests_total).", SERVER_LABELS,
-                       [(key, entry["count"]) for key, entry in operations])
-        progress = GaugeMetricFamily("probekit_nfsd_requests_in_progress", "Requests nfsd threads are serving now.",
-                                     labels=SERVER_LABELS[:2])
-        oldest = GaugeMetricFamily("probekit_nfsd_oldest_in_progress_seconds", "How long the oldest of "
-                                   "probekit_nfsd_requests_in_progress has been served (0: none).",
-                                   labels=SERVER_LABELS[:2])
+        yield counter("probekit_nfsd_operations", "NFSv4 operations nfsd ran inside COMPOUNDs "
+                      "(each COMPOUND also counts once in probekit_nfsd_requests_total).", SERVER_LABELS,
+                      [(key, entry["count"]) for key, entry in operations])
+        progress = gauge("probekit_nfsd_requests_in_progress", "Requests nfsd threads are serving now.",
+                         labels=SERVER_LABELS[:2])
+        oldest = gauge("probekit_nfsd_oldest_in_progress_seconds", "How long the oldest of "
+                       "probekit_nfsd_requests_in_progress has been served (0: none).",
+                       labels=SERVER_LABELS[:2])
         for key, (value, age) in sorted(busy.items()):
-            progress.add_metric(list(key), value)
-            oldest.add_metric(list(key), age)
+            progress.add(list(key), value)
+            oldest.add(list(key), age)
         yield from (progress, oldest)
-        yield GaugeMetricFamily("probekit_nfsd_clients_labelled", "Clients with series of their own; at the limit, "
-                                f'requests of any other client are labelled client="{CgroupLabels.OVERFLOW}".',
-                                value=len(self.clients.admitted))
-        yield GaugeMetricFamily("probekit_nfsd_clients_labelled_limit", "--client-limit: clients that can have "
-                                "series of their own.", value=snap["limit"])
-        info = GaugeMetricFamily("probekit_nfsd_probe_info", "The attach point each traced server operation uses "
-                                 "(value 1; the export is named at a context point).", labels=["op", "kind", "point"])
+        yield gauge("probekit_nfsd_clients_labelled", "Clients with series of their own; at the limit, "
+                    f'requests of any other client are labelled client="{CgroupLabels.OVERFLOW}".',
+                    value=len(self.clients.admitted))
+        yield gauge("probekit_nfsd_clients_labelled_limit", "--client-limit: clients that can have "
+                    "series of their own.", value=snap["limit"])
+        info = gauge("probekit_nfsd_probe_info", "The attach point each traced server operation uses "
+                     "(value 1; the export is named at a context point).", labels=["op", "kind", "point"])
         for point in snap["points"]:
-            info.add_metric([point.op + (" context" if point.context else ""), point.kind,
-                             point_label(point.entry, point.exit)], 1)
+            info.add([point.op + (" context" if point.context else ""), point.kind,
+                      point_label(point.entry, point.exit)], 1)
         yield info
-        missed = CounterMetricFamily("probekit_nfsd_missed", MISSED_HELP.format(what="Requests"),
-                                     labels=["op", "cause"])
+        missed = counter("probekit_nfsd_missed", MISSED_HELP.format(what="Requests"),
+                         labels=["op", "cause"])
         for (op, cause), value in snap["missed"].items():
-            missed.add_metric([op, cause], value)
+            missed.add([op, cause], value)
         yield missed
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """No access log line per scrape on stderr (the journal would fill with them)."""
+def scrape(collectors: Sequence[Any]) -> Iterator[Family]:
+    """Every family of a scrape: the process' own, then each collector's."""
+    yield from process_families()
+    for collector in collectors:
+        yield from collector.collect()
 
-    def log_message(self, *_args: Any) -> None:
-        pass
 
-
-def listen(address: str, port: int, registry: Any) -> Any:
+def listen(address: str, port: int, families: Callable[[], Iterable[Family]]) -> MetricsServer:
     """Bind the metrics server (not yet serving): a taken port fails before anything is attached."""
-    from prometheus_client.exposition import ThreadingWSGIServer
-
-    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
-
-    class Server(ThreadingWSGIServer):  # type: ignore[misc,valid-type]
-        address_family = family
-
     try:
-        return make_server(address, port, metrics_app(registry), Server, handler_class=_QuietHandler)
+        return MetricsServer(address, port, families)
     except OSError as exc:
         raise UserError(f"cannot listen on {address} port {port}: {exc.strerror or exc}") from None
 
@@ -744,8 +612,6 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
     """Export filesystem operation latency histograms, counts, bytes and operations in flight
     for Prometheus (NFS by default; -t for others), from in-kernel histograms (nfsdist's and
     fsdist's), until SIGTERM or Ctrl-C."""
-    from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-
     if ops_text is not None:
         try:
             parse_ops(ops_text)
@@ -760,10 +626,8 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
             raise UserError("--nfsd: knfsd is not running here (module nfsd not loaded): start the NFS server first")
         server_spec = find_target("nfsd", None).spec
         assert serves_requests(server_spec), "probes/specs/nfsd.toml times no request with its client"
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    server = listen(address, port, registry)
+    collectors: List[Any] = []  # filled below, before the server serves
+    server = listen(address, port, partial(scrape, collectors))
     release = Path("/proc/sys/kernel/osrelease").read_text().strip()
     # no loader is one line now, not after a wait for modules (whose BTF the session checks)
     early = [choose(backend, target.spec, release, (), BTF_DIR) for target in targets]
@@ -781,10 +645,8 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
              for target in targets]
     collector = Collector([fs.collector for fs in parts], release, version if first.name == "bcc" else "",
                           first.name, version)
-    registry.register(collector)
     nfsd_collector = NfsdCollector(lock, client_limit)
-    if nfsd:
-        registry.register(nfsd_collector)
+    collectors += [collector, nfsd_collector] if nfsd else [collector]
     stop = StopSignals()
     serving = False
     try:

@@ -19,6 +19,7 @@ import pytest
 
 from discover.version import probekit_version
 from probes import exporter
+from probes.exposition import encode
 from probes.exporter import BUCKET_SLOTS, Collector, FsCollector, cumulative_buckets, le_seconds, listen
 from probes.mounts import MountTable
 from probes.runtime import MISS_CAUSES
@@ -114,7 +115,6 @@ class _Recorded:
 def _scrape_text(mounts: Optional[MountTable] = None) -> Tuple[str, Dict[str, List[int]]]:
     """bcc's nfsslower example's latencies served by today's collector (`mounts`: the NFS
     mounts it labels, else the host's)."""
-    from prometheus_client import CollectorRegistry
 
     from probes.model import Point
     rows: Dict[str, List[int]] = {"read": [], "write": [], "getattr": []}
@@ -124,9 +124,8 @@ def _scrape_text(mounts: Optional[MountTable] = None) -> Tuple[str, Dict[str, Li
             rows[{"R": "read", "W": "write", "G": "getattr"}[fields[3]]].append(round(float(fields[6]) * 1e6))
     points = [Point(0, "read", "kprobe", "task", "nfs_file_read", "nfs_file_read", (), {}),
               Point(1, "getattr", "tracepoint", "task", "nfs:nfs_getattr_enter", "nfs:nfs_getattr_exit", (), {})]
-    registry = CollectorRegistry()
-    registry.register(scrape_of(_Recorded(rows, points), mounts))
-    server = listen("127.0.0.1", 0, registry)
+    collector = scrape_of(_Recorded(rows, points), mounts)
+    server = listen("127.0.0.1", 0, collector.collect)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -174,8 +173,7 @@ def test_bad_options_are_one_line_exit_2(args: List[str], hint: str) -> None:
 
 
 def test_a_taken_port_fails_before_anything_is_attached() -> None:
-    from prometheus_client import CollectorRegistry
-    taken = listen("127.0.0.1", 0, CollectorRegistry())
+    taken = listen("127.0.0.1", 0, list)
     try:
         port = str(taken.server_address[1])
         res = subprocess.run([sys.executable, "-m", "probes.exporter", "--port", port], capture_output=True,
@@ -196,7 +194,6 @@ def test_help_has_examples_and_the_default_port() -> None:
 def test_series_per_mount_carry_node_exporters_labels() -> None:
     """Two superblocks of the 6.1 guest's real mount tables: one series each, labelled as
     node_exporter's mountstats collector labels them; an RPC (dev 0) gets empty mount labels."""
-    from prometheus_client import CollectorRegistry, generate_latest
 
     from probes.mounts import MountTable, kernel_dev
     fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
@@ -211,9 +208,8 @@ def test_series_per_mount_carry_node_exporters_labels() -> None:
             mounts = {kernel_dev(0, 44): entry(v3), kernel_dev(0, 47): entry(v42), 0: entry([])}
             return {"read": dict(entry(v3 + v42), mounts=mounts)}
 
-    registry = CollectorRegistry()
-    registry.register(scrape_of(PerMount({"read": []}, []), MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
-    text = generate_latest(registry).decode()
+    collector = scrape_of(PerMount({"read": []}, []), MountTable(fixtures / "mountinfo", fixtures / "mountstats"))
+    text = encode(collector.collect()).decode()
     assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",'
             'nfs_version="3",op="read",protocol="tcp"} 40.0') in text
     assert ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",'
@@ -225,7 +221,6 @@ def test_series_per_mount_carry_node_exporters_labels() -> None:
 def test_every_asked_op_of_every_mount_is_at_zero_before_its_first_operation() -> None:
     """Prometheus' rate() and increase() see a burst only on a series scraped before it: the 6.1
     guest's two mounts have every asked op from the first scrape, at zero, then the burst."""
-    from prometheus_client import CollectorRegistry, generate_latest
 
     from probes.mounts import MountTable, kernel_dev
     fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
@@ -242,18 +237,17 @@ def test_every_asked_op_of_every_mount_is_at_zero_before_its_first_operation() -
             return {"read": dict(read, mounts={kernel_dev(0, 44): read}), "write": none}
 
     session = FirstBurst({"read": [], "write": []}, [])
-    registry = CollectorRegistry()
-    registry.register(scrape_of(session, MountTable(fixtures / "mountinfo", fixtures / "mountstats")))
+    collector = scrape_of(session, MountTable(fixtures / "mountinfo", fixtures / "mountstats"))
 
     def series(text: str) -> Dict[Tuple[str, str], float]:
         return {(line.split('mountpoint="')[1].split('"')[0], line.split('op="')[1].split('"')[0]):
                 float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                 if line.startswith("probekit_nfs_ops_total{") and 'mountpoint="/' in line}
 
-    before = series(generate_latest(registry).decode())
+    before = series(encode(collector.collect()).decode())
     assert before == {(point, op): 0.0 for point in ("/mnt/nfs3", "/mnt/nfs42") for op in ("read", "write")}
     session.burst = True
-    after = series(generate_latest(registry).decode())
+    after = series(encode(collector.collect()).decode())
     assert after == {**before, ("/mnt/nfs3", "read"): 40.0}
 
 
@@ -261,7 +255,6 @@ def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path:
     """umount of /mnt/nfs42 (the real tables without its lines): its series stays, labelled,
     for the grace period; then the probe's maps drop its dev (Session.forget_dev) and neither
     it nor the unlabelled series carries its 60 reads."""
-    from prometheus_client import CollectorRegistry, generate_latest
 
     from probes.mounts import MountTable, kernel_dev
     from test_mounts import Clock, unmounted
@@ -286,18 +279,17 @@ def test_a_gone_mount_leaves_after_the_grace_and_its_counts_go_with_it(tmp_path:
     clock = Clock()
     mounts = MountTable(fixtures / "mountinfo", fixtures / "mountstats", grace=300, clock=clock)
     session = PerMount()
-    registry = CollectorRegistry()
-    registry.register(scrape_of(session, mounts))
+    collector = scrape_of(session, mounts)
     v42 = ('probekit_nfs_ops_total{export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",'
            'nfs_version="4.2",op="read",protocol="tcp"} 60.0')
     unlabelled = 'probekit_nfs_ops_total{export="",mountaddr="",mountpoint="",nfs_version="",op="read",protocol=""}'
-    assert v42 in generate_latest(registry).decode()
+    assert v42 in encode(collector.collect()).decode()
     mounts.paths = unmounted(tmp_path, "/mnt/nfs42").paths
     clock.now += 60
-    text = generate_latest(registry).decode()
+    text = encode(collector.collect()).decode()
     assert v42 in text and f"{unlabelled} 0.0" in text
     clock.now += 300
-    text = generate_latest(registry).decode()
+    text = encode(collector.collect()).decode()
     assert 'mountpoint="/mnt/nfs42"' not in text and f"{unlabelled} 0.0" in text
     assert kernel_dev(0, 47) not in session.mounts and 'mountpoint="/mnt/nfs3"' in text
 
@@ -335,7 +327,6 @@ def test_cgroup_label_names_real_cgroups_overflow_and_drops_a_removed_one(cgroup
     """--cgroup-label on this host's cgroup2 tree: admitted ids are labelled with their path,
     id 0 (cgroups past the limit) with the overflow value; a removed cgroup keeps its series
     for the grace, then its counts are dropped and its place among the admitted freed."""
-    from prometheus_client import CollectorRegistry, generate_latest
 
     from probes.cgroups import CgroupLabels
     from probes.mounts import MountTable, kernel_dev
@@ -367,21 +358,20 @@ def test_cgroup_label_names_real_cgroups_overflow_and_drops_a_removed_one(cgroup
 
     clock = Clock()
     session = PerCgroup()
-    registry = CollectorRegistry()
-    registry.register(scrape_of(session, MountTable(fixtures / "mountinfo", fixtures / "mountstats"),
-                                   CgroupLabels(grace=300, clock=clock)))
+    collector = scrape_of(session, MountTable(fixtures / "mountinfo", fixtures / "mountstats"),
+                          CgroupLabels(grace=300, clock=clock))
     v3 = 'export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs3",nfs_version="3"'
     v42 = 'export="127.0.0.1:/srv/nfs",mountaddr="127.0.0.1",mountpoint="/mnt/nfs42",nfs_version="4.2"'
-    text = generate_latest(registry).decode()
+    text = encode(collector.collect()).decode()
     assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/a.scope",{v3},op="read",protocol="tcp"}} 40.0' in text
     assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/b.scope",{v42},op="read",protocol="tcp"}} 60.0' in text
     assert f'probekit_nfs_ops_total{{cgroup="other",{v3},op="read",protocol="tcp"}} 5.0' in text
     assert "probekit_nfs_cgroups_labelled 2.0" in text and "probekit_nfs_cgroups_labelled_limit 2.0" in text
     (cgroup / "b.scope").rmdir()
     clock.now += 60
-    assert f'cgroup="/{cgroup.name}/b.scope"' in generate_latest(registry).decode()  # within the grace
+    assert f'cgroup="/{cgroup.name}/b.scope"' in encode(collector.collect()).decode()  # within the grace
     clock.now += 300
-    text = generate_latest(registry).decode()
+    text = encode(collector.collect()).decode()
     assert f'cgroup="/{cgroup.name}/b.scope"' not in text and "probekit_nfs_cgroups_labelled 1.0" in text
     assert f'probekit_nfs_ops_total{{cgroup="/{cgroup.name}/a.scope",{v3},op="read",protocol="tcp"}} 40.0' in text
 
@@ -389,11 +379,9 @@ def test_cgroup_label_names_real_cgroups_overflow_and_drops_a_removed_one(cgroup
 def test_without_a_probe_a_scrape_has_the_health_metrics_only() -> None:
     """While the exporter waits for NFS modules (or compiles again after one loaded), a scrape
     says the probe is not attached and serves no operation series."""
-    from prometheus_client import CollectorRegistry, generate_latest
 
-    registry = CollectorRegistry()
-    registry.register(scrape_of(None))
-    text = generate_latest(registry).decode()
+    collector = scrape_of(None)
+    text = encode(collector.collect()).decode()
     assert "probekit_nfs_probe_attached 0.0" in text and 'probekit_build_info{bcc_version="0.26.0"' in text and 'probekit_bpf_loader_info{backend="bcc",version=""}' in text
     assert "probekit_nfs_ops_total" not in text and "probekit_nfs_probe_attach_time_seconds" not in text
     attached, _ = _scrape_text()
@@ -520,7 +508,6 @@ def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint(t
     and `mountpoint`, at zero before their first operation; what one filesystem shares with
     the others is one family with an `fs` label (probe_info, BPF program statistics whose
     program names repeat across the two probes), never two families of one name."""
-    from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from probes.model import Point
@@ -550,11 +537,10 @@ def test_a_local_filesystem_has_its_families_labelled_by_device_and_mountpoint(t
              FsCollector(local, lock, MountTable(tmp_path / "mountinfo", tmp_path / "mountstats",
                                                  serves=lambda fstype: serves_fstype(spec, fstype)), fs="ext4",
                          title="ext4")]
-    registry = CollectorRegistry()
-    registry.register(Collector(parts, "6.12.57+deb13-amd64", ""))
+    collector = Collector(parts, "6.12.57+deb13-amd64", "")
     from unittest import mock
     with mock.patch("probes.exporter.bpf_stats_enabled", return_value=True):
-        text = generate_latest(registry).decode()
+        text = encode(collector.collect()).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     ops = {(s.labels["op"], s.labels["device"], s.labels["mountpoint"]): s.value
            for s in families["probekit_ext4_ops"].samples}
@@ -590,7 +576,6 @@ def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
     """The 6.12 fs lab run's mount lines (tests/fixtures/6.12.117+deb13-amd64/fs-lab): XFS
     series by `device` and `mountpoint`; SMB's two mounts of one share (cache=strict, loose)
     by `device` (the share), `server` (mountinfo's addr=) and `mountpoint`, one series each."""
-    from prometheus_client import CollectorRegistry, generate_latest
 
     from discover.spec import serves_fstype
     from probes.commands import find_target
@@ -614,10 +599,9 @@ def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
                             serves=lambda fstype: serves_fstype(spec, fstype))
         return FsCollector(PerDev(devs), threading.Lock(), mounts, fs=fs, title=fs)
 
-    registry = CollectorRegistry()
-    registry.register(Collector([fs_part("xfs", [kernel_dev(253, 0)]),
-                                 fs_part("cifs", [kernel_dev(0, 52), kernel_dev(0, 53)])], "6.12.117+deb13-amd64", ""))
-    text = generate_latest(registry).decode()
+    collector = Collector([fs_part("xfs", [kernel_dev(253, 0)]),
+                           fs_part("cifs", [kernel_dev(0, 52), kernel_dev(0, 53)])], "6.12.117+deb13-amd64", "")
+    text = encode(collector.collect()).decode()
     assert 'probekit_xfs_ops_total{device="/dev/mapper/probekit-xfs",mountpoint="/mnt/probekit-xfs",op="read"} 3.0' \
         in text
     share = 'device="//127.0.0.1/probekit"'
@@ -631,13 +615,14 @@ def test_xfs_and_smb_series_carry_their_mounts_labels(tmp_path: Path) -> None:
 
 
 def test_a_served_scrape_is_prometheus_clients_text_byte_for_byte(tmp_path: Path) -> None:
-    """metrics_app writes the per-operation families itself (exporter.Rendered): on the 6.1
-    guest's mount tables, with /mnt/nfs3 renamed to a mount point holding a space, a quote, a
-    backslash and a newline (escaped as the kernel escapes them), a GET gets what
-    prometheus_client's own text encoder writes for the same collector, gzipped or not."""
+    """On the 6.1 guest's mount tables, with /mnt/nfs3 renamed to a mount point holding a
+    space, a quote, a backslash and a newline (escaped as the kernel escapes them), a GET
+    gets, gzipped or not, what prometheus_client's own text encoder writes for the same
+    families."""
     import gzip
 
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
+    from test_exposition import as_client_registry
 
     from probes.mounts import MountTable, kernel_dev
     fixtures = REPO / "tests/fixtures/6.1.0-50-amd64/exporter"
@@ -653,10 +638,9 @@ def test_a_served_scrape_is_prometheus_clients_text_byte_for_byte(tmp_path: Path
                    for dev, v in mounts.items()}
             return {op: {"slots": {}, "count": 0, "bytes": 0, "lat_ns": 0, "mounts": per} for op in self.per_op}
 
-    registry = CollectorRegistry()
-    registry.register(scrape_of(PerMount({"read": [], "write": []}, []),
-                                MountTable(tmp_path / "mountinfo", tmp_path / "mountstats")))
-    server = listen("127.0.0.1", 0, registry)
+    collector = scrape_of(PerMount({"read": [], "write": []}, []),
+                          MountTable(tmp_path / "mountinfo", tmp_path / "mountstats"))
+    server = listen("127.0.0.1", 0, collector.collect)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
@@ -669,12 +653,7 @@ def test_a_served_scrape_is_prometheus_clients_text_byte_for_byte(tmp_path: Path
         server.shutdown()
         server.server_close()
     assert plain.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-    expected = generate_latest(registry)
-    assert exporter.scrape_text(registry) == expected
+    expected = generate_latest(as_client_registry(list(collector.collect())))
     assert 'mountpoint="/mnt/a b\\"c\\\\d\\ne"' in expected.decode()
     assert expected.count(b"probekit_nfs_op_latency_seconds_bucket{") == 2 * 3 * (len(BUCKET_SLOTS) + 1)
-
-    def steady(text: bytes) -> List[bytes]:  # the process' own families move between two scrapes
-        return [line for line in text.splitlines() if line.startswith((b"probekit_", b"# HELP probekit_"))]
-
-    assert steady(served) == steady(expected) == steady(served_gzip)
+    assert served == served_gzip == expected

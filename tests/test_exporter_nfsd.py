@@ -14,13 +14,14 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from test_exposition import as_client_registry
 
 from labs.checks.nfsdtop import verdicts as nc
-from probes import exporter
 from probes.commands import is_operation, proc_label
 from probes.exporter import NfsdCollector, cumulative_buckets, server_le_seconds, SERVER_BUCKET_SLOTS
+from probes.exposition import encode
 from probes.exports import ExportNames, exported_paths
 from probes.mounts import kernel_dev
 from probes.runtime import MISS_CAUSES
@@ -68,10 +69,8 @@ class _Served:
 
 
 def scrape(collector: NfsdCollector) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
-    registry = CollectorRegistry()
-    registry.register(collector)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(generate_latest(registry).decode()) for s in family.samples}
+            for family in text_string_to_metric_families(encode(collector.collect()).decode()) for s in family.samples}
 
 
 def test_the_runs_requests_as_series_per_client_export_and_procedure() -> None:
@@ -104,16 +103,14 @@ def test_the_runs_requests_as_series_per_client_export_and_procedure() -> None:
 
 
 def test_the_server_families_are_written_as_prometheus_client_writes_them() -> None:
-    """The request and NFSv4 operation families are written as text by themselves (Rendered), on
-    the real run's clients, exports and procedures ("NFSv4 OPEN" among them): byte for byte what
-    prometheus_client's encoder writes for the same collector."""
+    """On the real run's clients, exports and procedures ("NFSv4 OPEN" among them), the server
+    families are byte for byte what prometheus_client's encoder writes for the same families."""
     requests = run_requests(lab_run())
     assert any(is_operation(proc_label(*key[1:4])) for key in requests)
     collector = NfsdCollector(threading.Lock(), 64)
     collector.session = _Served(requests, [])
-    registry = CollectorRegistry()
-    registry.register(collector)
-    assert exporter.scrape_text(registry) == generate_latest(registry)
+    families = list(collector.collect())
+    assert encode(families) == generate_latest(as_client_registry(families))
 
 def test_clients_past_the_limit_share_other_for_good() -> None:
     """The run's two clients with one place: the first in address order (the neighbour,
