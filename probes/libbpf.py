@@ -644,10 +644,13 @@ class BpfObject:
         self._btf_fds = []
 
     def attach(self, program: str) -> None:
-        prog = self._programs[program]
-        # under the handlers a fentry/fexit program has no attach callback of libbpf's
-        tracing = self._traced is not None and self.section(program).startswith(tuple(s for s, _ in TRACE_SECTIONS))
-        link = (self.lib.lib.bpf_program__attach_trace if tracing else self.lib.lib.bpf_program__attach)(prog)
+        # a fentry/fexit program opened while TraceTargets' handlers were registered (by this
+        # object or another one alive) is theirs, and they have no attach callback for libbpf's
+        # bpf_program__attach; bpf_program__attach_trace is what libbpf's own handler calls
+        tracing = (self.section(program).startswith(tuple(s for s, _ in TRACE_SECTIONS))
+                   and "bpf_program__attach_trace" not in self.lib.lacking)
+        attach = self.lib.lib.bpf_program__attach_trace if tracing else self.lib.lib.bpf_program__attach
+        link = attach(self._programs[program])
         if not link:
             raise self.lib.fail(f"attach {program} ({self.section(program)})")
         self.links.append(link)

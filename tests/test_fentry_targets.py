@@ -25,7 +25,7 @@ from probes.build_core import build
 from probes.core_backend import CoreBackend, FentryTarget, target_paths
 from probes.layout import KernelLayout
 from probes.libbpf import (BTF_OBJ_TARGET_CALLS, PROG_TYPE_TRACING, TRACE_FENTRY, TRACE_FEXIT, BpfObject, BtfInfo,
-                           Libbpf, ProgHandlerOpts, ProgLoadOpts, kernel_btf_fds)
+                           Libbpf, LibbpfError, ProgHandlerOpts, ProgLoadOpts, kernel_btf_fds)
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "probes" / "specs" / "nfs.toml"
@@ -181,6 +181,8 @@ def test_an_object_under_the_handlers_gives_its_targets_and_leaves_nothing_behin
                          "(libbpf loads no module's BTF)"]
         ctypes.set_errno(0)
         assert not lib.lib.bpf_program__attach(progs["p0_fentry"]) and ctypes.get_errno() == errno.EOPNOTSUPP
+        with pytest.raises(LibbpfError, match="can't attach before loaded"):  # attach() goes through attach_trace
+            obj.attach("p0_fentry")
         other = next(name for name in progs if name.endswith("_fentry") and name != "p0_fentry")
         for name, wanted in (("p0_fexit", (stand_in, 61234)), (other, (0, 0))):
             opts = ProgLoadOpts(sz=ctypes.sizeof(ProgLoadOpts))
