@@ -101,8 +101,9 @@ def test_start_up_phases_come_in_a_starts_order_with_the_peak_only_growing() -> 
     """bench/startup_phases.py's runs in that boot (main's package, then the tree's): each
     nfsslower start's phases in the order a start makes them, VmHWM never falling (a peak)."""
     order = ["interpreter up", "import probes.commands", "KernelLayout.live", "KernelFacts.live", "select",
-             "backend choice", "backend opened", "generate", "layout released", "object opened",
-             "fentry targets named", "bpf_object__load", "attach", "Session up"]
+             "backend choice", "backend opened", "generate", "layout released", "module BTF objects found",
+             "object opened", "fentry targets given", "fentry targets named", "bpf_object__load", "attach",
+             "Session up"]
     for name in ("startup_phases_before.json", "startup_phases.json"):
         for run in phases(name)["nfsslower"]:
             names = [row["name"] for row in run["phases"]]
