@@ -45,7 +45,7 @@ LAYOUT: List[Tuple[str, int]] = [
 
 def test_the_structs_handed_to_libbpf_are_its_headers(tmp_path: Path) -> None:
     """Every member the loader reads or writes sits where libbpf-dev's headers put it (both
-    structs only grow at their end, so the host's 1.1 headers hold for 1.5 and 1.6 too), the
+    structs only grow at their end, so the host's 1.1 headers hold for 1.5 to 1.7 too), the
     load options' head is no longer than libbpf's struct, and the enums are the uapi's."""
     if shutil.which("clang") is None:
         pytest.fail("needs clang (apt-get install clang libbpf-dev)")
