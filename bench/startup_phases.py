@@ -90,6 +90,8 @@ def nfsslower_start(phases: Phases) -> None:
     phases.wrap(KernelLayout, "release", "layout released")
     phases.wrap(libbpf.BpfObject, "__init__", "object opened (bpf_object__open_mem)")
     phases.wrap(libbpf.BpfObject, "set_attach_target", "fentry targets named (module BTFs loaded)")
+    phases.wrap(core_backend, "kernel_btf_fds", "module BTF objects found by name (no parse)")
+    phases.wrap(libbpf.BpfObject, "set_attach_btf", "fentry targets given by BTF object and type id")
     phases.wrap(libbpf.BpfObject, "load", "bpf_object__load")
     phases.wrap(core_backend.CoreBackend, "attach", "attach")
     target = nfs_target(None)

@@ -99,6 +99,9 @@ class Backend(Protocol):
         """Load the probe (attaching what the loader attaches while loading); Rejected when
         the kernel or loader refuses it, with nothing left attached."""
 
+    def load_notes(self) -> List[str]:
+        """What --verbose says of how the last load() went (core: how fentry targets were given)."""
+
     def attach(self, probe: Probe) -> None:
         """Attach the programs load() left unattached; UserError naming the function that failed."""
 

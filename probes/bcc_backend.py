@@ -223,6 +223,9 @@ class BccBackend:
         return generate(chosen, tool, layout, formats, ringbuf=ringbuf, task_storage=task_storage, fentry=fentry,
                         nkeys=self.nkeys)
 
+    def load_notes(self) -> List[str]:
+        return []
+
     def load(self, probe: Probe) -> None:
         try:
             self.bpf = load_detaching_on_failure(self.bpf_class, probe.c_text)

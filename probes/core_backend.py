@@ -8,14 +8,15 @@ about the spec: it numbers the chosen points as the object does, loads and attac
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from probes.backend import MISSES_MIN_KERNEL, RINGBUF_READ_MS, Attachment, Rejected, major_minor
 from probes.generate import tracepoint_program_name
 from probes.generate_core import CFG_MAP, CoreTable, cfg_bytes, core_table, function_program_names
 from probes.layout import KernelLayout
-from probes.libbpf import BpfObject, Libbpf, LibbpfError
+from probes.libbpf import BpfObject, Libbpf, LibbpfError, kernel_btf_fds
 from probes.model import (Formats, Point, Probe, Tool, check_tool, map_flags, map_sizes, plan_point, points_of,
                           probe_settings, program_ops)
 from probes.select import Chosen
@@ -27,13 +28,60 @@ from probes.select import Chosen
 MODULE_TARGET_VERSION = (1, 5)
 
 
+class FentryTarget(NamedTuple):
+    """A fentry/fexit program's function, the BTF that declares it (probes.layout: "vmlinux" or a
+    module) and its type id there (None where the layout has none)."""
+
+    btf: str
+    function: str
+    type_id: Optional[int]
+
+    @property
+    def name(self) -> str:
+        """As libbpf is given it: MODULE:FUNCTION for a module's (libbpf >= 1.5), else FUNCTION."""
+        return self.function if self.btf == "vmlinux" else f"{self.btf}:{self.function}"
+
+
+def target_paths(targets: Mapping[str, FentryTarget], lacking: Sequence[str], fds: Mapping[str, int],
+                 walk_error: str = "") -> Tuple[Dict[str, Tuple[int, int]], Dict[str, str], List[str]]:
+    """How each fentry/fexit program gets its target: by a module's BTF object fd and type id
+    (`fds`: the modules' objects found, probes.libbpf.kernel_btf_fds), where libbpf has the calls
+    for it (`lacking` none of libbpf.BTF_OBJ_TARGET_CALLS), the object is loaded and the layout
+    knows the id; else named to libbpf (FentryTarget.name), as before: a module's MODULE:FUNCTION
+    makes libbpf load every module's BTF. Returns (program -> (fd, type id), program -> name,
+    what -v says of it)."""
+    direct: Dict[str, Tuple[int, int]] = {}
+    why: Dict[str, str] = {}
+    for program, target in sorted(targets.items()):
+        if target.btf == "vmlinux":
+            continue
+        if lacking:
+            why[program] = f"libbpf.so.1 lacks {', '.join(lacking)}"
+        elif target.btf not in fds:
+            why[program] = f"no loaded BTF object named {target.btf}" + (f" ({walk_error})" if walk_error else "")
+        elif target.type_id is None:
+            why[program] = f"no type id of {target.function} in {target.btf}'s BTF"
+        else:
+            direct[program] = (fds[target.btf], target.type_id)
+    notes = []
+    if direct:
+        modules = sorted({targets[program].btf for program in direct})
+        notes.append(f"fentry targets: {len(direct)} programs' in {', '.join(modules)} given by BTF object and "
+                     "type id (libbpf loads no module's BTF)")
+    if why:
+        functions = sorted({targets[program].name for program in why})
+        notes.append(f"fentry targets: {', '.join(functions)} named to libbpf, which loads every module's BTF for "
+                     f"them ({'; '.join(sorted(set(why.values())))})")
+    return direct, {program: target.name for program, target in targets.items() if program not in direct}, notes
+
+
 class _Plan(NamedTuple):
     """The chosen points as one instance of the object runs them (CoreBackend._plan_points)."""
 
     settings: Dict[int, Dict[str, int]]   # the object's point number -> its settings
     programs: Dict[str, Tuple[str, ...]]  # program -> the ops a skipped run of it loses
     mountless: List[str]
-    targets: Dict[str, str]               # fentry/fexit program -> MODULE:FUNCTION
+    targets: Dict[str, FentryTarget]      # fentry/fexit program -> its target
 
 
 class CoreBackend:
@@ -50,8 +98,10 @@ class CoreBackend:
         self.data = data
         self.obj: Optional[BpfObject] = None
         self._plan: Optional[Tuple[Probe, List[str], bytes, Dict[str, int]]] = None
-        #: fentry/fexit program -> MODULE:FUNCTION, for the plan's module functions
-        self._targets: Dict[str, str] = {}
+        #: fentry/fexit program -> its target, for the plan's functions
+        self._targets: Dict[str, FentryTarget] = {}
+        #: what -v says of the last prepare(): how the fentry targets were given
+        self._notes: List[str] = []
         self._maps: Dict[str, Any] = {}
         #: the tool's settings and the kernel's tracepoint formats as generate() was given them
         #: (a later instance's cfg repeats them)
@@ -100,9 +150,9 @@ class CoreBackend:
                 names = list(function_program_names(self.table.points[core], point.kind))
                 if point.kind == "fentry" and layout is not None:
                     for name, function in zip(names, (point.entry, point.exit)):
-                        module = layout.btf_module_of(function)
-                        if module not in (None, "vmlinux"):
-                            plan.targets[name] = f"{module}:{function}"
+                        btf = layout.btf_module_of(function)
+                        if btf is not None:
+                            plan.targets[name] = FentryTarget(btf, function, layout.func_type_id(function))
             for name in names:
                 plan.programs[name] = tuple(sorted(set(plan.programs.get(name, ())) | set(program_ops(point, server))))
         return plan
@@ -145,14 +195,8 @@ class CoreBackend:
         if late is None:
             return None
         points, plan, cfg = late
+        obj, _notes = self._open(sorted(plan.programs), plan.targets)
         try:
-            obj = BpfObject(self.lib, self.data)
-        except LibbpfError as exc:
-            raise Rejected(str(exc)) from None
-        try:
-            obj.autoload_only(sorted(plan.programs))
-            for name, target in plan.targets.items():
-                obj.set_attach_target(name, target)
             obj.set_initial_value(CFG_MAP, cfg)
         except LibbpfError as exc:
             obj.close()
@@ -184,6 +228,34 @@ class CoreBackend:
         self._late.append((obj, programs))
         return extended
 
+    def _open(self, programs: Sequence[str], targets: Mapping[str, FentryTarget]) -> Tuple[BpfObject, List[str]]:
+        """The object opened with only `programs` autoloading and each fentry/fexit target given
+        (target_paths), and what -v says of the targets; Rejected where libbpf refuses."""
+        modules = sorted({t.btf for t in targets.values() if t.btf != "vmlinux"})
+        lacking = self.lib.lacking
+        fds, walk_error = kernel_btf_fds(self.lib, modules) if modules and not lacking else ({}, "")
+        direct, named, notes = target_paths(targets, lacking, fds, walk_error)
+        used = {fd for fd, _type_id in direct.values()}
+        for fd in set(fds.values()) - used:
+            os.close(fd)
+        try:
+            obj = BpfObject(self.lib, self.data, sorted(used))
+        except LibbpfError as exc:
+            raise Rejected(str(exc)) from None
+        try:
+            obj.autoload_only(list(programs))
+            for name, (fd, type_id) in direct.items():
+                obj.set_attach_btf(name, fd, type_id)
+            for name, target in named.items():
+                obj.set_attach_target(name, target)
+        except LibbpfError as exc:
+            obj.close()
+            raise Rejected(str(exc)) from None
+        return obj, notes
+
+    def load_notes(self) -> List[str]:
+        return list(self._notes)
+
     def prepare(self, probe: Probe) -> BpfObject:
         """The object opened and set for this probe, not loaded: only the chosen points'
         programs autoload (libbpf relocates, and the kernel verifies, no other), `cfg` is
@@ -193,14 +265,8 @@ class CoreBackend:
         if self._plan is None or self._plan[0] is not probe:
             raise Rejected("the core backend loads only the probe it generated last")
         _probe, programs, cfg, sizes = self._plan
+        obj, self._notes = self._open(programs, self._targets)
         try:
-            obj = BpfObject(self.lib, self.data)
-        except LibbpfError as exc:
-            raise Rejected(str(exc)) from None
-        try:
-            obj.autoload_only(programs)
-            for name, target in self._targets.items():
-                obj.set_attach_target(name, target)
             obj.set_initial_value(CFG_MAP, cfg)
             for name, entries in sizes.items():
                 obj.set_max_entries(name, entries)

@@ -94,6 +94,12 @@ class KernelLayout:
                 return name
         return None
 
+    def func_type_id(self, function: str) -> Optional[int]:
+        """The type id of `function`'s FUNC record in the BTF that declares it (btf_module_of):
+        a fentry program's target as the kernel takes it (a module's ids continue vmlinux's)."""
+        blob = self._blob_for(function)
+        return None if blob is None else blob.func_id(function)
+
     @staticmethod
     def _raw(blob: Blob, type_id: int) -> Tuple[Blob, int, int, int, int, int]:
         """(owner, record offset, name_off, kind, vlen, size_or_type) via the reader."""

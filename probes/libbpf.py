@@ -13,7 +13,7 @@ import errno
 import os
 import struct
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from discover.btf import KIND_ARRAY, KIND_FUNC, KIND_STRUCT, KIND_UNION, Btf, BtfError
 
@@ -47,6 +47,15 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("ring_buffer__new", _p, (_i, _p, _p, _p)), ("ring_buffer__poll", _i, (_p, _i)),
     ("ring_buffer__consume", _i, (_p,)), ("ring_buffer__free", None, (_p,)),
 )
+#: calls bound where libbpf.so.1 has them (all of them from 1.0): naming a module's fentry/fexit
+#: target by BTF object fd and type id (TraceTargets); BTF_OBJ_TARGET_CALLS says which it needs
+_OPTIONAL_SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
+    ("libbpf_register_prog_handler", _i, (ctypes.c_char_p, _i, _i, _p)),
+    ("libbpf_unregister_prog_handler", _i, (_i,)),
+    ("bpf_btf_get_next_id", _i, (_u32, ctypes.POINTER(_u32))), ("bpf_btf_get_fd_by_id", _i, (_u32,)),
+    ("bpf_program__attach_trace", _p, (_p,)),
+)
+BTF_OBJ_TARGET_CALLS = tuple(name for name, _restype, _argtypes in _OPTIONAL_SIGNATURES)
 #: libbpf's ring_buffer_sample_fn
 SAMPLE_FN = ctypes.CFUNCTYPE(_i, _p, _p, _sz)
 #: libbpf's libbpf_print_fn_t; the va_list goes on to vsnprintf as it came
@@ -75,6 +84,42 @@ class PerfLinkInfo(ctypes.Structure):
                 ("cookie", ctypes.c_uint64)]
 
 
+#: enum bpf_prog_type's BPF_PROG_TYPE_TRACING; enum bpf_attach_type's BPF_TRACE_FENTRY and
+#: BPF_TRACE_FEXIT (uapi bpf.h)
+PROG_TYPE_TRACING, TRACE_FENTRY, TRACE_FEXIT = 26, 24, 25
+#: the object's fentry and fexit sections (probes.generate.Program.section: `fentry/FUNCTION`) as
+#: libbpf matches a handler's section: one ending in "/" takes every section that starts so
+TRACE_SECTIONS = (("fentry/", TRACE_FENTRY), ("fexit/", TRACE_FEXIT))
+
+
+class ProgLoadOpts(ctypes.Structure):
+    """struct bpf_prog_load_opts (bpf.h) as far as attach_btf_obj_fd: libbpf only appends
+    members (`sz` says how many a caller has), and these have been where they are since 0.6."""
+
+    _fields_ = [("sz", _sz), ("attempts", _i), ("expected_attach_type", _i), ("prog_btf_fd", _u32),
+                ("prog_flags", _u32), ("prog_ifindex", _u32), ("kern_version", _u32),
+                ("attach_btf_id", _u32), ("attach_prog_fd", _u32), ("attach_btf_obj_fd", _u32)]
+
+
+#: libbpf_prog_prepare_load_fn_t: (program, its load options, the handler's cookie)
+PREPARE_LOAD_FN = ctypes.CFUNCTYPE(_i, _p, ctypes.POINTER(ProgLoadOpts), ctypes.c_long)
+
+
+class ProgHandlerOpts(ctypes.Structure):
+    """struct libbpf_prog_handler_opts (libbpf.h: the same members from 1.0 to 1.7)."""
+
+    _fields_ = [("sz", _sz), ("cookie", ctypes.c_long), ("prog_setup_fn", _p),
+                ("prog_prepare_load_fn", PREPARE_LOAD_FN), ("prog_attach_fn", _p)]
+
+
+class BtfInfo(ctypes.Structure):
+    """struct bpf_btf_info (uapi bpf.h; name and kernel_btf from 5.11). `btf` left 0: the kernel
+    then copies no blob, only the name."""
+
+    _fields_ = [("btf", ctypes.c_uint64), ("btf_size", _u32), ("id", _u32), ("name", ctypes.c_uint64),
+                ("name_len", _u32), ("kernel_btf", _u32)]
+
+
 class LibbpfError(OSError):
     """A libbpf call failed; the message names the call and what libbpf logged before it."""
 
@@ -100,6 +145,13 @@ class Libbpf:
                 raise LibbpfError(0, f"{name} has no {function}: older than libbpf "
                                   f"{'.'.join(map(str, MIN_VERSION))}") from None
             func.restype, func.argtypes = restype, list(argtypes)
+        #: the optional calls this libbpf.so.1 lacks
+        self.lacking = tuple(function for function, _restype, _argtypes in _OPTIONAL_SIGNATURES
+                             if not hasattr(self.lib, function))
+        for function, restype, argtypes in _OPTIONAL_SIGNATURES:
+            if function not in self.lacking:
+                func = getattr(self.lib, function)
+                func.restype, func.argtypes = restype, list(argtypes)
         self.version = (int(self.lib.libbpf_major_version()), int(self.lib.libbpf_minor_version()))
         self.log: List[str] = []
         libc = ctypes.CDLL(None)
@@ -115,6 +167,13 @@ class Libbpf:
             return 0
         self._printer = PRINT_FN(printer)  # kept: libbpf calls it for as long as it is loaded
         self.lib.libbpf_set_print(ctypes.cast(self._printer, _p))
+        self._trace_targets: Optional[TraceTargets] = None
+
+    def trace_targets(self) -> "TraceTargets":
+        """The process's one set of fentry/fexit section handlers (libbpf's are process-wide)."""
+        if self._trace_targets is None:
+            self._trace_targets = TraceTargets(self)
+        return self._trace_targets
 
     def take_log(self) -> str:
         text, self.log = "".join(self.log), []
@@ -137,6 +196,91 @@ def shared(path: Optional[str] = None) -> Libbpf:
     if path not in _SHARED:
         _SHARED[path] = Libbpf(path)
     return _SHARED[path]
+
+
+class TraceTargets:
+    """Handlers of the object's fentry/fexit sections (libbpf_register_prog_handler, libbpf >= 1.0)
+    whose prepare-load callback gives a program the target set here: a kernel BTF object's fd and
+    a type id in it, in the load options. Why: libbpf has no setter of a program's BTF object,
+    and naming a module function to it (set_attach_target) loads every module's BTF. Registered
+    while any object opened under them lives (hold, drop), not per object: libbpf matches an
+    object's sections to handlers when it opens it, and each program keeps a pointer into
+    libbpf's array of handlers, which every registration and removal reallocates. A program
+    under them that is given no target here loads with what set_attach_target gave it."""
+
+    def __init__(self, lib: Libbpf) -> None:
+        self.lib = lib
+        self._handlers: List[int] = []
+        self._holders = 0
+        #: program handle -> (BTF object fd, type id)
+        self._targets: Dict[int, Tuple[int, int]] = {}
+        self._prepare = PREPARE_LOAD_FN(self._prepare_load)  # kept: libbpf calls it while registered
+
+    def _prepare_load(self, prog: Optional[int], opts: Any, _cookie: int) -> int:
+        target = self._targets.get(prog or 0)
+        if target is not None:
+            opts.contents.attach_btf_obj_fd, opts.contents.attach_btf_id = target
+        return 0
+
+    def hold(self) -> None:
+        """Registered from now until the last holder drops them; LibbpfError where libbpf refuses."""
+        if not self._holders:
+            for section, attach_type in TRACE_SECTIONS:
+                opts = ProgHandlerOpts(sz=ctypes.sizeof(ProgHandlerOpts), prog_prepare_load_fn=self._prepare)
+                handler = int(self.lib.lib.libbpf_register_prog_handler(section.encode(), PROG_TYPE_TRACING,
+                                                                        attach_type, ctypes.byref(opts)))
+                if handler <= 0:
+                    error = self.lib.fail(f"libbpf_register_prog_handler({section})")
+                    self._unregister()
+                    raise error
+                self._handlers.append(handler)
+        self._holders += 1
+
+    def drop(self) -> None:
+        self._holders -= 1
+        if not self._holders:
+            self._unregister()
+
+    def _unregister(self) -> None:
+        for handler in self._handlers:
+            self.lib.lib.libbpf_unregister_prog_handler(handler)
+        self._handlers = []
+
+    def set(self, prog: int, btf_fd: int, type_id: int) -> None:
+        self._targets[prog] = (btf_fd, type_id)
+
+    def forget(self, progs: Iterable[int]) -> None:
+        for prog in progs:
+            self._targets.pop(prog, None)
+
+
+def kernel_btf_fds(lib: Libbpf, names: Collection[str]) -> Tuple[Dict[str, int], str]:
+    """An fd of each loaded kernel BTF object named in `names` (a module's: `nfs`), found by
+    walking the kernel's BTF objects and reading each one's name, no blob (libbpf's
+    load_module_btfs parses every module's); the caller closes them. With why the walk ended
+    early ("" when it did not): the kernel refused it (bpf() needs CAP_SYS_ADMIN)."""
+    found: Dict[str, int] = {}
+    name = ctypes.create_string_buffer(64)  # MODULE_NAME_LEN
+    current = _u32(0)
+    while set(names) - set(found):
+        after = _u32()
+        if lib.lib.bpf_btf_get_next_id(current.value, ctypes.byref(after)) != 0:
+            err = ctypes.get_errno()
+            return found, "" if err == errno.ENOENT else f"bpf_btf_get_next_id: {os.strerror(err)}"
+        current = after
+        fd = int(lib.lib.bpf_btf_get_fd_by_id(after.value))
+        if fd < 0:  # unloaded since, or not ours to see
+            continue
+        ctypes.memset(name, 0, len(name))
+        info = BtfInfo(name=ctypes.addressof(name), name_len=len(name))
+        size = _u32(ctypes.sizeof(info))
+        seen = name.value.decode("utf-8", "replace") if lib.lib.bpf_obj_get_info_by_fd(
+            fd, ctypes.byref(info), ctypes.byref(size)) == 0 and info.kernel_btf else ""
+        if seen in names and seen not in found:
+            found[seen] = fd
+        else:
+            os.close(fd)
+    return found, ""
 
 
 class KernelBtf:
@@ -381,13 +525,31 @@ class BpfObject:
     """One BPF object opened from memory: choose programs and sizes, fill read-only data,
     load, attach, read. close() destroys every link and the object (also after a failure)."""
 
-    def __init__(self, lib: Libbpf, data: bytes) -> None:
+    def __init__(self, lib: Libbpf, data: bytes, btf_fds: Sequence[int] = ()) -> None:
+        """`btf_fds`: kernel BTF objects that programs' targets are given in (set_attach_btf):
+        the object holds the process's fentry/fexit handlers (TraceTargets) while it lives and
+        closes the fds once loaded, or closed, or here if the open fails."""
         self.lib = lib
         self._data = ctypes.create_string_buffer(data, len(data))  # libbpf may keep pointers into it
-        lib.take_log()
-        self.obj = lib.lib.bpf_object__open_mem(self._data, len(data), None)
-        if not self.obj:
-            raise lib.fail("bpf_object__open_mem")
+        self._btf_fds = list(btf_fds)
+        self._traced: Optional[TraceTargets] = None
+        self.obj: Optional[int] = None
+        self.links: List[int] = []
+        #: program -> its link (the kernel's counts of what it skipped are the link's)
+        self._link_of: Dict[str, int] = {}
+        self._rings: List[Tuple[int, Any]] = []
+        self._programs: Dict[str, int] = {}
+        try:
+            if self._btf_fds:  # before the open: libbpf matches sections to handlers there
+                lib.trace_targets().hold()
+                self._traced = lib.trace_targets()
+            lib.take_log()
+            self.obj = lib.lib.bpf_object__open_mem(self._data, len(data), None)
+            if not self.obj:
+                raise lib.fail("bpf_object__open_mem")
+        except LibbpfError:
+            self.close()
+            raise
         size = _u32()
         raw = lib.lib.btf__raw_data(lib.lib.bpf_object__btf(self.obj), ctypes.byref(size))
         #: the object's own BTF: the layout of every map key and value
@@ -396,10 +558,6 @@ class BpfObject:
         # call (a 6.12 TCG guest under cProfile spent 3 s walking them again per lookup)
         self._programs = self._walk(lib.lib.bpf_object__next_program, lib.lib.bpf_program__name)
         self._maps = self._walk(lib.lib.bpf_object__next_map, lib.lib.bpf_map__name)
-        self.links: List[int] = []
-        #: program -> its link (the kernel's counts of what it skipped are the link's)
-        self._link_of: Dict[str, int] = {}
-        self._rings: List[Tuple[int, Any]] = []
 
     def _walk(self, next_handle: Any, name_of: Any) -> Dict[str, int]:
         out: Dict[str, int] = {}
@@ -429,12 +587,20 @@ class BpfObject:
             raise LibbpfError(0, f"no program {', '.join(sorted(missing))} in the object")
 
     def set_attach_target(self, program: str, target: str) -> None:
-        """A fentry/fexit program's target as MODULE:FUNCTION (libbpf >= 1.5): libbpf then
-        searches that module's BTF alone, where a bare name is looked for in vmlinux's and
-        then in each module's in turn (a whole vmlinux scan per module: 3 s per program
-        in a 6.12 TCG guest with 74 module BTFs)."""
+        """A fentry/fexit program's target named to libbpf: FUNCTION, looked up in vmlinux's BTF
+        (then in each module's); MODULE:FUNCTION (libbpf >= 1.5), in that module's BTF alone,
+        though libbpf loads every module's BTF to find it (set_attach_btf does not). A bare name
+        of a module's function costs a whole vmlinux scan per module BTF: 3 s per program in a
+        6.12 TCG guest with 74 module BTFs."""
         if self.lib.lib.bpf_program__set_attach_target(self._programs[program], 0, target.encode()) != 0:
             raise self.lib.fail(f"bpf_program__set_attach_target({program}, {target})")
+
+    def set_attach_btf(self, program: str, btf_fd: int, type_id: int) -> None:
+        """A fentry/fexit program's target as the kernel takes it: one of the BTF objects this
+        object was opened with (its fd) and the function's type id there. libbpf then looks up
+        no BTF for it (set_attach_target's MODULE:FUNCTION loads every module's)."""
+        assert self._traced is not None, "opened without btf_fds"
+        self._traced.set(self._programs[program], btf_fd, type_id)
 
     def set_map_flags(self, map_name: str, flags: int) -> None:
         if self.lib.lib.bpf_map__set_map_flags(self._maps[map_name], flags) != 0:
@@ -466,11 +632,25 @@ class BpfObject:
 
     def load(self) -> None:
         self.lib.take_log()
-        if self.lib.lib.bpf_object__load(self.obj) != 0:
-            raise self.lib.fail("bpf_object__load")
+        try:
+            if self.lib.lib.bpf_object__load(self.obj) != 0:
+                raise self.lib.fail("bpf_object__load")
+        finally:
+            self._close_btf_fds()  # each loaded program holds its target's BTF object itself
+
+    def _close_btf_fds(self) -> None:
+        for fd in self._btf_fds:
+            os.close(fd)
+        self._btf_fds = []
 
     def attach(self, program: str) -> None:
-        link = self.lib.lib.bpf_program__attach(self._programs[program])
+        # a fentry/fexit program opened while TraceTargets' handlers were registered (by this
+        # object or another one alive) is theirs, and they have no attach callback for libbpf's
+        # bpf_program__attach; bpf_program__attach_trace is what libbpf's own handler calls
+        tracing = (self.section(program).startswith(tuple(s for s, _ in TRACE_SECTIONS))
+                   and "bpf_program__attach_trace" not in self.lib.lacking)
+        attach = self.lib.lib.bpf_program__attach_trace if tracing else self.lib.lib.bpf_program__attach
+        link = attach(self._programs[program])
         if not link:
             raise self.lib.fail(f"attach {program} ({self.section(program)})")
         self.links.append(link)
@@ -524,7 +704,8 @@ class BpfObject:
             self.lib.lib.ring_buffer__consume(ring)
 
     def close(self) -> None:
-        """Destroy every link, ring and the object; safe to call twice."""
+        """Destroy every link, ring and the object, close the BTF objects' fds and drop the
+        handlers (the last object under them removes them); safe to call twice."""
         for link in self.links:
             self.lib.lib.bpf_link__destroy(link)
         self.links = []
@@ -535,3 +716,8 @@ class BpfObject:
         if self.obj:
             self.lib.lib.bpf_object__close(self.obj)
             self.obj = None
+        self._close_btf_fds()
+        if self._traced is not None:
+            self._traced.forget(self._programs.values())
+            self._traced.drop()
+            self._traced = None

@@ -447,6 +447,9 @@ class Session:
                         self.probe = self._generate(False, fentry)
                     else:
                         raise UserError(f"cannot load the generated probe: {why}") from None
+            if self.verbose:
+                for line in self.backend.load_notes():
+                    self.warn(line)
             if self.cgroup_dir is not None:  # until it is set, the filter lets nothing in
                 fd = os.open(self.cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
                 try:

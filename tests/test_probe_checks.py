@@ -14,6 +14,7 @@ from labs.checks.probes.verdicts import (V3ONLY_CHECKS, verify_a_forced_kretprob
                                          verify_auto_picks_the_loader_and_bcc_counts_the_same,
                                          verify_fentry_where_the_loader_and_btf_allow, verify_late_nfsv4_is_traced_by_the_running_tools,
                                          verify_nfsslower_reports_injected_latency)
+from labs.checks.shared import attach_kinds
 
 RUN = Path(__file__).parent / "fixtures" / "5.10.0-32-amd64" / "probes" / "guest-run.json.gz"
 RUN_CORE = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "probes" / "guest-run.json.gz"
@@ -67,6 +68,22 @@ def test_core_and_the_bcc_reference_count_the_same(core_run: Dict[str, Any]) -> 
     main = core_run["main"]["data"]
     assert main["attach_kinds"]["nfsdist"]["backend"] == "core"
     assert all(main["seen"][phase] == main["seen_bcc"][phase] for phase in main["phases"])
+
+
+def test_core_module_targets_must_go_by_btf_object(core_run: Dict[str, Any]) -> None:
+    """-v's `fentry targets:` lines on core: given by BTF object and type id passes; named to
+    libbpf (the fallback, which loads every module's BTF) fails the lab check."""
+    given = ("nfsdist: fentry targets: 10 programs' in nfs, nfsv4 given by BTF object and type id "
+             "(libbpf loads no module's BTF)")
+    named = ("nfsdist: fentry targets: nfs:nfs_file_read named to libbpf, which loads every module's BTF for them "
+             "(no loaded BTF object named nfs)")
+    assert attach_kinds(given)["targets"] == [given.split("fentry targets: ")[1]]
+    for name in ("nfsslower", "nfsdist"):
+        core_run["main"]["data"]["attach_kinds"][name]["targets"] = attach_kinds(given)["targets"]
+    verify_fentry_where_the_loader_and_btf_allow(core_run)
+    core_run["main"]["data"]["attach_kinds"]["nfsdist"]["targets"] = attach_kinds(named)["targets"]
+    with pytest.raises(AssertionError, match="named to libbpf"):
+        verify_fentry_where_the_loader_and_btf_allow(core_run)
 
 
 def test_a_count_or_bytes_the_reference_does_not_share_fail(core_run: Dict[str, Any]) -> None:

@@ -66,9 +66,9 @@ def interval_in(ts: str, phase: Dict[str, Any]) -> bool:
 
 def attach_kinds(stderr: str) -> Dict[str, Any]:
     """How a tool attached, from its --verbose lines: the loader (`backend: core (why)`), the
-    `attach:` verdict, and per operation each fentry candidate's function with `fentry/fexit`
-    or `kprobes (why)`."""
-    found: Dict[str, Any] = {"backend": None, "backend_why": None, "attach": None, "functions": {}}
+    `attach:` verdict, per operation each fentry candidate's function with `fentry/fexit`
+    or `kprobes (why)`, and on core how the fentry targets were given (`fentry targets:`)."""
+    found: Dict[str, Any] = {"backend": None, "backend_why": None, "attach": None, "functions": {}, "targets": []}
     for line in stderr.splitlines():
         match = re.match(r"^\S+: backend: (\w+) \((.*)\)$", line)
         if match:
@@ -76,6 +76,9 @@ def attach_kinds(stderr: str) -> Dict[str, Any]:
         match = re.match(r"^\S+: attach: (.*)$", line)
         if match:
             found["attach"] = match.group(1)
+        match = re.match(r"^\S+: fentry targets: (.*)$", line)
+        if match:
+            found["targets"].append(match.group(1))
         match = re.match(r"^\S+: (\w+): (\w+): (fentry/fexit|kprobes \(.*\))$", line)
         if match:
             found["functions"].setdefault(match.group(1), {})[match.group(2)] = match.group(3)

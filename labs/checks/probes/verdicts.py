@@ -299,7 +299,9 @@ def verify_fentry_where_the_loader_and_btf_allow(results: Results) -> None:
     """Where fentry_expected says so (bcc 0.28+ or libbpf 1.5+, with the NFS modules' BTF),
     both tools time the fentry candidates' functions (nfs_file_read, nfs_file_write, the open
     functions) with fentry/fexit programs, and the counts checked elsewhere come from them;
-    elsewhere --verbose says kprobes and why."""
+    on core, given to the kernel by the modules' BTF objects and type ids, libbpf loading no
+    module's BTF (runs recorded before -v said so have no `targets`); elsewhere --verbose
+    says kprobes and why."""
     run = data(results, "main")
     expect_fentry = fentry_expected(run["kernel"], run["attach_kinds"]["nfsdist"]["backend"])
     for name in ("nfsslower", "nfsdist"):
@@ -309,6 +311,8 @@ def verify_fentry_where_the_loader_and_btf_allow(results: Results) -> None:
             assert kinds["attach"].startswith("fentry/fexit"), kinds
             assert set(kinds["functions"]) >= {"read", "write", "open"}, kinds
             assert set(functions.values()) == {"fentry/fexit"}, kinds
+            if kinds["backend"] == "core" and "targets" in kinds:
+                assert kinds["targets"] and all("given by BTF object and type id" in t for t in kinds["targets"]), kinds
         else:
             assert kinds["attach"].startswith("kprobes (") and not functions, kinds
     # taken once both were ready, before the bcc reference started
