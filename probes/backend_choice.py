@@ -26,12 +26,13 @@ OBJECT_MACHINE = "x86_64"
 
 class Choice(NamedTuple):
     """The loader to open: `name` core or bcc; `why` what --verbose says after "backend: ";
-    for core the libbpf already loaded and the object's bytes."""
+    for core the libbpf already loaded and the object's path (read at each open, not held:
+    its 3 MB would be in the peak of every start, the parse of the kernel's BTF on top)."""
 
     name: str
     why: str
     lib: Optional[Libbpf] = None
-    data: Optional[bytes] = None
+    object_path: Optional[Path] = None
 
 
 def dotted(version: Tuple[int, ...]) -> str:
@@ -71,13 +72,13 @@ def btf_check(btf_dir: Path, modules: Sequence[str]) -> Optional[str]:
     return None
 
 
-def object_check(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Tuple[Optional[bytes], str]:
-    """(the object's bytes, its path) where the spec's CO-RE object is shipped, else (None, why not)."""
+def object_check(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Tuple[Optional[Path], str]:
+    """(the object's path, "") where the spec's CO-RE object is shipped and readable, else
+    (None, why not)."""
     path = object_path(spec, objects_dir)
-    try:
-        return path.read_bytes(), str(path)
-    except OSError:
-        return None, f"no CO-RE object for {spec['filesystem']} ({path})"
+    if path.is_file() and os.access(path, os.R_OK):
+        return path, ""
+    return None, f"no CO-RE object for {spec['filesystem']} ({path})"
 
 
 def bcc_check() -> Optional[str]:
@@ -95,10 +96,10 @@ def core_blocker(spec: Dict[str, Any], release: str, modules: Sequence[str], btf
     lib, said = libbpf_check()
     if lib is None:
         return said, None
-    data, where = object_check(spec, objects_dir)
-    if data is None:
-        return where, None
-    return None, Choice("core", f"{said}; BTF: {' '.join(['vmlinux', *modules])}; {Path(where).name}", lib, data)
+    path, why = object_check(spec, objects_dir)
+    if path is None:
+        return why, None
+    return None, Choice("core", f"{said}; BTF: {' '.join(['vmlinux', *modules])}; {path.name}", lib, path)
 
 
 def choose(requested: str, spec: Dict[str, Any], release: str, modules: Sequence[str], btf_dir: Path,

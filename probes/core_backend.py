@@ -9,6 +9,7 @@ about the spec: it numbers the chosen points as the object does, loads and attac
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
@@ -89,13 +90,14 @@ class CoreBackend:
 
     name = "core"
 
-    def __init__(self, spec: Dict[str, Any], data: bytes, lib: Libbpf) -> None:
-        """`lib`: a libbpf probes.backend_choice found new enough, on a kernel it found able."""
+    def __init__(self, spec: Dict[str, Any], object_path: Path, lib: Libbpf) -> None:
+        """`lib`: a libbpf probes.backend_choice found new enough, on a kernel it found able;
+        `object_path`: the spec's CO-RE object, read at each open (libbpf copies what it keeps)."""
         self.lib = lib
         self.version = ".".join(map(str, self.lib.version))
         #: the object's numbering of this spec's points, as it was built
         self.table: CoreTable = core_table(spec)
-        self.data = data
+        self.object_path = object_path
         self.obj: Optional[BpfObject] = None
         self._plan: Optional[Tuple[Probe, List[str], bytes, Dict[str, int]]] = None
         #: fentry/fexit program -> its target, for the plan's functions
@@ -231,6 +233,10 @@ class CoreBackend:
     def _open(self, programs: Sequence[str], targets: Mapping[str, FentryTarget]) -> Tuple[BpfObject, List[str]]:
         """The object opened with only `programs` autoloading and each fentry/fexit target given
         (target_paths), and what -v says of the targets; Rejected where libbpf refuses."""
+        try:
+            data = self.object_path.read_bytes()  # dropped once open: libbpf keeps copies of what it needs
+        except OSError as exc:
+            raise Rejected(f"{self.object_path}: {exc.strerror}") from None
         modules = sorted({t.btf for t in targets.values() if t.btf != "vmlinux"})
         lacking = self.lib.lacking
         fds, walk_error = kernel_btf_fds(self.lib, modules) if modules and not lacking else ({}, "")
@@ -239,7 +245,7 @@ class CoreBackend:
         for fd in set(fds.values()) - used:
             os.close(fd)
         try:
-            obj = BpfObject(self.lib, self.data, sorted(used))
+            obj = BpfObject(self.lib, data, sorted(used))
         except LibbpfError as exc:
             raise Rejected(str(exc)) from None
         try:

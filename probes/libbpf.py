@@ -530,7 +530,6 @@ class BpfObject:
         the object holds the process's fentry/fexit handlers (TraceTargets) while it lives and
         closes the fds once loaded, or closed, or here if the open fails."""
         self.lib = lib
-        self._data = ctypes.create_string_buffer(data, len(data))  # libbpf may keep pointers into it
         self._btf_fds = list(btf_fds)
         self._traced: Optional[TraceTargets] = None
         self.obj: Optional[int] = None
@@ -544,7 +543,8 @@ class BpfObject:
                 lib.trace_targets().hold()
                 self._traced = lib.trace_targets()
             lib.take_log()
-            self.obj = lib.lib.bpf_object__open_mem(self._data, len(data), None)
+            # no copy kept: libbpf reads the ELF during the open alone (bpf_object__elf_finish)
+            self.obj = lib.lib.bpf_object__open_mem(data, len(data), None)
             if not self.obj:
                 raise lib.fail("bpf_object__open_mem")
         except LibbpfError:

@@ -197,8 +197,8 @@ def open_backend(choice: Choice, spec: Dict[str, Any]) -> Backend:
     bcc. Imported here, once a tool starts, so that neither is needed to import the tools."""
     if choice.name == "core":
         from probes.core_backend import CoreBackend
-        assert choice.lib is not None and choice.data is not None
-        return CoreBackend(spec, choice.data, choice.lib)
+        assert choice.lib is not None and choice.object_path is not None
+        return CoreBackend(spec, choice.object_path, choice.lib)
     from probes.bcc_backend import BccBackend
     return BccBackend(spec)
 

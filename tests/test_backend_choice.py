@@ -84,18 +84,19 @@ def test_btf_check_needs_the_module_btf_of_the_chosen_points(nfs_modules: Any) -
     assert btf_check(BTF_DIR, nfs_modules) == f"no module BTF for {', '.join(nfs_modules)} ({BTF_DIR})"
 
 
-def test_object_check_reads_the_shipped_object(spec: Dict[str, Any], objects: Path, tmp_path: Path) -> None:
-    data, where = object_check(spec, objects)
-    assert data == (objects / "nfs.bpf.o").read_bytes() and where == str(objects / "nfs.bpf.o")
-    data, why = object_check(spec, tmp_path)
-    assert data is None and why == f"no CO-RE object for nfs ({tmp_path / 'nfs.bpf.o'})"
+def test_object_check_finds_the_shipped_object(spec: Dict[str, Any], objects: Path, tmp_path: Path) -> None:
+    assert object_check(spec, objects) == (objects / "nfs.bpf.o", "")
+    path, why = object_check(spec, tmp_path)
+    assert path is None and why == f"no CO-RE object for nfs ({tmp_path / 'nfs.bpf.o'})"
+    (tmp_path / "nfs.bpf.o").mkdir()  # there, but not a file to read
+    assert object_check(spec, tmp_path)[0] is None
 
 
 def test_auto_takes_core_where_every_check_passes(spec: Dict[str, Any], objects: Path) -> None:
     """The host's vmlinux BTF and libbpf 1.1, for a choice with no module point (a local fs on
     built-in code would be one): core, and the line says what allowed it."""
     choice = choose("auto", spec, os.uname().release, (), BTF_DIR, objects)
-    assert choice.name == "core" and choice.data == (objects / "nfs.bpf.o").read_bytes()
+    assert choice.name == "core" and choice.object_path == objects / "nfs.bpf.o"
     assert choice.why == f"core (auto: libbpf {installed_libbpf()}; BTF: vmlinux; nfs.bpf.o)"
     assert choose("core", spec, os.uname().release, (), BTF_DIR, objects).why.startswith("core (libbpf ")
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -31,6 +32,8 @@ from probes.select import KernelFacts, late_points, select
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "probes" / "specs" / "nfs.toml"
 PROFILE = REPO / "tests" / "fixtures" / "6.1.0-50-amd64" / "profile.json.gz"
+#: the object path of a backend that these tests never open
+UNREAD = REPO / "probes" / "objects" / "unread.bpf.o"
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +47,10 @@ def profile() -> KernelProfile:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("clang") is None or shutil.which("llvm-strip") is None:
         pytest.fail("building the CO-RE object needs clang and llvm (apt-get install clang llvm libbpf-dev)")
-    return build(SPEC, tmp_path_factory.mktemp("core") / "nfs.bpf.o").read_bytes()
+    return build(SPEC, tmp_path_factory.mktemp("core") / "nfs.bpf.o")
 
 
 def formats_of(profile: KernelProfile) -> Any:
@@ -61,9 +64,9 @@ def formats_of(profile: KernelProfile) -> Any:
 
 
 def test_the_object_holds_every_candidate_point_and_the_maps_the_readers_use(spec: Dict[str, Any],
-                                                                              built: bytes) -> None:
+                                                                              built: Path) -> None:
     source = generate_core(spec)
-    obj = BpfObject(Libbpf(), built)
+    obj = BpfObject(Libbpf(), built.read_bytes())
     try:
         sections = {name: obj.section(name) for name in obj.programs()}
         assert sections == {program.name: program.section for program in source.programs}
@@ -101,11 +104,32 @@ def test_the_object_holds_every_candidate_point_and_the_maps_the_readers_use(spe
         obj.close()  # twice: nothing left, no error
 
 
-def test_struct_reads_are_co_re_relocations(built: bytes) -> None:
+def test_the_object_holds_nothing_of_the_bytes_it_was_opened_from(built: Path) -> None:
+    """Neither BpfObject nor libbpf keeps the ELF past the open (a start's peak memory would hold
+    it twice, with the kernel's BTF parsed on top): an object whose buffer is zeroed once open
+    still names every program, section and map as one opened from the file's bytes."""
+    data = built.read_bytes()
+    references = sys.getrefcount(data)
+    expected = BpfObject(Libbpf(), data)
+    buffer = ctypes.create_string_buffer(data, len(data))
+    zeroed = BpfObject(Libbpf(), buffer)  # type: ignore[arg-type]
+    try:
+        assert sys.getrefcount(data) == references
+        ctypes.memset(buffer, 0, len(data))
+        assert {n: zeroed.section(n) for n in zeroed.programs()} == {n: expected.section(n) for n in expected.programs()}
+        lib = zeroed.lib.lib
+        assert ({n: (lib.bpf_map__key_size(m), lib.bpf_map__value_size(m)) for n, m in zeroed.maps().items()}
+                == {n: (lib.bpf_map__key_size(m), lib.bpf_map__value_size(m)) for n, m in expected.maps().items()})
+    finally:
+        zeroed.close()
+        expected.close()
+
+
+def test_struct_reads_are_co_re_relocations(built: Path) -> None:
     """.BTF.ext carries CO-RE relocation records (the kernel struct members read through BTF)."""
-    obj = BpfObject(Libbpf(), built)
+    obj = BpfObject(Libbpf(), built.read_bytes())
     obj.close()
-    ext = _section(built, ".BTF.ext")
+    ext = _section(built.read_bytes(), ".BTF.ext")
     magic, _version, _flags, hdr_len = struct.unpack_from("<HBBI", ext)
     assert magic == 0xEB9F and hdr_len >= 32
     _fi_off, _fi_len, _li_off, _li_len, core_off, core_len = struct.unpack_from("<6I", ext, 8)
@@ -132,7 +156,7 @@ def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, An
     arguments), the loader names the chosen programs and writes each point's op, slot and
     tracepoint field offsets as the kernel's format gives them."""
     sel = select(spec, KernelFacts.from_profile(profile), list(OPS))
-    backend = CoreBackend(spec, b"", Libbpf())
+    backend = CoreBackend(spec, UNREAD, Libbpf())
     probe = backend.generate(sel.chosen, Tool(events=True, dist=True), None, formats_of(profile), True, True, ())
     assert backend._plan is not None
     _probe, programs, cfg, sizes = backend._plan
@@ -151,7 +175,7 @@ def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, An
     assert sizes["dist"] == len(probe.ops) * 64 and sizes["cgroup_ids"] == 1
 
 
-def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: KernelProfile, built: bytes) -> None:
+def test_only_the_chosen_programs_autoload(spec: Dict[str, Any], profile: KernelProfile, built: Path) -> None:
     """bpf_object__load relocates and the kernel verifies only autoloaded programs: after
     prepare() (open from memory, no bpf()), libbpf's own getter says exactly the programs of
     the 6.1.0-50 choice autoload, and the maps no setting writes were shrunk to one entry."""
@@ -178,7 +202,7 @@ def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile:
     facts = KernelFacts.from_profile(profile)
     chosen = select(spec, facts, ["read", "commit"]).chosen + \
         [c._replace(watch=True) for c in select(spec, facts, ["rpc"]).chosen]
-    backend = CoreBackend(spec, b"", Libbpf())
+    backend = CoreBackend(spec, UNREAD, Libbpf())
     probe = backend.generate(chosen, Tool(events=True, inflight=True), None, formats_of(profile), True, True, ())
     assert probe.watched == ("rpc",)
     assert backend._plan is not None
@@ -225,7 +249,7 @@ def test_fentry_only_where_libbpf_names_module_targets(spec: Dict[str, Any], pro
     per program (docs/core.md; measured on 6.1 in bench/README.md): there the core loader
     attaches kprobes, as bcc 0.26 does, and says why. The host's libbpf1 is bookworm's 1.1."""
     lib = Libbpf()
-    ok, why = CoreBackend(spec, b"", lib).fentry_support()
+    ok, why = CoreBackend(spec, UNREAD, lib).fentry_support()
     assert ok == (lib.version >= MODULE_TARGET_VERSION)
     version = ".".join(map(str, lib.version))
     assert why.startswith("attach: fentry/fexit" if ok else f"attach: kprobes (libbpf {version} looks ")
@@ -257,7 +281,7 @@ def without_module(profile: KernelProfile, module: str) -> KernelFacts:
 
 def test_a_module_loaded_later_gets_a_second_instance_for_its_points_alone(spec: Dict[str, Any],
                                                                             profile: KernelProfile,
-                                                                            built: bytes) -> None:
+                                                                            built: Path) -> None:
     """A v3-only start of the 6.1.0-50 profile leaves open's optional nfs4_file_open out; once
     nfsv4 is there, late_points finds it alone, and the second instance the loader opens for
     it autoloads only its programs, numbers it after the running points (its own start slot,
@@ -325,7 +349,7 @@ def session_state(backend: CoreBackend, probe: Any, generate: Any = None) -> Any
     return state
 
 
-def test_missed_causes_reads_counts_only(spec: Dict[str, Any], profile: KernelProfile, built: bytes) -> None:
+def test_missed_causes_reads_counts_only(spec: Dict[str, Any], profile: KernelProfile, built: Path) -> None:
     """A tick's or scrape's missed_causes() re-reads the kernel's counts of the attachments
     listed once after attaching; it neither lists them nor asks for program fds again."""
     backend = CoreBackend(spec, built, Libbpf())
@@ -350,7 +374,7 @@ def test_missed_causes_reads_counts_only(spec: Dict[str, Any], profile: KernelPr
 
 
 def test_a_refused_trampoline_closes_the_first_programs_before_kprobes_load(
-        spec: Dict[str, Any], profile: KernelProfile, built: bytes) -> None:
+        spec: Dict[str, Any], profile: KernelProfile, built: Path) -> None:
     """Session._attach's fallback when a trampoline will not attach: the first object (its
     programs and any link attached before the refusal) is closed before the kprobe probe loads,
     so nothing of it stays in the kernel beside the second. The host gets the fentry object as

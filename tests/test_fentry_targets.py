@@ -160,12 +160,12 @@ def test_the_walk_on_this_hosts_kernel() -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    return build(SPEC, tmp_path_factory.mktemp("core") / "nfs.bpf.o").read_bytes()
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(SPEC, tmp_path_factory.mktemp("core") / "nfs.bpf.o")
 
 
 def test_an_object_under_the_handlers_gives_its_targets_and_leaves_nothing_behind(
-        built: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+        built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CoreBackend._open with nfs' BTF object found (a stand-in fd): the fentry programs are the
     handlers' (libbpf's own attach refuses them: EOPNOTSUPP, where a standard one wants a loaded
     program: EINVAL), the prepare-load callback writes fd and id into the load options of the
@@ -193,7 +193,7 @@ def test_an_object_under_the_handlers_gives_its_targets_and_leaves_nothing_behin
     with pytest.raises(OSError):
         os.fstat(stand_in)
     assert lib.trace_targets()._handlers == [] and lib.trace_targets()._targets == {}
-    again = BpfObject(lib, built)  # the standard handler again: attach wants a loaded program
+    again = BpfObject(lib, built.read_bytes())  # the standard handler again: attach wants a loaded program
     try:
         ctypes.set_errno(0)
         assert not lib.lib.bpf_program__attach(again.programs()["p0_fentry"]) and ctypes.get_errno() == errno.EINVAL
@@ -202,7 +202,7 @@ def test_an_object_under_the_handlers_gives_its_targets_and_leaves_nothing_behin
 
 
 def test_without_the_module_object_the_target_is_named_to_libbpf(
-        built: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+        built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback is today's path: bpf_program__set_attach_target with MODULE:FUNCTION (which
     the host's libbpf 1.1 cannot resolve: one Rejected line, no handler left registered)."""
     monkeypatch.setattr("probes.core_backend.kernel_btf_fds", lambda lib, names: ({}, ""))

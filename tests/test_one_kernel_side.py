@@ -35,6 +35,8 @@ from probes.select import KernelFacts, select, select_context
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "probes" / "specs"
 FIXTURES = REPO / "tests" / "fixtures"
+#: the object path of a backend that is only asked for its C, never opened
+UNREAD = REPO / "probes" / "objects" / "unread.bpf.o"
 #: (spec, the profile its filesystem was captured on)
 CASES = (("nfs", "6.1.0-50-amd64/profile.json.gz"), ("nfs", "6.12.117+deb13-amd64/localfs/profile.json.gz"),
          ("nfsd", "6.12.117+deb13-amd64/nfsd/profile.json.gz"), ("ext4", "6.12.117+deb13-amd64/localfs/profile.json.gz"),
@@ -112,7 +114,7 @@ def test_both_emitters_give_the_same_probe(layout: KernelLayout) -> None:
     for case, spec, chosen, tool, formats, fentry in cases(layout):
         bcc = generate(chosen, tool, layout, formats, ringbuf=True, task_storage=True, fentry=fentry,
                        nkeys=spec_nkeys(spec))
-        backend = CoreBackend(spec, b"", libbpf)
+        backend = CoreBackend(spec, UNREAD, libbpf)
         core = backend.generate(chosen, tool, layout, formats, True, True, fentry)
         assert backend._plan is not None
         _probe, _programs, cfg, sizes = backend._plan
