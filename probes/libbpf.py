@@ -12,6 +12,7 @@ import ctypes
 import errno
 import os
 import struct
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -174,6 +175,16 @@ class Libbpf:
         if self._trace_targets is None:
             self._trace_targets = TraceTargets(self)
         return self._trace_targets
+
+    @contextmanager
+    def printer_off(self) -> Iterator[None]:
+        """libbpf prints nothing inside: for calls whose every line would be dropped (the cost
+        is the calls from C into Python, one per line)."""
+        self.lib.libbpf_set_print(None)
+        try:
+            yield
+        finally:
+            self.lib.libbpf_set_print(ctypes.cast(self._printer, _p))
 
     def take_log(self) -> str:
         text, self.log = "".join(self.log), []
@@ -543,10 +554,16 @@ class BpfObject:
                 lib.trace_targets().hold()
                 self._traced = lib.trace_targets()
             lib.take_log()
-            # no copy kept: libbpf reads the ELF during the open alone (bpf_object__elf_finish)
-            self.obj = lib.lib.bpf_object__open_mem(data, len(data), None)
+            # no copy kept: libbpf reads the ELF during the open alone (bpf_object__elf_finish).
+            # Opened without the printer: libbpf says ~15,000 debug lines while it opens a whole
+            # spec's object, each a call into Python to be dropped there; a failed open is
+            # opened again with it, to say why.
+            with lib.printer_off():
+                self.obj = lib.lib.bpf_object__open_mem(data, len(data), None)
             if not self.obj:
-                raise lib.fail("bpf_object__open_mem")
+                self.obj = lib.lib.bpf_object__open_mem(data, len(data), None)
+                if not self.obj:
+                    raise lib.fail("bpf_object__open_mem")
         except LibbpfError:
             self.close()
             raise

@@ -25,7 +25,7 @@ from probes.backend import Rejected
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
 from probes.generate_core import cfg_format, core_table, generate_core, slots_needed
 from probes.model import CFG_FIELDS, Tool, point_fields
-from probes.libbpf import BpfObject, Libbpf
+from probes.libbpf import PRINT_FN, BpfObject, Libbpf, LibbpfError
 from probes.runtime import RealtimeReads, Session, module_live
 from probes.select import KernelFacts, late_points, select
 
@@ -123,6 +123,33 @@ def test_the_object_holds_nothing_of_the_bytes_it_was_opened_from(built: Path) -
     finally:
         zeroed.close()
         expected.close()
+
+
+def test_an_object_opens_without_libbpfs_printer_and_a_refused_one_says_why(built: Path) -> None:
+    """The open runs without libbpf's printer (its ~15,000 debug lines cost a call into Python
+    each); a refused object is opened again with it, and the error carries libbpf's own line.
+    The printer is back after either: what a later load fails on is still said."""
+    lib = Libbpf()
+    calls = []
+    original = lib._printer  # noqa: SLF001
+
+    def counted(level: int, fmt: bytes, args: int) -> int:
+        calls.append(level)
+        return original(level, fmt, args)
+
+    lib._printer = PRINT_FN(counted)  # noqa: SLF001
+    lib.lib.libbpf_set_print(ctypes.cast(lib._printer, ctypes.c_void_p))  # noqa: SLF001
+    BpfObject(lib, built.read_bytes()).close()
+    assert calls == []
+    truncated = built.read_bytes()[:4096]
+    with pytest.raises(LibbpfError) as refused:
+        BpfObject(lib, truncated)
+    assert "bpf_object__open_mem: " in str(refused.value) and "\nlibbpf: elf: " in str(refused.value)
+    assert calls  # the second open, printed
+    calls.clear()
+    with pytest.raises(LibbpfError) as again:
+        BpfObject(lib, truncated)
+    assert "\nlibbpf: elf: " in str(again.value) and calls
 
 
 def test_struct_reads_are_co_re_relocations(built: Path) -> None:
