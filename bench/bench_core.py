@@ -9,7 +9,8 @@ before (A B, B A, A B), and takes the median per tool:
   bcc`, and of libbpf-tools' `fsslower -t nfs -m 0`; spawn to the "Tracing" line of `nfsdist
   --backend core 1` and of libbpf-tools' `fsdist -t nfs 1`, and to nfs-exporter's (core)
   "probe attached"; all while an O_SYNC 4 KiB write to the NFSv3 mount comes every 0.2 s;
-  each one's peak resident memory (VmHWM) a second after that line. Targets: core <= 0.1x
+  each one's peak resident memory (VmHWM) a second after that line. Beside them the floor:
+  python3 up and printing a line, alone and after `import click`. Targets: core <= 0.1x
   bcc; nfsslower, nfsdist and the exporter <= 2x libbpf-tools' fsslower / fsdist in time,
   the terminal tools <= 2x in peak memory (the exporter's: < 40 MiB, said beside).
 - exporter: on MOUNTS NFSv3 mounts (bench_exporter's), nfs-exporter on core and on bcc,
@@ -54,12 +55,16 @@ LIBBPF_TOOLS = "libbpf-tools"
 #: where the host unpacks libbpf-tools in the guest (dpkg-deb -x), with its version in VERSION:
 #: installing it would remove probekit's package, which conflicts with it (the same tool names)
 LIBBPF_TOOLS_ROOT = "/opt/libbpf-tools"
+#: the interpreter the tools run on, alone and with click (their command line) imported, kept
+#: up like a tool: the part of a start and of its peak that no change inside probekit removes
+FLOORS = {"python3": "", "python3 + click": "import click; "}
 #: (numerator, denominator, measure, target or None) of each part's ratios of medians
 RATIOS: Dict[str, List[Tuple[str, str, str, Optional[float]]]] = {
     "startup": [("core", "bcc", "s", 0.1), ("core", "libbpf-tools", "s", 2.0),
                 ("core", "bcc", "hwm_kib", None), ("core", "libbpf-tools", "hwm_kib", 2.0),
                 ("nfsdist core", "fsdist libbpf-tools", "s", 2.0), ("nfsdist core", "fsdist libbpf-tools", "hwm_kib", 2.0),
-                ("exporter core", "fsdist libbpf-tools", "s", 2.0)],
+                ("exporter core", "fsdist libbpf-tools", "s", 2.0),
+                ("python3", "libbpf-tools", "s", None), ("python3", "libbpf-tools", "hwm_kib", None)],
     "exporter": [("exporter core", "nfsdist-bpfcc", "hwm_kib", 0.3), ("exporter core", "exporter bcc", "hwm_kib", None),
                  ("exporter core", "fsdist libbpf-tools", "hwm_kib", None),
                  ("exporter core", "exporter bcc", "median_s", None)],
@@ -106,7 +111,10 @@ def startup(rounds: int, bcc: bool = True) -> Dict[str, Any]:
     tools = {"core": (installed("nfsslower", "--backend", "core", "0"), first_event),
              **({"bcc": (installed("nfsslower", "--backend", "bcc", "0"), first_event)} if bcc else {}),
              "nfsdist core": (installed("nfsdist", "--backend", "core", "1"), said("Tracing")),
-             "exporter core": (installed("nfs-exporter", "--port", port, "--backend", "core"), said("probe attached"))}
+             "exporter core": (installed("nfs-exporter", "--port", port, "--backend", "core"), said("probe attached")),
+             **{name: (["env", "-u", "PYTHONPATH", sys.executable, "-u", "-c",
+                        f"{imports}print('up'); import time; time.sleep(600)"], said("up"))
+                for name, imports in FLOORS.items()}}
     missing = []
     for name, peer, argv, ready in (("libbpf-tools", "fsslower", ("-t", "nfs", "-m", "0"), first_event),
                                     ("fsdist libbpf-tools", "fsdist", ("-t", "nfs", "1"), said("Tracing"))):
