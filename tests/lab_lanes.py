@@ -5,8 +5,16 @@ fixture) must take every guest down even while a lane is still booting it; that 
 tests/test_lab_lanes.py without booting anything."""
 from __future__ import annotations
 
+import sys
 import threading
 from typing import List, Optional
+
+
+def say(message: str) -> None:
+    """A lab job's line, from its lane thread: written to the stream pytest started with, not
+    to sys.stdout, which the unit test running meanwhile may hold (capsys: its exact output
+    then carried the line, and that test failed)."""
+    print(message, file=sys.__stdout__, flush=True)
 
 
 class Job:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import threading
 from typing import List
 
-from lab_lanes import Job, Lanes
+import pytest
+
+from lab_lanes import Job, Lanes, say
 
 
 class StepJob(Job):
@@ -68,3 +70,12 @@ def test_a_job_finished_before_the_stop_is_not_run_again() -> None:
     assert job.done.wait(10)
     lanes.stop()
     assert log == ["6.12 up", "6.12 ran its checks", "6.12 down"]
+
+
+def test_a_lane_threads_line_stays_out_of_the_running_tests_output(capsys: pytest.CaptureFixture) -> None:
+    """A cold CI run failed a unit test that compared its captured stdout exactly: a lane's line
+    ("[probes lab] no Debian package for ...") came in from its thread meanwhile."""
+    lane = threading.Thread(target=say, args=("[lab] kernel 6.12 (pair): {'up': 1.0}",))
+    lane.start()
+    lane.join()
+    assert capsys.readouterr() == ("", "")

@@ -41,7 +41,7 @@ from labs.install import install_tools
 from labs.vm.base import Lab
 from labs.vm.console import GuestFailure
 from labs.vm.qemu import QemuLab
-from lab_lanes import Job, Lanes
+from lab_lanes import Job, Lanes, say
 
 #: the CI kernels, each from its Debian suite's cached image (labs/vm/images.py)
 KERNELS: Tuple[str, ...] = ("7.3", "6.1", "6.12", "7.2", "5.10")
@@ -204,7 +204,7 @@ def guest_script(kernel_lab: KernelLab, part: str, script: str, timeout: float =
     out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
     (kernel_lab.artifacts / f"{part}.json").write_text(json.dumps(out, indent=1) + "\n")
-    print(f"[{part} lab] {kernel_lab.kernel}: {kernel_lab.times[part]:.0f} s", flush=True)
+    say(f"[{part} lab] {kernel_lab.kernel}: {kernel_lab.times[part]:.0f} s")
     return out
 
 
@@ -260,7 +260,7 @@ class KernelJob(Job):
             self.lab.down()
             times["down"] = round(time.monotonic() - down_started, 1)
             times["total"] = round(time.monotonic() - self.started_at, 1)
-            print(f"[lab] kernel {self.kernel} ({self.lab.topology}): {times}", flush=True)
+            say(f"[lab] kernel {self.kernel} ({self.lab.topology}): {times}")
             _record_times(self.root, self.kernel, times)
             self.done.set()
 
@@ -286,7 +286,7 @@ _JOBS: Dict[str, Job] = {}
 
 def new_lab(kernel: str) -> QemuLab:
     return QemuLab(kernel=kernel, topology=lab_topology(kernel), name=f"pytest-{kernel}",
-                   ssh=False, progress=lambda message: print(message, flush=True))
+                   ssh=False, progress=say)
 
 
 def boot(lab: QemuLab, kernel: str, root: Path, started: float) -> KernelLab:
@@ -464,8 +464,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             jobs.append(make(artifacts_root()))
     if not jobs:
         return
-    print(f"\n[lab] jobs {', '.join(job.name for job in jobs)}, {LANES} at a time; artefacts in {artifacts_root()}",
-          flush=True)
+    say(f"\n[lab] jobs {', '.join(job.name for job in jobs)}, {LANES} at a time; artefacts in {artifacts_root()}")
     _JOBS.update({job.name: job for job in jobs})
     ahead, seen = [], {_image_of(job.image_kernel()) for job in jobs[:LANES]}
     for job in jobs[LANES:]:

@@ -19,7 +19,7 @@ import json
 from typing import Any, Callable, Dict, Tuple
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, on_kernels, once_run, say
 
 from labs.checks.exporter import verdicts as ec
 from labs.checks.shared import GUEST_SCRIPTS
@@ -40,7 +40,7 @@ def run_guest_check(kernel_lab: Any) -> Dict[str, Any]:
         res = lab.run(f"cd {share} && python3 {GUEST_SCRIPTS['exporter']} {options}", timeout=1200)
     assert res.exit_code == 0, f"exit {res.exit_code}: {res.stderr[-2000:]}"
     out: Dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    print(f"[exporter lab] {kernel_lab.kernel}: {kernel_lab.times['exporter']:.0f} s", flush=True)
+    say(f"[exporter lab] {kernel_lab.kernel}: {kernel_lab.times['exporter']:.0f} s")
     ec.keep_results(out, kernel_lab.artifacts)
     return out
 

@@ -16,7 +16,7 @@ import json
 from typing import Any, Callable, Dict
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, on_kernels, once_run, say
 
 from labs.checks.faults.run import run_faults
 from labs.checks.faults.verdicts import (verify_default_pause_stalls, verify_exporter_names_the_stuck_server,
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.lab, on_kernels("faults")]
 
 @guest_run("faults", fixture="faults")
 def _run(kernel_lab: Any) -> Dict[str, Any]:
-    result = run_faults(kernel_lab.lab, progress=lambda message: print(message, flush=True))
+    result = run_faults(kernel_lab.lab, progress=say)
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
     (kernel_lab.artifacts / "faults.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -41,7 +41,7 @@ def faults(kernel_lab: Any) -> Dict[str, Any]:
 
 def _verdict(kernel_lab: Any, faults: Dict[str, Any], verify: Callable[[Dict[str, Any]], str]) -> None:
     detail = verify(faults)
-    print(f"[faults] {kernel_lab.kernel} {verify.__name__}: {detail}", flush=True)
+    say(f"[faults] {kernel_lab.kernel} {verify.__name__}: {detail}")
     (kernel_lab.artifacts / f"{verify.__name__}.txt").write_text(detail + "\n")
 
 

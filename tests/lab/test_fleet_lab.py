@@ -14,7 +14,7 @@ import json
 from typing import Any, Dict
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, on_kernels, once_run, say
 
 from labs.checks.fleet import run as fleet, verdicts as fc
 
@@ -24,10 +24,10 @@ pytestmark = pytest.mark.lab
 @guest_run("fleet", fixture="fleet_data")
 def run_fleet(kernel_lab: Any) -> Dict[str, Any]:
     with kernel_lab.timed("fleet"):
-        out = fleet.run_fleet(kernel_lab.lab, kernel_lab.artifacts, progress=lambda line: print(line, flush=True))
+        out = fleet.run_fleet(kernel_lab.lab, kernel_lab.artifacts, progress=say)
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
     (kernel_lab.artifacts / "fleet.json").write_text(json.dumps(out, indent=1) + "\n")
-    print(f"[fleet lab] {kernel_lab.kernel}: {kernel_lab.times['fleet']:.0f} s", flush=True)
+    say(f"[fleet lab] {kernel_lab.kernel}: {kernel_lab.times['fleet']:.0f} s")
     return out
 
 

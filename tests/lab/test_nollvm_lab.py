@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 import pytest
-from conftest import guest_run, guest_script, on_kernels, once_run
+from conftest import guest_run, guest_script, on_kernels, once_run, say
 
 from labs.checks.nollvm.verdicts import NOLLVM_CHECKS
 from labs.checks.shared import GUEST_SCRIPTS
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.lab, on_kernels("nollvm")]
 @guest_run("nollvm", fixture="nollvm", last=True)
 def run_nollvm(kernel_lab: Any) -> Dict[str, Any]:
     out = guest_script(kernel_lab, "nollvm", GUEST_SCRIPTS["nollvm"], timeout=1800)
-    print(f"[nollvm lab] {kernel_lab.kernel}: parts {out['seconds']}", flush=True)
+    say(f"[nollvm lab] {kernel_lab.kernel}: parts {out['seconds']}")
     return out
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from conftest import KERNELS, guest_run, guest_script, matrix, on_kernels, once_run
+from conftest import KERNELS, guest_run, guest_script, matrix, on_kernels, once_run, say
 
 from discover.errors import UserError
 from labs.checks.probes import verdicts as pc
@@ -54,7 +54,7 @@ def run_guest_checks(kernel_lab: Any) -> Dict[str, Dict[str, Any]]:
             res = lab.run(f"cd {share} && python3 {GUEST_SCRIPTS['probes']} {check}", timeout=1200)
         assert res.exit_code == 0, f"{check}: exit {res.exit_code}: {res.stderr[-2000:]}"
         out[check] = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"[probes lab] {kernel_lab.kernel} {check}: {kernel_lab.times[f'probes {check}']:.0f} s", flush=True)
+        say(f"[probes lab] {kernel_lab.kernel} {check}: {kernel_lab.times[f'probes {check}']:.0f} s")
     main = data(out, "main")
     release = main["kernel"]["release"]
     kernel_lab.artifacts.mkdir(parents=True, exist_ok=True)
@@ -180,8 +180,7 @@ def static_kernel(lab: Lab, release: str, functions: Any, modules: List[str]) ->
     try:
         return load_kernel(str(fetch_kernel(short_label(release))), functions, modules)
     except UserError as exc:
-        print(f"[probes lab] no Debian package for {release} ({exc}): using a discover snapshot of the guest",
-              flush=True)
+        say(f"[probes lab] no Debian package for {release} ({exc}): using a discover snapshot of the guest")
     guest = f"/tmp/profile-{release}.json"
     res = lab.run(f"cd /opt/probekit && python3 -m discover snapshot -o {guest} "
                   + " ".join(f"--btf-module {m}" for m in modules), timeout=900)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import guest_run, on_kernels, once_run
+from conftest import guest_run, on_kernels, once_run, say
 
 from labs.integration import CALLGRAPH_TARGETS, Report, run_integration
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.lab, on_kernels("integration")]
 
 @guest_run("integration", fixture="report")
 def _integration(kernel_lab) -> Report:  # type: ignore[no-untyped-def]
-    return run_integration(kernel_lab.lab, kernel_lab.artifacts, progress=lambda message: print(message, flush=True),
+    return run_integration(kernel_lab.lab, kernel_lab.artifacts, progress=say,
                            already_up=True)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from conftest import Job, lane_job, wait_for_job
+from conftest import Job, lane_job, say, wait_for_job
 
 from labs.checks.probes import verdicts as pc
 from labs.checks.shared import GUEST_SCRIPTS
@@ -90,7 +90,7 @@ class VagrantSmoke(Job):
                 self.facts["leftovers_error"] = f"{type(exc).__name__}: {exc}"
             self.times["down"] = round(time.monotonic() - down_started, 1)
             self.times["total"] = round(time.monotonic() - self.started_at, 1)
-            print(f"[lab] vagrant pair: {self.times}", flush=True)
+            say(f"[lab] vagrant pair: {self.times}")
             _record_times(self.root.parent, "vagrant", self.times)
             self.done.set()
 
