@@ -14,10 +14,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     import click
@@ -83,30 +84,48 @@ def short(value: Any, limit: int = 60) -> str:
 
 # -- undo steps ------------------------------------------------------------------------
 
-_cleanups: List[Callable[[], None]] = []
+#: (step, the thread that registered it), in the order registered
+_cleanups: List[Tuple[Callable[[], None], threading.Thread]] = []
+_cleanups_lock = threading.Lock()
 
 
 def at_exit(step: Callable[[], None]) -> Callable[[], None]:
     """Run `step` when the command ends, however it ends (last registered runs first)."""
-    _cleanups.append(step)
+    with _cleanups_lock:
+        _cleanups.append((step, threading.current_thread()))
     return step
 
 
 def forget(step: Callable[[], None]) -> None:
     """`step` was done (or is no longer needed) by the code that registered it."""
-    if step in _cleanups:
-        _cleanups.remove(step)
+    with _cleanups_lock:
+        _cleanups[:] = [entry for entry in _cleanups if entry[0] != step]
+
+
+def _next_cleanup() -> Optional[Callable[[], None]]:
+    """The last step this thread registered, or a thread that ended without running its own."""
+    me = threading.current_thread()
+    with _cleanups_lock:
+        for i in range(len(_cleanups) - 1, -1, -1):
+            step, owner = _cleanups[i]
+            if owner is me or not owner.is_alive():
+                del _cleanups[i]
+                return step
+    return None
 
 
 def run_cleanups() -> List[str]:
-    """Run and drop every registered undo step; one line per step that failed."""
+    """Run and drop the undo steps of this thread's command; one line per step that failed.
+    Another live thread's steps are its own: a test process runs commands in-process while its
+    lab threads fetch kernel packages (a command's end had ended their xz and download)."""
     failed = []
-    while _cleanups:
-        step = _cleanups.pop()
+    step = _next_cleanup()
+    while step is not None:
         try:
             step()
         except Exception as exc:  # one failed undo step must not skip the others
             failed.append(f"cleanup {getattr(step, '__name__', step)} failed: {exc}")
+        step = _next_cleanup()
     return failed
 
 

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List
@@ -139,6 +140,38 @@ def test_run_child_ends_its_group_on_error() -> None:
         errors.run_child(["sh", "-c", "sleep 30 & sleep 30; wait"], timeout=0.5)
     out = subprocess.run(["pgrep", "-f", "sleep 30 & sleep 30"], capture_output=True, text=True).stdout
     assert not out.strip()
+
+
+def test_a_commands_end_leaves_another_live_threads_children_alone() -> None:
+    """A command's end runs its own thread's undo steps (and those of threads that ended without
+    running theirs), not a live thread's: in the test process a unit test's in-process command
+    ended a lab thread's xz mid-stream (a 6.12 kernel package then read as truncated)."""
+    ready, finish = threading.Event(), threading.Event()
+    children: List[subprocess.Popen] = []
+
+    def lab_thread() -> None:
+        children.append(errors.spawn(["sleep", "30"]))
+        ready.set()
+        finish.wait(10)
+        errors.release(children[0])
+
+    lane = threading.Thread(target=lab_thread)
+    lane.start()
+    try:
+        assert ready.wait(10)
+        ended: List[str] = []
+        errors.at_exit(lambda: ended.append("mine"))
+        assert not errors.run_cleanups() and ended == ["mine"]
+        assert children[0].poll() is None  # the lab thread's child runs on
+    finally:
+        finish.set()
+        lane.join()
+    assert children[0].returncode == -signal.SIGTERM  # ended by its own thread's release
+
+    orphan = threading.Thread(target=lambda: children.append(errors.spawn(["sleep", "30"])))
+    orphan.start()
+    orphan.join()  # ended without undoing: the next command's end does it
+    assert not errors.run_cleanups() and children[1].wait(10) == -signal.SIGTERM
 
 
 @pytest.fixture
