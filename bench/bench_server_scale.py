@@ -7,38 +7,45 @@ leaves the guest) and its own NFSv3 mount of the guest's export through that add
 in the namespace (`nsenter --net`) inside one private mount namespace held by a `sleep` (so the
 server's tools see the server's mounts only, as on a real server: the clients' are elsewhere);
 the export is opened to 10.200.0.0/16 for the run (`exportfs -o`, undone after). `nolock`: the
-NLM side (statd per namespace) is not what is measured. Per size, a round of I/O from every
-client (a forked process in that mount namespace writes 4 KiB with fsync, stats and lists it
-on each mount) before each measurement, so that every client has rows:
+NLM side (statd per namespace) is not what is measured. Clients are set up BATCH at a time: one
+`ip -batch` for their namespaces and veths, one shell for their addresses and mounts. Per size,
+a round of I/O from every client (a forked process in that mount namespace writes 4 KiB with
+fsync, stats and lists it on each mount) before each measurement, so that every client has rows:
 - nfs-exporter --nfsd (core) from the share, fresh per size, with its default --client-limit
   (64) and with --client-limit 4096 (every client its own series): one warm scrape, then the
   median of SCRAPES whole /metrics GETs, the samples served (all, and the probekit_nfsd_ ones),
   the clients it labelled, VmRSS and VmHWM after them; then a Prometheus of the guest scraping
-  it with the shipped rules (packaging/prometheus/probekit-rules.yml): the median over RULE_EVALS
-  evaluations of the sum over the rule groups of prometheus_rule_group_last_duration_seconds;
+  it with the shipped rules (packaging/prometheus/probekit-rules.yml), its scrape interval and
+  timeout SCRAPE_MARGIN times the slowest measured scrape (MIN_SCRAPE_S at least), the rules
+  every EVAL_S: once it has two successful scrapes, the median over RULE_EVALS evaluations of
+  the sum over the rule groups of prometheus_rule_group_last_duration_seconds, and what it
+  scraped (rules_over_series: whether the rules ran over the exporter's series);
 - nfsdtop (core): its Session and its interval's code (commands.nfsdtop_frame) in a process of
   their own, one round of I/O per interval, FRAMES tables and FRAMES --json lines timed (wall
   time of producing the interval's output from the maps), the rows each had, VmRSS and VmHWM;
 - node_exporter (`--collector.nfsd`, /proc/net/rpc/nfsd: no per-client figures) scraped
   SCRAPES times, the anchor.
 `--profile` adds, at the largest size, cProfile's top functions of one nfsdtop --json interval.
-A Prometheus scrape slower than EVAL_S fails: its rule figure is then not over the series
-(rules_over_series says which are); the run kept (bench/README.md) met that from 10 clients on.
+A size that fails, or --until (HH:MM UTC: the guest's budget, from when the lab is up) running
+out, ends the run: the sizes done are kept, `stopped` says why.
 
-  flock /tmp/probekit-lab.lock .venv/bin/python bench/bench_server_scale.py [--lab NAME] [--json PATH]
-  python3 bench/bench_server_scale.py --in-guest [--profile] [--sizes 1,2]   # inside a guest, as root
+  flock /tmp/probekit-lab.lock .venv/bin/python bench/bench_server_scale.py [--lab NAME] [--json PATH] [--until HH:MM]
+  python3 bench/bench_server_scale.py --in-guest [--profile] [--sizes 1,2] [--budget S]   # inside a guest, as root
 """
 from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -58,13 +65,24 @@ EXPORT, BASE = "/srv/nfs", "/mnt/srvscale"
 EXPORT_OPTS = "rw,sync,no_root_squash,no_subtree_check,insecure"
 PROM_DIR = "/tmp/bench-srvscale-prometheus"
 RULES = os.path.join(PROJECT, "packaging", "prometheus", "probekit-rules.yml")
-EVAL_S = 4
-PROM_CONFIG = f"""global: {{scrape_interval: {EVAL_S}s, scrape_timeout: {EVAL_S}s, evaluation_interval: {EVAL_S}s}}
-rule_files: ['{RULES}']
-scrape_configs:
-  - job_name: probekit
-    static_configs: [{{targets: ['127.0.0.1:{EXPORTER_PORT}']}}]
-"""
+MOUNT_OPTS = "vers=3,nosharecache,nolock"
+#: clients set up per `ip -batch` and shell (Clients.add_batch)
+BATCH = 50
+#: Prometheus' scrape interval (and timeout) per exporter: SCRAPE_MARGIN times the slowest of
+#: its measured scrapes, whole seconds, at least MIN_SCRAPE_S; the rules evaluated every EVAL_S
+#: (the series stay in the head between scrapes)
+MIN_SCRAPE_S, SCRAPE_MARGIN, EVAL_S = 15, 3, 5
+#: the guest's seconds between polls of Prometheus
+POLL_S = 2
+
+
+def prom_config(scrape_s: int) -> str:
+    """prometheus.yml: the exporter scraped every `scrape_s` (its timeout as long), the shipped rules."""
+    return (f"global: {{scrape_interval: {scrape_s}s, scrape_timeout: {scrape_s}s, evaluation_interval: {EVAL_S}s}}\n"
+            f"rule_files: ['{RULES}']\n"
+            "scrape_configs:\n"
+            "  - job_name: probekit\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{EXPORTER_PORT}']}}]\n")
 
 
 def run(*argv: str) -> None:
@@ -101,12 +119,15 @@ def client_io(mntns: str, points: List[str]) -> None:
 
 
 class Clients:
-    """The namespaces, their addresses and mounts; everything made is undone by close()."""
+    """The namespaces, their addresses and mounts; everything made is undone by close(), from
+    what exists (the clients' mounts under BASE, the namespaces named), so a batch stopped
+    half-way is undone too."""
 
     def __init__(self) -> None:
         self.points: List[str] = []
         self.holder: Optional[subprocess.Popen] = None
         self.mntns = ""
+        self.namespaces: List[str] = []  # every namespace a batch was to make, made or not
         self.made: List[List[str]] = []  # what close() runs, last made first
 
     def open(self) -> None:
@@ -123,34 +144,57 @@ class Clients:
         self.made.append(["exportfs", "-u", f"{SUBNET}:{EXPORT}"])
 
     def grow(self, count: int) -> None:
-        """Client K: namespace srvscaleK, its veth's far end on the bridge, its mount BASE/K; then
-        an untimed round, so that the first exporter after it sees no MKDIR or CREATE the next does
-        not (the kept run, from before this round, did: bench/README.md)."""
+        """Clients up to `count`, BATCH at a time by add_batch(); then an untimed round, so
+        that the first exporter after it sees no MKDIR or CREATE the next does not."""
         while len(self.points) < count:
-            k, ns = len(self.points), f"srvscale{len(self.points)}"
-            run("ip", "netns", "add", ns)
-            self.made.append(["ip", "netns", "del", ns])
-            run("ip", "link", "add", f"srvs{k}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            run("ip", "link", "set", f"srvs{k}", "master", BRIDGE, "up")
-            run("ip", "-n", ns, "addr", "add", f"{address(k)}/16", "dev", "eth0")
-            run("ip", "-n", ns, "link", "set", "eth0", "up")
+            self.add_batch(range(len(self.points), min(count, len(self.points) + BATCH)))
+        client_io(self.mntns, self.points)  # new clients' directories and files: every later round alike
+
+    def add_batch(self, ks: range) -> None:
+        """Client K: namespace srvscaleK, its veth's far end on the bridge with its address, its
+        mount BASE/K. One `ip -batch` makes the namespaces and veths; one shell gives each
+        namespace its address (`ip -n`) and makes each mount (`nsenter` into the clients' mount
+        namespace and the client's network namespace opens both from here)."""
+        names = [f"srvscale{k}" for k in ks]
+        self.namespaces += names
+        links = "".join(f"netns add {ns}\nlink add srvs{k} type veth peer name eth0 netns {ns}\n"
+                        f"link set srvs{k} master {BRIDGE} up\n" for k, ns in zip(ks, names))
+        subprocess.run(["ip", "-batch", "-"], input=links, universal_newlines=True, check=True)
+        script = ["set -e"]
+        for k, ns in zip(ks, names):
             point = f"{BASE}/{k}"
             os.makedirs(point, exist_ok=True)
-            run("nsenter", f"--mount={self.mntns}", f"--net=/run/netns/{ns}", "mount", "-t", "nfs", "-o",
-                "vers=3,nosharecache,nolock", f"{SERVER}:{EXPORT}", point)
-            self.points.append(point)
-        client_io(self.mntns, self.points)  # new clients' directories and files: every later round alike
+            script += [f"printf 'addr add {address(k)}/16 dev eth0\\nlink set eth0 up\\n' | ip -n {ns} -batch -",
+                       f"nsenter --mount={self.mntns} --net=/run/netns/{ns} mount -t nfs -o {MOUNT_OPTS} "
+                       f"{SERVER}:{EXPORT} {point}"]
+        subprocess.run(["sh", "-c", "\n".join(script)], check=True)
+        self.points += [f"{BASE}/{k}" for k in ks]
 
     def io(self) -> None:
         client_io(self.mntns, self.points)
 
+    def mounted(self) -> List[str]:
+        """The clients' NFS mounts under BASE, from their mount namespace's own table."""
+        if self.holder is None:
+            return []
+        with open(f"/proc/{self.holder.pid}/mounts") as handle:
+            return [fields[1] for fields in (line.split() for line in handle)
+                    if fields[1].startswith(BASE + "/") and fields[2].startswith("nfs")]
+
     def close(self) -> None:
-        for point in reversed(self.points):
-            if subprocess.run(["nsenter", f"--mount={self.mntns}", "umount", point]).returncode:
-                subprocess.run(["nsenter", f"--mount={self.mntns}", "umount", "-f", "-l", point])
+        """Unmount every client mount (one shell in their namespace, forced and lazy where a plain
+        umount fails), end the holder, delete the namespaces (one `ip -force -batch`), then
+        the export and the bridge."""
+        points = self.mounted()
+        if points:
+            subprocess.run(["nsenter", f"--mount={self.mntns}", "sh", "-c",
+                            'for p; do umount "$p" || umount -f -l "$p"; done', "sh"] + points[::-1])
         if self.holder is not None:
             self.holder.kill()
             self.holder.wait()
+        if self.namespaces:
+            subprocess.run(["ip", "-force", "-batch", "-"], universal_newlines=True,
+                           input="".join(f"netns del {ns}\n" for ns in reversed(self.namespaces)))
         for argv in reversed(self.made):
             subprocess.run(argv)
 
@@ -169,38 +213,68 @@ def sample_values(text: str, name: str) -> Dict[str, float]:
     return out
 
 
-def rule_evaluation() -> Dict[str, Any]:
-    """A fresh Prometheus scraping the exporter with the shipped rules: after two evaluations
-    (rates need two scrapes), RULE_EVALS evaluations' time, all groups summed, read from its
-    own prometheus_rule_group_last_duration_seconds at each."""
+def prom_query(expr: str) -> float:
+    """The sum of an instant query's values in the guest's Prometheus (0 for an empty answer)."""
+    url = f"http://127.0.0.1:{PROM_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    answer = json.loads(urllib.request.urlopen(url, timeout=60).read().decode())
+    return sum(float(item["value"][1]) for item in answer["data"]["result"])
+
+
+def scrape_interval(scrape_max_s: float) -> int:
+    """Prometheus' scrape interval and timeout for an exporter whose slowest measured scrape
+    took `scrape_max_s`."""
+    return max(MIN_SCRAPE_S, math.ceil(SCRAPE_MARGIN * scrape_max_s))
+
+
+def rule_evaluation(scrape_s: int) -> Dict[str, Any]:
+    """A fresh Prometheus scraping the exporter every `scrape_s` with the shipped rules. Once it
+    has two successful scrapes (`up` 1; rates need two), RULE_EVALS evaluations' time, all
+    groups summed, read from its own prometheus_rule_group_last_duration_seconds after each;
+    then what it scraped (successful and failed scrapes, the slowest, the samples), its series,
+    and the samples the rules' last evaluation produced."""
     shutil.rmtree(PROM_DIR, ignore_errors=True)
     os.makedirs(PROM_DIR)
     with open(os.path.join(PROM_DIR, "prometheus.yml"), "w") as handle:
-        handle.write(PROM_CONFIG)
+        handle.write(prom_config(scrape_s))
     prom = start(["prometheus", f"--config.file={PROM_DIR}/prometheus.yml", f"--storage.tsdb.path={PROM_DIR}/data",
                   f"--web.listen-address=127.0.0.1:{PROM_PORT}"], "Server is ready to receive web requests",
                  "/tmp/bench-srvscale-prometheus.log")
+    began = time.monotonic()
     try:
-        seen, totals = 0, []
-        deadline = time.monotonic() + EVAL_S * (RULE_EVALS + 10) + 120
+        seen, totals, waited_s = -1, [], 0.0
+        deadline = began + scrape_s * 4 + EVAL_S * (RULE_EVALS + 2) + 300
         while len(totals) < RULE_EVALS and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            if seen < 0:  # not yet two successful scrapes: no evaluation counted
+                if prom_query('sum_over_time(up{job="probekit"}[1h])') >= 2:
+                    waited_s = time.monotonic() - began
+                    seen = int(min(sample_values(fetch(PROM_PORT), "prometheus_rule_group_iterations_total").values()))
+                continue
             text = fetch(PROM_PORT)
-            done = int(min(sample_values(text, "prometheus_rule_group_iterations_total").values(), default=0))
-            if done > seen and done >= 3:
+            done = int(min(sample_values(text, "prometheus_rule_group_iterations_total").values()))
+            if done > seen:
                 totals.append(sum(sample_values(text, "prometheus_rule_group_last_duration_seconds").values()))
-            seen = max(seen, done)
-            time.sleep(EVAL_S / 4)
+                seen = done
+        scraped = {"ok": int(prom_query('sum_over_time(up{job="probekit"}[1h])')),
+                   "all": int(prom_query('count_over_time(up{job="probekit"}[1h])')),
+                   "max_s": prom_query('max_over_time(scrape_duration_seconds{job="probekit"}[1h])'),
+                   "samples": int(prom_query('max_over_time(scrape_samples_scraped{job="probekit"}[1h])'))}
         text = fetch(PROM_PORT)
         head = sample_values(text, "prometheus_tsdb_head_series")
         failed = sum(sample_values(text, "prometheus_rule_evaluation_failures_total").values())
         rules = sum(sample_values(text, "prometheus_rule_group_rules").values())
+        produced = sum(sample_values(text, "prometheus_rule_group_last_evaluation_samples").values())
     finally:
         stop(prom)
         shutil.rmtree(PROM_DIR, ignore_errors=True)
     if len(totals) < RULE_EVALS:
-        raise RuntimeError(f"Prometheus evaluated the rules {seen} times only")
+        raise RuntimeError(f"Prometheus evaluated the rules {len(totals)} times over two scrapes "
+                           f"(every {scrape_s} s) in {time.monotonic() - began:.0f} s")
     return {"median_s": statistics.median(totals), "evals_s": totals, "rules": int(rules),
-            "head_series": int(sum(head.values())), "failures": int(failed)}
+            "head_series": int(sum(head.values())), "failures": int(failed), "rule_samples": int(produced),
+            "scrape_interval_s": scrape_s,
+            "eval_interval_s": EVAL_S, "scrapes": scraped, "waited_s": round(waited_s, 1),
+            "took_s": round(time.monotonic() - began, 1)}
 
 
 def exporter_at(clients: Clients, extra: List[str]) -> Dict[str, Any]:
@@ -220,7 +294,7 @@ def exporter_at(clients: Clients, extra: List[str]) -> Dict[str, Any]:
         text = fetch(EXPORTER_PORT)
         res["nfsd_samples"] = sum(1 for line in text.splitlines() if line.startswith("probekit_nfsd_"))
         res["clients_labelled"] = int(sample_values(text, "probekit_nfsd_clients_labelled")[""])
-        res["rules"] = rule_evaluation()
+        res["rules"] = rule_evaluation(scrape_interval(res["max_s"]))
         return res
     finally:
         stop(proc)
@@ -263,11 +337,23 @@ def nfsdtop_frames(mntns: str, points: List[str], profile: bool) -> Dict[str, An
     return res
 
 
-def in_guest(profile: bool, sizes_wanted: Tuple[int, ...] = CLIENTS) -> Dict[str, Any]:
+class BudgetReached(Exception):
+    """The run's time (--budget) ran out."""
+
+
+def in_guest(profile: bool, sizes_wanted: Tuple[int, ...] = CLIENTS, budget_s: int = 0) -> Dict[str, Any]:
+    """Every size in turn; a size that fails, or the budget (seconds, 0: none) running out,
+    ends the run with the sizes done kept and `stopped` saying why."""
     sizes: List[Dict[str, Any]] = []
     res: Dict[str, Any] = {"kernel": os.uname().release, "scrapes": SCRAPES, "frames": FRAMES,
-                           "rule_evals": RULE_EVALS, "limits": list(LIMITS), "sizes": sizes}
-    clients, node = Clients(), None
+                           "rule_evals": RULE_EVALS, "limits": list(LIMITS), "batch": BATCH, "sizes": sizes}
+    clients, node, count = Clients(), None, 0
+
+    def out_of_time(*_: Any) -> None:
+        raise BudgetReached(f"the run's budget of {budget_s} s ran out")
+
+    signal.signal(signal.SIGALRM, out_of_time)
+    signal.alarm(budget_s)
     try:
         clients.open()
         node = start(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{NODE_PORT}",
@@ -281,9 +367,14 @@ def in_guest(profile: bool, sizes_wanted: Tuple[int, ...] = CLIENTS) -> Dict[str
             row["nfsdtop"] = nfsdtop_here(clients, profile and count == sizes_wanted[-1])
             row["node_exporter"] = scrape_times(NODE_PORT, SCRAPES)
             row["server_clients"] = len(nfs_clients())
+            row["size_s"] = round(time.monotonic() - began, 1)
             sizes.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+    except Exception as error:  # noqa: BLE001 - the sizes done are kept, the reason with them
+        res["stopped"] = f"at {count} clients ({len(clients.points)} set up): {type(error).__name__}: {error}"
+        print(res["stopped"], file=sys.stderr, flush=True)
     finally:
+        signal.alarm(0)
         if node is not None:
             stop(node)
         clients.close()
@@ -309,10 +400,13 @@ def per_client_fit(res: Dict[str, Any], part: str, field: str, form: str = "") -
 
 
 def rules_over_series(run: Dict[str, Any]) -> bool:
-    """Whether Prometheus held the exporter's series when it evaluated the rules: a scrape
-    slower than its timeout (EVAL_S) leaves it only its own `up` and scrape_* series, and the
-    rules' time is then that of rules over nothing."""
-    return run["rules"]["head_series"] >= run["samples"]
+    """Whether Prometheus held the exporter's series when it evaluated the rules: every scrape
+    of it succeeded (two at least) and its head held as many series as the exporter serves. A
+    scrape slower than its timeout leaves it only its own `up` and scrape_* series (at a fixed
+    4 s timeout, the 2026-12-06 04:02 run met that from 10 clients on), and a failed one makes
+    the series stale: the rules' time is then that of rules over nothing."""
+    scrapes = run["rules"].get("scrapes", {"ok": 2, "all": 2})
+    return run["rules"]["head_series"] >= run["samples"] and scrapes["all"] >= 2 and scrapes["ok"] == scrapes["all"]
 
 
 def report(res: Dict[str, Any]) -> str:
@@ -320,27 +414,31 @@ def report(res: Dict[str, Any]) -> str:
     mib = lambda kib: f"{kib / 1024:.1f} MiB"  # noqa: E731
     lines = [f"bench_server_scale on {res['kernel']} (medians of {res['scrapes']} scrapes, {res['frames']} "
              f"intervals, {res['rule_evals']} rule evaluations)",
-             "| clients | " + " | ".join(f"{n} scrape | {n} samples (nfsd) | {n} RSS (peak) | {n} rules"
+             "| clients | " + " | ".join(f"{n} scrape | {n} samples (nfsd) | {n} RSS (peak) | {n} rules (scraped every)"
                                          for n in res["limits"])
              + " | nfsdtop table | nfsdtop --json | nfsdtop RSS (peak) | node_exporter scrape (samples) |"]
     for row in res["sizes"]:
         cells = [f"{ms(row[n]['median_s'])} | {row[n]['samples']} ({row[n]['nfsd_samples']}) | "
                  f"{mib(row[n]['rss_kib'])} ({mib(row[n]['hwm_kib'])}) | "
-                 + (ms(row[n]['rules']['median_s']) if rules_over_series(row[n]) else "not scraped")
+                 + (ms(row[n]['rules']['median_s']) + (f" ({row[n]['rules']['scrape_interval_s']} s)"
+                                                        if "scrape_interval_s" in row[n]["rules"] else "")
+                    if rules_over_series(row[n]) else "not scraped")
                  for n in res["limits"]]
         top = row["nfsdtop"]
         lines.append(f"| {row['clients']} | " + " | ".join(cells) +
                      f" | {ms(top['text']['median_s'])} | {ms(top['json']['median_s'])} | {mib(top['rss_kib'])} "
                      f"({mib(top['hwm_kib'])}) | {ms(row['node_exporter']['median_s'])} "
                      f"({row['node_exporter']['samples']}) |")
-    for name in res["limits"]:
+    for name in res["limits"] if len(res["sizes"]) >= 2 else []:
         _b, time_slope = per_client_fit(res, name, "median_s")
         _b, series = per_client_fit(res, name, "nfsd_samples")
         lines.append(f"{name}: {time_slope * 1000:.2f} ms and {series:.1f} nfsd samples per client")
-    for form in ("text", "json"):
+    for form in ("text", "json") if len(res["sizes"]) >= 2 else ():
         _b, slope = per_client_fit(res, "nfsdtop", "median_s", form)
         lines.append(f"nfsdtop {form}: {slope * 1e6:.0f} us per client")
-    if "profile" in res["sizes"][-1]["nfsdtop"]:
+    if "stopped" in res:
+        lines.append(f"stopped {res['stopped']}")
+    if res["sizes"] and "profile" in res["sizes"][-1]["nfsdtop"]:
         lines += ["--- profile, one nfsdtop --json interval", res["sizes"][-1]["nfsdtop"]["profile"]]
     return "\n".join(lines)
 
@@ -353,28 +451,71 @@ def main(argv: List[str]) -> int:
     if "--in-guest" in argv:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: namespaces, mounts, export undone
         sizes = tuple(int(n) for n in argv[argv.index("--sizes") + 1].split(",")) if "--sizes" in argv else CLIENTS
-        print(json.dumps(in_guest("--profile" in argv, sizes)))
+        budget = int(argv[argv.index("--budget") + 1]) if "--budget" in argv else 0
+        print(json.dumps(in_guest("--profile" in argv, sizes, budget)))
         return 0
     lab = argv[argv.index("--lab") + 1] if "--lab" in argv else None
     out = argv[argv.index("--json") + 1] if "--json" in argv else "/tmp/bench_server_scale.json"
+    until = until_epoch(argv[argv.index("--until") + 1]) if "--until" in argv else 0.0
     began, load = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), os.getloadavg()
+    guests = qemu_guests()
     kept: List[Dict[str, Any]] = []
+    loads: List[float] = []
+    sampling = threading.Event()
+
+    def sample_load() -> None:
+        while not sampling.wait(30):
+            loads.append(os.getloadavg()[0])
+
+    def save() -> Dict[str, Any]:
+        """The guest's JSON with the host's figures, written to `out`."""
+        host = {"began": began, "ended": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                "load_start": load, "load_end": os.getloadavg(), "load_1m_samples": loads,
+                "load_mean_1m": round(statistics.mean(loads), 1) if loads else None,
+                "cpus": os.cpu_count(), "qemu_guests_running": guests}
+        with open(out, "w") as handle:
+            json.dump(dict(kept[0], host=host), handle, indent=1)
+        return host
 
     def keep(data: Dict[str, Any]) -> str:
         kept.append(data)
+        save()  # before the report: nothing lost if it fails
         return report(data)
 
-    code = run_in_lab(lab, "bench-server-scale", "python3 bench/bench_server_scale.py --in-guest" +
-                      (" --profile" if "--profile" in argv else ""), 7200, keep, kernel="6.12")
+    def command() -> str:
+        budget = f" --budget {max(60, int(until - time.time()))}" if until else ""
+        return f"python3 bench/bench_server_scale.py --in-guest{budget}" + (" --profile" if "--profile" in argv else "")
+
+    threading.Thread(target=sample_load, daemon=True).start()
+    try:
+        code = run_in_lab(lab, "bench-server-scale", command, 7200, keep, kernel="6.12")
+    finally:
+        sampling.set()
     if kept:
-        host = {"began": began, "ended": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                "load_start": load, "load_end": os.getloadavg(), "cpus": os.cpu_count()}
-        with open(out, "w") as handle:
-            json.dump(dict(kept[0], host=host), handle, indent=1)
+        host = save()
         print(f"bench_server_scale: {began} to {host['ended']}, host load {load[0]:.1f} at the start, "
               f"{host['load_end'][0]:.1f} at the end; JSON in {out}")
     return code
 
+
+def until_epoch(hhmm: str) -> float:
+    """The next HH:MM UTC (today's, or tomorrow's once past) as seconds since the epoch."""
+    hour, minute = (int(part) for part in hhmm.split(":"))
+    now = time.time()
+    at = now - now % 86400 + hour * 3600 + minute * 60
+    return at if at > now else at + 86400
+
+
+def qemu_guests() -> int:
+    """QEMU processes running on the host when the run began (other benches' or CI's guests)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as handle:
+                count += handle.read().startswith("qemu-system")
+        except OSError:
+            pass
+    return count
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

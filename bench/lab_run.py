@@ -9,16 +9,17 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: int,
+def run_in_lab(lab_name: Optional[str], name: str, guest_command: Union[str, Callable[[], str]], timeout: int,
                report: Callable[[Dict[str, Any]], str], kernel: str = "6.1",
                prepare: Optional[Callable[[Any], None]] = None) -> int:
     """`guest_command` runs in the share (e.g. `python3 bench/x.py --in-guest`) and prints
-    its JSON last; 0 when it did. `prepare(lab)` runs first (e.g. installs packages)."""
+    its JSON last; 0 when it did. `prepare(lab)` runs first (e.g. installs packages). A callable
+    `guest_command` is called once the lab is up (e.g. to give the guest what time is left)."""
     sys.path.insert(0, PROJECT)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the lab below goes down
     from labs.cli import attach_lab
@@ -31,7 +32,8 @@ def run_in_lab(lab_name: Optional[str], name: str, guest_command: str, timeout: 
         if prepare is not None:
             prepare(lab)
         share = getattr(lab, "guest_project_dir", "/opt/probekit")
-        res = lab.run(f"cd {share} && {guest_command}", timeout=timeout)
+        command = guest_command() if callable(guest_command) else guest_command
+        res = lab.run(f"cd {share} && {command}", timeout=timeout)
         if res.exit_code != 0:
             print(res.stdout, res.stderr, file=sys.stderr)
             return 1
