@@ -136,11 +136,11 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
                     bpf[state][0] += runs
                     bpf[state][1] += ns
                     # bcc names a function's entry and exit programs alike: the second is NAME.1
-                    name = after[prog].get("name", str(prog))
-                    named[name] = named.get(name, -1) + 1
+                    program = after[prog].get("name", str(prog))
+                    named[program] = named.get(program, -1) + 1
                     if runs:
-                        add_program(programs[state], f"{name}.{named[name]}" if named[name] else name, after[prog],
-                                    runs, ns)
+                        add_program(programs[state], f"{program}.{named[program]}" if named[program] else program,
+                                    after[prog], runs, ns)
             finally:
                 proc.terminate()
                 proc.wait(120)
