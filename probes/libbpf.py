@@ -156,6 +156,8 @@ class Libbpf:
         self.version = (int(self.lib.libbpf_major_version()), int(self.lib.libbpf_minor_version()))
         self.log: List[str] = []
         libc = ctypes.CDLL(None)
+        #: glibc's malloc_trim (None elsewhere): trim_heap
+        self._malloc_trim = getattr(libc, "malloc_trim", None)
         self._vsnprintf = libc.vsnprintf
         self._vsnprintf.argtypes = [ctypes.c_char_p, _sz, ctypes.c_char_p, _p]
 
@@ -175,6 +177,13 @@ class Libbpf:
         if self._trace_targets is None:
             self._trace_targets = TraceTargets(self)
         return self._trace_targets
+
+    def trim_heap(self) -> None:
+        """The heap's free pages back to the kernel (glibc's malloc_trim): before libbpf parses
+        the kernel's BTF, whose ~11 MiB at its height come on top of what the process holds then
+        (a start's peak memory), what Python freed since its imports is not held too."""
+        if self._malloc_trim is not None:
+            self._malloc_trim(0)
 
     @contextmanager
     def printer_off(self) -> Iterator[None]:
@@ -649,6 +658,7 @@ class BpfObject:
 
     def load(self) -> None:
         self.lib.take_log()
+        self.lib.trim_heap()
         try:
             if self.lib.lib.bpf_object__load(self.obj) != 0:
                 raise self.lib.fail("bpf_object__load")

@@ -7,6 +7,7 @@ import ctypes
 import gzip
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -150,6 +151,27 @@ def test_an_object_opens_without_libbpfs_printer_and_a_refused_one_says_why(buil
     with pytest.raises(LibbpfError) as again:
         BpfObject(lib, truncated)
     assert "\nlibbpf: elf: " in str(again.value) and calls
+
+
+def test_the_heap_freed_before_a_load_goes_back_to_the_kernel() -> None:
+    """BpfObject.load trims the heap first (glibc's malloc_trim): freed memory below the heap's
+    top, which free() alone keeps, is not under the peak of libbpf's parse of the kernel's BTF."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+
+    def rss_mib() -> float:
+        return int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+    blocks = [libc.malloc(4096) for _ in range(8192)]  # 32 MiB in pieces below the mmap threshold
+    for block in blocks:
+        ctypes.memset(block, 1, 4096)
+    top = libc.malloc(64)  # allocated last: the heap cannot shrink from its end
+    for block in blocks:
+        libc.free(block)
+    freed = rss_mib()
+    Libbpf().trim_heap()
+    assert rss_mib() < freed - 24
+    libc.free(top)
 
 
 def test_struct_reads_are_co_re_relocations(built: Path) -> None:
