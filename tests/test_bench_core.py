@@ -104,7 +104,8 @@ def test_start_up_phases_come_in_a_starts_order_with_the_peak_only_growing() -> 
              "backend choice", "backend opened", "generate", "layout released", "module BTF objects found",
              "object opened", "fentry targets given", "fentry targets named", "bpf_object__load", "attach",
              "Session up"]
-    for name in ("startup_phases_before.json", "startup_phases.json"):
+    for name in ("startup_phases_before.json", "startup_phases.json", "startup_phases_objects_before.json",
+                 "startup_phases_objects.json", "startup_phases_trim.json"):
         for run in phases(name)["nfsslower"]:
             names = [row["name"] for row in run["phases"]]
             assert [step for step in order if any(n.startswith(step) for n in names)] == [
@@ -128,3 +129,50 @@ def test_module_targets_by_btf_object_leave_the_module_btfs_out_of_the_start() -
         assert now["module BTF objects found by name"]["s"] + now["fentry targets given by BTF object and type id"]["s"] < 0.1
         assert abs(new["hwm_mib"] - old["hwm_mib"]) < 0.5
         assert now["bpf_object__load"]["hwm_mib"] - now["object opened"]["hwm_mib"] > 8  # vmlinux's BTF
+
+
+#: one 6.12 boot, 2026-12-06 21:56-22:02 UTC: main's package (24ef070), then the tree's with the
+#: object read at each open and opened without libbpf's printer (aa78023); a second boot at
+#: 22:07-22:10, the heap trimmed before the load as well (22f4329)
+OBJECTS = ("bench_core_objects_before.json", "bench_core_objects.json", "bench_core_trim.json")
+
+
+def medians_of(name: str, part: str, measure: str) -> Dict[str, float]:
+    res = json.loads((STARTUP.parent / name).read_text())
+    return {tool: value for tool, value in bench_core.medians(res[part]["runs"], measure).items() if value is not None}
+
+
+@pytest.mark.parametrize("name", OBJECTS)
+def test_the_floor_is_measured_beside_the_tools(name: str) -> None:
+    """python3 up, alone and with click imported, in the same rounds as the tools: the part of a
+    start and of its peak that is the interpreter's, and click's share of the rest."""
+    start, peak = medians_of(name, "startup", "s"), medians_of(name, "startup", "hwm_kib")
+    assert start["python3"] < start["python3 + click"] < start["core"]
+    assert peak["python3"] < peak["libbpf-tools"] and peak["python3 + click"] - peak["python3"] > 4 * 1024
+    assert start["python3 + click"] - start["python3"] > 0.3  # click's import: half of fsslower's whole start
+
+
+def test_a_start_no_longer_holds_the_object_and_the_exporter_serves_under_40_mib() -> None:
+    """The 3.2 MB object was held twice at the load (the backend's bytes and BpfObject's copy):
+    each tool's peak fell by more than 3 MiB, the exporter's serving peak from 43 to under 40 MiB;
+    the heap trimmed before the load took nfsslower's down by 2 MiB more."""
+    before, after, trimmed = (medians_of(name, "startup", "hwm_kib") for name in OBJECTS)
+    for tool in ("core", "nfsdist core", "exporter core"):
+        assert before[tool] - after[tool] > 3 * 1024, tool
+    assert before["core"] / before["libbpf-tools"] > 3 > after["core"] / after["libbpf-tools"]
+    assert after["core"] - trimmed["core"] > 2 * 1024
+    serving_before, serving_after = (medians_of(name, "exporter", "hwm_kib")["exporter core"] for name in OBJECTS[:2])
+    assert serving_before > 40 * 1024 > serving_after
+
+
+def test_the_object_opens_faster_and_the_load_peaks_lower() -> None:
+    """startup_phases in the same boots: the open without the printer's calls into Python took
+    under 0.1 s (0.12 before), the choice no longer reads the object, and bpf_object__load's
+    peak fell with each change."""
+    runs = [[{row["name"].split(" (")[0]: row for row in run["phases"]} for run in phases(name)["nfsslower"]]
+            for name in ("startup_phases_objects_before.json", "startup_phases_objects.json", "startup_phases_trim.json")]
+    before, after, trimmed = runs
+    assert min(run["object opened"]["s"] for run in before) > 0.1 > max(run["object opened"]["s"] for run in after)
+    assert max(run["backend choice"]["s"] for run in after) < 0.01
+    loads = [statistics.median(run["bpf_object__load"]["hwm_mib"] for run in boot) for boot in runs]
+    assert loads[0] - loads[1] > 3 and loads[1] - loads[2] > 2
