@@ -16,7 +16,16 @@ PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def probekit_version() -> str:
-    """The version of the installed probekit distribution, else the checkout's pyproject.toml's."""
+    """The running probekit's version: the metadata installed beside its packages (the Debian
+    package's /usr/lib/probekit, a wheel's site-packages), read as a file: importlib.metadata
+    (which imports email) costs the exporter's first scrape and a tool's -v 1.4 MiB. Else the
+    installed distribution importlib.metadata finds (an editable install), else the checkout's
+    pyproject.toml's."""
+    beside = list(PYPROJECT.parent.glob("probekit-*.dist-info/METADATA"))
+    if len(beside) == 1:
+        found = re.search(r"^Version: (\S+)$", beside[0].read_text(errors="replace"), re.M)
+        if found:
+            return found.group(1)
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -135,6 +135,12 @@ def test_every_command_is_on_path_and_runs_from_the_private_directory(deb: Path,
     res = subprocess.run([sys.executable, "-c", check], stdout=subprocess.PIPE, universal_newlines=True,
                          check=True, cwd=tmp_path)
     assert res.stdout.strip() == "[]"
+    # the version read from the metadata beside the packages, without importlib.metadata (1.4 MiB)
+    check = (f"import sys; sys.path.insert(0, {private!r}); from discover.version import probekit_version; "
+             "print(probekit_version(), 'importlib.metadata' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", check], stdout=subprocess.PIPE, universal_newlines=True,
+                         check=True, cwd=tmp_path)
+    assert res.stdout.split() == [version, "False"]
 
 
 def test_every_command_has_its_man_page(deb: Path, tree: Path) -> None:
