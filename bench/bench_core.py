@@ -10,7 +10,7 @@ before (A B, B A, A B), and takes the median per tool:
   --backend core 1` and of libbpf-tools' `fsdist -t nfs 1`, and to nfs-exporter's (core)
   "probe attached"; all while an O_SYNC 4 KiB write to the NFSv3 mount comes every 0.2 s;
   each one's peak resident memory (VmHWM) a second after that line. Beside them the floor:
-  python3 up and printing a line, alone and after `import click`. Targets: core <= 0.1x
+  python3 up and printing a line, alone and after `import argparse`. Targets: core <= 0.1x
   bcc; nfsslower, nfsdist and the exporter <= 2x libbpf-tools' fsslower / fsdist in time,
   the terminal tools <= 2x in peak memory (the exporter's: < 40 MiB, said beside).
 - exporter: on MOUNTS NFSv3 mounts (bench_exporter's), nfs-exporter on core and on bcc,
@@ -55,9 +55,9 @@ LIBBPF_TOOLS = "libbpf-tools"
 #: where the host unpacks libbpf-tools in the guest (dpkg-deb -x), with its version in VERSION:
 #: installing it would remove probekit's package, which conflicts with it (the same tool names)
 LIBBPF_TOOLS_ROOT = "/opt/libbpf-tools"
-#: the interpreter the tools run on, alone and with click (their command line) imported, kept
+#: the interpreter the tools run on, alone and with argparse (their command line) imported, kept
 #: up like a tool: the part of a start and of its peak that no change inside probekit removes
-FLOORS = {"python3": "", "python3 + click": "import click; "}
+FLOORS = {"python3": "", "python3 + argparse": "import argparse; "}
 #: (numerator, denominator, measure, target or None) of each part's ratios of medians
 RATIOS: Dict[str, List[Tuple[str, str, str, Optional[float]]]] = {
     "startup": [("core", "bcc", "s", 0.1), ("core", "libbpf-tools", "s", 2.0),

@@ -38,6 +38,12 @@ class UserError(Exception):
     exit_code = EXIT_ERROR
 
 
+class UsageError(UserError):
+    """A command line that does not parse (an unknown option, a value out of its range): exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
 class Terminated(BaseException):
     """SIGTERM or SIGHUP arrived: unwind like Ctrl-C (a BaseException, so `except Exception` cannot eat it)."""
 
@@ -286,10 +292,13 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 def _message(exc: BaseException) -> tuple:
     """(exit code, message) for an exception reaching the boundary; None message = print nothing."""
-    import click  # here, not at the top: the package build (probes.build_core) has no click
-
     if isinstance(exc, UserError):
         return exc.exit_code, f"error: {exc}"
+    # click only where a command imported it: the package build (probes.build_core) has no click,
+    # and the tools parse their command lines with argparse (discover.arguments)
+    click = sys.modules.get("click")
+    if click is None:
+        return _plain_message(exc)
     # click 8.2+ raises this for a group called without a command (older click printed the help itself)
     no_args_is_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
     if isinstance(exc, click.exceptions.Exit):
@@ -301,7 +310,14 @@ def _message(exc: BaseException) -> tuple:
         return exc.exit_code, f"error: {exc.format_message()} (see {exc.ctx.command_path} --help)"
     if isinstance(exc, click.ClickException):
         return exc.exit_code, f"error: {exc.format_message()}"
-    if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+    if isinstance(exc, click.exceptions.Abort):
+        return EXIT_SIGINT, "interrupted (Ctrl-C); stopped and cleaned up"
+    return _plain_message(exc)
+
+
+def _plain_message(exc: BaseException) -> tuple:
+    """(exit code, message) for the exceptions every command may raise, click or not."""
+    if isinstance(exc, KeyboardInterrupt):
         return EXIT_SIGINT, "interrupted (Ctrl-C); stopped and cleaned up"
     if isinstance(exc, Terminated):
         return 128 + exc.signum, f"terminated by {exc}; stopped and cleaned up"
@@ -322,8 +338,7 @@ def run_cli(prog: str, entry: Union[click.Command, Callable[[], object]],
     A click command is invoked without click's own main(): that one turns Ctrl-C into an
     Abort with a blank stderr line first, and lets other exceptions through as tracebacks.
     """
-    import click
-
+    click = sys.modules.get("click")
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_terminated)
     for var in ("COLUMNS", "LINES"):  # COLUMNS=0 would make rich print nothing: use the terminal's size
@@ -333,7 +348,7 @@ def run_cli(prog: str, entry: Union[click.Command, Callable[[], object]],
     code: int = 0
     line: Optional[str] = None
     try:
-        if isinstance(entry, click.Command):
+        if click is not None and isinstance(entry, click.Command):
             argv = sys.argv[1:] if args is None else args
             with entry.make_context(prog, list(argv)) as ctx:
                 entry.invoke(ctx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-import click
+from typing import Any, Callable
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
@@ -35,12 +35,16 @@ def probekit_version() -> str:
         return f"{match.group(1)}+checkout" if match else "unknown"
 
 
-def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
-        click.echo(f"{ctx.info_name} {probekit_version()}")
-        ctx.exit()
+def version_option(command: Callable[..., Any]) -> Any:
+    """--version on a click command (the groups'): its name and probekit's version. click is
+    imported here, by the commands that use it: the tools parse with argparse
+    (discover.arguments) and do not pay for its import."""
+    import click
 
+    def print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value and not ctx.resilient_parsing:
+            click.echo(f"{ctx.info_name} {probekit_version()}")
+            ctx.exit()
 
-#: --version on every command: the command's name and probekit's version
-version_option = click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-                              help="Print probekit's version and exit.")
+    return click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=print_version,
+                        help="Print probekit's version and exit.")(command)

@@ -16,12 +16,10 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-import click
-
+from discover.arguments import Parser, file_path, float_at_least, int_range
 from discover.errors import UserError, run_cli
-from discover.version import version_option
 from probes.backend_choice import BACKENDS
 from probes.cgroups import CgroupNames, filter_dir, task_cgroup
 from probes.filenames import FileNames
@@ -37,8 +35,8 @@ OPS_HELP = ("Comma-separated operations (names or letters), or all: "
             + f". Default: {','.join(OPS[op] for op in DEFAULT_OPS)}. P times every RPC (sunrpc),"
             " whoever started it; RPCs are tracked in flight whatever --ops says, so an operation"
             " stuck outside it shows as the RPC it waits in.")
-COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, not by the writing "
-               "process: with -p PID only the commits its own fsync starts are shown.")
+COMMIT_NOTE = ("Commit (C) is mostly started by writeback in kworker threads, not by the writing process:\n"
+               "with -p PID only the commits its own fsync starts are shown.")
 
 
 class Target(NamedTuple):
@@ -81,39 +79,47 @@ def nfs_target(spec_path: Optional[str]) -> Target:
     return find_target(None if spec_path else "nfs", spec_path)
 
 
-SPEC_OPTION = click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
-                           help="Probe spec (default: the filesystem's in probes/specs/).")
-VERBOSE_OPTION = click.option("-v", "--verbose", is_flag=True,
-                              help="Say which attach point each operation uses, and why others were skipped.")
-KPROBES_OPTION = click.option("--kprobes", "kprobes_only", is_flag=True,
-                              help="Attach kprobe pairs even where fentry/fexit work (they cost more per "
-                                   "operation; for comparing the two, or a kernel whose trampolines misbehave).")
-BACKEND_OPTION = click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-                              help="BPF loader: core loads the prebuilt CO-RE object with libbpf (no compiler on "
-                                   "this machine), bcc compiles the probe at start-up; auto takes core where "
-                                   "libbpf 1.0+, a 5.17+ kernel, its BTF and the object allow, else bcc (-v says "
-                                   "which and why).")
+def spec_option(parser: Parser) -> None:
+    parser.add_argument("--spec", dest="spec_path", metavar="FILE", type=file_path,
+                        help="Probe spec (default: the filesystem's in probes/specs/).")
 
 
-def common(func: Any) -> Any:
-    func = SPEC_OPTION(func)
-    func = click.option("--mount-point", "mount_point", metavar="PATH",
-                        help="Only operations on the mount holding PATH (filtered in the kernel; "
-                             "RPCs, which have no file, are left out).")(func)
-    func = click.option("--cgroup", "cgroup", metavar="PATH",
-                        help="Only tasks in this cgroup v2 subtree (a directory under /sys/fs/cgroup, or "
-                             "its path as /proc/PID/cgroup writes it; filtered in the kernel).")(func)
-    func = VERBOSE_OPTION(func)
-    func = click.option("--ops", "ops_text", help=OPS_HELP)(func)
-    func = KPROBES_OPTION(func)
-    return BACKEND_OPTION(func)
+def loader_options(parser: Parser) -> None:
+    """-v, --kprobes and --backend: how the probe is chosen and loaded (every tool's)."""
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="Say which attach point each operation uses, and why others were skipped.")
+    parser.add_argument("--kprobes", dest="kprobes_only", action="store_true",
+                        help="Attach kprobe pairs even where fentry/fexit work (they cost more per operation; for "
+                             "comparing the two, or a kernel whose trampolines misbehave).")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="BPF loader: core loads the prebuilt CO-RE object with libbpf (no compiler on this "
+                             "machine), bcc compiles the probe at start-up; auto takes core where libbpf 1.0+, a "
+                             "5.17+ kernel, its BTF and the object allow, else bcc (-v says which and why). "
+                             "[default: auto]")
 
 
-def fs_type_option(func: Any) -> Any:
+def common(parser: Parser) -> None:
+    """The client tools' filters and loader options."""
+    parser.add_argument("--ops", dest="ops_text", metavar="TEXT", help=OPS_HELP)
+    parser.add_argument("--cgroup", metavar="PATH",
+                        help="Only tasks in this cgroup v2 subtree (a directory under /sys/fs/cgroup, or its path "
+                             "as /proc/PID/cgroup writes it; filtered in the kernel).")
+    parser.add_argument("--mount-point", dest="mount_point", metavar="PATH",
+                        help="Only operations on the mount holding PATH (filtered in the kernel; RPCs, which have "
+                             "no file, are left out).")
+    spec_option(parser)
+    loader_options(parser)
+
+
+def fs_type_option(parser: Parser) -> None:
     """libbpf-tools' -t/--type: which filesystem's spec (probes/specs/FS.toml)."""
-    return click.option("-t", "--type", "fs_type", metavar="FS",
+    parser.add_argument("-t", "--type", dest="fs_type", metavar="FS",
                         help="Filesystem to trace: a spec in probes/specs (" + ", ".join(known_types())
-                             + "); or give --spec FILE.")(func)
+                             + "); or give --spec FILE.")
+
+
+def pid_option(parser: Parser) -> None:
+    parser.add_argument("-p", "--pid", type=int_range(1), help="Trace this process (TGID) only.")
 
 
 class Filters:
@@ -169,9 +175,9 @@ def stall_row(clock: str, stall: Stall, letter: str, mount: Optional[str] = None
 
 
 SLOWER_EXAMPLES = f"""
-\b
+
 {COMMIT_NOTE}
-\b
+
 Examples:
   nfsslower                # trace NFS operations slower than 10 ms
   nfsslower 1              # trace NFS operations slower than 1 ms
@@ -185,34 +191,32 @@ Examples:
   nfsslower -M 1           # ... 1 ms, with a MOUNT column (the mount point)
   nfsslower --mount-point /mnt/nfs 1     # one mount only
   nfsslower --cgroup /sys/fs/cgroup/system.slice/backup.service 1  # one unit (and its children)
-\b
+
 Operations still in flight past MIN_MS are printed while they last (a server that stops
 answering shows at once, not only when it comes back): LAT(ms) reads `>ms so far`,
 BYTES/OFF_KB `-`, and the file name is followed by `(in flight; RPC proc to server)`; CSV:
 LATENCY_us `>us`; JSON: "in_flight": true, "in_flight_ms" (completed lines: "in_flight":
 false, "lat_us"). Each is printed when it crosses MIN_MS (at least 1 s) and again every
 --stall-interval seconds; its completion line follows when it ends.
-\b
+
 JSON lines always carry "mount" (mount point, null for RPCs) and "cgroup" (cgroup v2 path).
 """
 
 
-def slower_options(func: Any) -> Any:
+def slower_options(parser: Parser) -> None:
     """The options nfsslower and fsslower share (bcc's, and probekit's own)."""
-    func = common(func)
-    for option in reversed((
-            click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
-            click.option("--json", "as_json", is_flag=True, help="One JSON object per event."),
-            click.option("--stall-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
-                         help="Seconds between repeats of a stuck operation's line; 0: no in-flight lines."),
-            click.option("-M", "--mount", "show_mount", is_flag=True,
-                         help="A MOUNT column (mount point) before FILENAME."))):
-        func = option(func)
-    return func
+    pid_option(parser)
+    parser.add_argument("--json", dest="as_json", action="store_true", help="One JSON object per event.")
+    parser.add_argument("--stall-interval", metavar="SECONDS", type=float_at_least(0), default=10.0,
+                        help="Seconds between repeats of a stuck operation's line; 0: no in-flight lines. "
+                             "[default: 10.0]")
+    parser.add_argument("-M", "--mount", dest="show_mount", action="store_true",
+                        help="A MOUNT column (mount point) before FILENAME.")
+    common(parser)
 
 
 FS_SLOWER_EXAMPLES = """
-\b
+
 Examples:
   fsslower -t ext4             # trace ext4 operations slower than 10 ms
   fsslower -t xfs 1            # trace XFS operations slower than 1 ms (or: -m 1)
@@ -221,49 +225,57 @@ Examples:
   fsslower -t ext4 --mount-point /srv/data 1   # one mount only (the root fs is ext4 too)
   fsslower -t xfs --json -M 0  # every operation as JSON, with its mount
   fsslower --spec my-fs.toml 1 # a spec of your own (discover propose FS)
-\b
+
 Columns, CSV and JSON as nfsslower's; the filesystems known: probes/specs/*.toml.
 Operations still in flight past MIN_MS are printed while they last (LAT(ms) `>ms so far`).
 """
 
 
-@click.command("nfsslower", epilog=SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@click.argument("min_ms", type=click.IntRange(min=0), default=10, required=False)
-@click.option("-j", "--csv", "as_csv", is_flag=True, help="CSV output, times in microseconds (bcc's -j).")
-@slower_options
-def nfsslower(min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool, stall_interval: float,
-              show_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
-              verbose: bool, spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
+def nfsslower_parser() -> Parser:
+    parser = Parser("nfsslower", "[OPTIONS] [MIN_MS]", nfsslower.__doc__ or "", SLOWER_EXAMPLES)
+    parser.add_argument("min_ms", metavar="MIN_MS", nargs="?", type=int_range(0), default=10,
+                        help="Latency threshold in ms. [default: 10]")
+    parser.add_argument("-j", "--csv", dest="as_csv", action="store_true",
+                        help="CSV output, times in microseconds (bcc's -j).")
+    slower_options(parser)
+    return parser
+
+
+def nfsslower(argv: Optional[Sequence[str]] = None) -> None:
     """Trace NFS reads, writes, opens, getattrs, fsyncs and commits slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck."""
-    run_slower("nfsslower", nfs_target(spec_path), min_ms, pid, as_csv, as_json, stall_interval, show_mount, cgroup, mount_point, ops_text, verbose,
-               kprobes_only, backend)
+    a = nfsslower_parser().parse(argv)
+    run_slower("nfsslower", nfs_target(a.spec_path), a.min_ms, a.pid, a.as_csv, a.as_json, a.stall_interval,
+               a.show_mount, a.cgroup, a.mount_point, a.ops_text, a.verbose, a.kprobes_only, a.backend)
 
 
-@click.command("fsslower", epilog=FS_SLOWER_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@click.argument("min_arg", metavar="[MIN_MS]", type=click.IntRange(min=0), required=False)
-@fs_type_option
-@click.option("-m", "--min", "min_opt", type=click.IntRange(min=0), metavar="MIN_MS",
-              help="Min latency to trace, in ms (default 10; 0 traces all): libbpf-tools' -m, or MIN_MS as bcc.")
-@click.option("-c", "-j", "--csv", "as_csv", is_flag=True,
-              help="CSV output, times in microseconds (libbpf-tools' -c, bcc's -j).")
-@click.option("-d", "--duration", type=click.IntRange(min=1), metavar="S", help="Trace for S seconds, then exit.")
-@slower_options
-def fsslower(min_arg: Optional[int], fs_type: Optional[str], min_opt: Optional[int], as_csv: bool,
-             duration: Optional[int], pid: Optional[int], as_json: bool, stall_interval: float, show_mount: bool,
-             cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
-             spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
+def fsslower_parser() -> Parser:
+    parser = Parser("fsslower", "[OPTIONS] [MIN_MS]", fsslower.__doc__ or "", FS_SLOWER_EXAMPLES)
+    parser.add_argument("min_arg", metavar="MIN_MS", nargs="?", type=int_range(0),
+                        help="Latency threshold in ms, as bcc's tools take it (or -m).")
+    fs_type_option(parser)
+    parser.add_argument("-m", "--min", dest="min_opt", type=int_range(0), metavar="MIN_MS",
+                        help="Min latency to trace, in ms (default 10; 0 traces all): libbpf-tools' -m, or MIN_MS "
+                             "as bcc.")
+    parser.add_argument("-c", "-j", "--csv", dest="as_csv", action="store_true",
+                        help="CSV output, times in microseconds (libbpf-tools' -c, bcc's -j).")
+    parser.add_argument("-d", "--duration", type=int_range(1), metavar="S", help="Trace for S seconds, then exit.")
+    slower_options(parser)
+    return parser
+
+
+def fsslower(argv: Optional[Sequence[str]] = None) -> None:
     """Trace a filesystem's reads, writes, opens, fsyncs and getattrs slower than MIN_MS
     (default 10; 0 traces all), with process, size, offset and file name, and operations
     stuck longer than that while they are stuck. -t FS picks the spec (probes/specs/FS.toml)."""
-    if min_arg is not None and min_opt is not None and min_arg != min_opt:
-        raise UserError(f"two minimum latencies: MIN_MS {min_arg} and -m {min_opt}")
-    min_ms = next((m for m in (min_opt, min_arg) if m is not None), 10)
-    run_slower("fsslower", find_target(fs_type, spec_path), min_ms, pid, as_csv, as_json, stall_interval,
-               show_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, backend, duration)
+    a = fsslower_parser().parse(argv)
+    if a.min_arg is not None and a.min_opt is not None and a.min_arg != a.min_opt:
+        raise UserError(f"two minimum latencies: MIN_MS {a.min_arg} and -m {a.min_opt}")
+    min_ms = next((m for m in (a.min_opt, a.min_arg) if m is not None), 10)
+    run_slower("fsslower", find_target(a.fs_type, a.spec_path), min_ms, a.pid, a.as_csv, a.as_json,
+               a.stall_interval, a.show_mount, a.cgroup, a.mount_point, a.ops_text, a.verbose, a.kprobes_only,
+               a.backend, a.duration)
 
 
 def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_csv: bool, as_json: bool,
@@ -354,7 +366,7 @@ def run_slower(prog: str, target: Target, min_ms: int, pid: Optional[int], as_cs
 
 
 DIST_EXAMPLES = """
-\b
+
 Examples:
   nfsdist              # summarize NFS operation latency as a histogram per operation
   nfsdist 1 10         # print 1 second summaries, 10 times
@@ -368,7 +380,7 @@ Examples:
 
 
 FS_DIST_EXAMPLES = """
-\b
+
 Examples:
   fsdist -t ext4           # summarize ext4 operation latency as a histogram per operation
   fsdist -t xfs 1 10       # print 1 second summaries, 10 times
@@ -438,54 +450,58 @@ def dist_text(sections: List[Tuple[str, List[int]]], unit: str, clock: Optional[
     return lines
 
 
-def dist_options(func: Any) -> Any:
+def dist_options(parser: Parser) -> None:
     """nfsdist's and fsdist's arguments and options but -T (bcc's and libbpf-tools' agree on
     the others; -T is bcc nfsdist's "no timestamp" and libbpf-tools fsdist's "timestamp")."""
-    func = common(func)
-    for option in reversed((
-            click.argument("interval", type=click.IntRange(min=1), default=99999999, required=False),
-            click.argument("count", type=click.IntRange(min=1), default=99999999, required=False),
-            click.option("-m", "--milliseconds", "millis", is_flag=True, help="Histograms in milliseconds."),
-            click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
-            click.option("--json", "as_json", is_flag=True, help="One JSON object per interval."),
-            click.option("--per-mount", is_flag=True,
-                         help="One histogram per operation per mount (the file's superblock; RPCs have none)."))):
-        func = option(func)
-    return func
+    parser.add_argument("interval", metavar="INTERVAL", nargs="?", type=int_range(1), default=99999999,
+                        help="Seconds between histograms (default: one at Ctrl-C).")
+    parser.add_argument("count", metavar="COUNT", nargs="?", type=int_range(1), default=99999999,
+                        help="Histograms to print, then exit.")
+    parser.add_argument("-m", "--milliseconds", dest="millis", action="store_true", help="Histograms in milliseconds.")
+    pid_option(parser)
+    parser.add_argument("--json", dest="as_json", action="store_true", help="One JSON object per interval.")
+    parser.add_argument("--per-mount", action="store_true",
+                        help="One histogram per operation per mount (the file's superblock; RPCs have none).")
+    common(parser)
 
 
-@click.command("nfsdist", epilog=DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@click.option("-T", "--notimestamp", "no_timestamp", is_flag=True,
-              help="No HH:MM:SS: line before each output (bcc nfsdist's -T; the line is printed by default).")
-@dist_options
-def nfsdist(interval: int, count: int, no_timestamp: bool, millis: bool, pid: Optional[int], as_json: bool,
-            per_mount: bool, cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str],
-            verbose: bool, spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
+def nfsdist_parser() -> Parser:
+    parser = Parser("nfsdist", "[OPTIONS] [INTERVAL [COUNT]]", nfsdist.__doc__ or "", DIST_EXAMPLES)
+    parser.add_argument("-T", "--notimestamp", dest="no_timestamp", action="store_true",
+                        help="No HH:MM:SS: line before each output (bcc nfsdist's -T; the line is printed by "
+                             "default).")
+    dist_options(parser)
+    return parser
+
+
+def nfsdist(argv: Optional[Sequence[str]] = None) -> None:
     """Summarize NFS operation latency (read, write, open, getattr, fsync, commit) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     Only completed operations are counted: one stuck on a server that does not answer
     shows when it ends (nfsslower and nfstop show it while it lasts).
     Commit mostly starts in kworker threads: with -p only the process's own fsync commits count."""
-    run_dist("nfsdist", nfs_target(spec_path), interval, count, not no_timestamp,
-             millis, pid, as_json, per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, backend)
+    a = nfsdist_parser().parse(argv)
+    run_dist("nfsdist", nfs_target(a.spec_path), a.interval, a.count, not a.no_timestamp, a.millis, a.pid,
+             a.as_json, a.per_mount, a.cgroup, a.mount_point, a.ops_text, a.verbose, a.kprobes_only, a.backend)
 
 
-@click.command("fsdist", epilog=FS_DIST_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@fs_type_option
-@click.option("-T", "--timestamp/--notimestamp", "timestamp", default=False,
-              help="An HH:MM:SS: line before each output (libbpf-tools fsdist's -T; none by default).")
-@dist_options
-def fsdist(fs_type: Optional[str], timestamp: bool, interval: int, count: int, millis: bool, pid: Optional[int],
-           as_json: bool, per_mount: bool, cgroup: Optional[str], mount_point: Optional[str],
-           ops_text: Optional[str], verbose: bool, spec_path: Optional[str], kprobes_only: bool,
-           backend: str) -> None:
+def fsdist_parser() -> Parser:
+    parser = Parser("fsdist", "[OPTIONS] [INTERVAL [COUNT]]", fsdist.__doc__ or "", FS_DIST_EXAMPLES)
+    fs_type_option(parser)
+    parser.add_argument("-T", "--timestamp", dest="timestamp", action="store_true",
+                        help="An HH:MM:SS: line before each output (libbpf-tools fsdist's -T; none by default).")
+    parser.add_argument("--notimestamp", dest="timestamp", action="store_false", help="No HH:MM:SS: line (the default).")
+    dist_options(parser)
+    return parser
+
+
+def fsdist(argv: Optional[Sequence[str]] = None) -> None:
     """Summarize a filesystem's operation latency (read, write, open, fsync, getattr) as one
     log2 histogram per operation, every INTERVAL seconds, COUNT times (or until Ctrl-C).
     -t FS picks the spec (probes/specs/FS.toml). Only completed operations are counted."""
-    run_dist("fsdist", find_target(fs_type, spec_path), interval, count, timestamp, millis, pid, as_json,
-             per_mount, cgroup, mount_point, ops_text, verbose, kprobes_only, backend)
+    a = fsdist_parser().parse(argv)
+    run_dist("fsdist", find_target(a.fs_type, a.spec_path), a.interval, a.count, a.timestamp, a.millis, a.pid,
+             a.as_json, a.per_mount, a.cgroup, a.mount_point, a.ops_text, a.verbose, a.kprobes_only, a.backend)
 
 
 def run_dist(prog: str, target: Target, interval: int, count: int, timestamp: bool, millis: bool,
@@ -518,9 +534,9 @@ def run_dist(prog: str, target: Target, interval: int, count: int, timestamp: bo
 
 
 TOP_EXAMPLES = f"""
-\b
+
 {COMMIT_NOTE}
-\b
+
 Examples:
   nfstop               # per-process NFS ops/s, MB/s, avg and p99 latency, every 1 s
   nfstop -i 5          # refresh every 5 seconds
@@ -529,7 +545,7 @@ Examples:
                        # short processes in one row
   nfstop --by mount    # one row per NFS mount
   nfstop --json -i 2   # one JSON object per interval
-\b
+
 INFL is how many of the process's threads are inside an NFS operation now, OLDEST(s)
 how long the oldest of them has been there: a process stuck on a server that does not
 answer shows here although it completes nothing. CGROUP is the cgroup v2 path of the
@@ -538,13 +554,13 @@ of a row.
 """
 
 FS_TOP_EXAMPLES = """
-\b
+
 Examples:
   fstop -t btrfs             # per-process btrfs ops/s, MB/s, avg and p99 latency, every 1 s
   fstop -t ext4 -i 5         # refresh every 5 seconds
   fstop -t xfs --by mount    # one row per XFS mount
   fstop -t cifs --json -i 2  # one JSON object per interval
-\b
+
 Columns as nfstop's: INFL is how many of the process's threads are inside an operation of
 the filesystem now, OLDEST(s) how long the oldest of them has been there.
 """
@@ -660,44 +676,46 @@ def top_text(rows: List[Dict[str, Any]], ops: List[str], letters: Dict[str, str]
     return lines
 
 
-def top_options(func: Any) -> Any:
+def top_options(parser: Parser) -> None:
     """nfstop's and fstop's options."""
-    func = common(func)
-    for option in reversed((
-            click.option("-i", "--interval", type=click.IntRange(min=1), default=1, show_default=True,
-                         help="Seconds between refreshes."),
-            click.option("-p", "--pid", type=click.IntRange(min=1), help="Trace this process (TGID) only."),
-            click.option("--by", type=click.Choice(TOP_BY), default="pid", show_default=True,
-                         help="One row per process, or per comm, cgroup or mount (summed, histograms too)."),
-            click.option("--json", "as_json", is_flag=True, help="One JSON object per interval."),
-            click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes."))):
-        func = option(func)
-    return func
+    parser.add_argument("-i", "--interval", metavar="SECONDS", type=int_range(1), default=1,
+                        help="Seconds between refreshes. [default: 1]")
+    pid_option(parser)
+    parser.add_argument("--by", choices=TOP_BY, default="pid",
+                        help="One row per process, or per comm, cgroup or mount (summed, histograms too). "
+                             "[default: pid]")
+    parser.add_argument("--json", dest="as_json", action="store_true", help="One JSON object per interval.")
+    parser.add_argument("-C", "--noclear", action="store_true", help="Do not clear the screen between refreshes.")
+    common(parser)
 
 
-@click.command("nfstop", epilog=TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@top_options
-def nfstop(interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool, cgroup: Optional[str],
-           mount_point: Optional[str], ops_text: Optional[str], verbose: bool, spec_path: Optional[str],
-           kprobes_only: bool, backend: str) -> None:
+def nfstop_parser() -> Parser:
+    parser = Parser("nfstop", "[OPTIONS]", nfstop.__doc__ or "", TOP_EXAMPLES)
+    top_options(parser)
+    return parser
+
+
+def nfstop(argv: Optional[Sequence[str]] = None) -> None:
     """Per-process NFS activity: operations per second, read and write MB/s, and average
     and p99 latency per operation (R W O G F C) from in-kernel per-process histograms."""
-    run_top("nfstop", nfs_target(spec_path), interval, pid, by, as_json, noclear,
-            cgroup, mount_point, ops_text, verbose, kprobes_only, backend)
+    a = nfstop_parser().parse(argv)
+    run_top("nfstop", nfs_target(a.spec_path), a.interval, a.pid, a.by, a.as_json, a.noclear, a.cgroup,
+            a.mount_point, a.ops_text, a.verbose, a.kprobes_only, a.backend)
 
 
-@click.command("fstop", epilog=FS_TOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@fs_type_option
-@top_options
-def fstop(fs_type: Optional[str], interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
-          cgroup: Optional[str], mount_point: Optional[str], ops_text: Optional[str], verbose: bool,
-          spec_path: Optional[str], kprobes_only: bool, backend: str) -> None:
+def fstop_parser() -> Parser:
+    parser = Parser("fstop", "[OPTIONS]", fstop.__doc__ or "", FS_TOP_EXAMPLES)
+    fs_type_option(parser)
+    top_options(parser)
+    return parser
+
+
+def fstop(argv: Optional[Sequence[str]] = None) -> None:
     """Per-process activity on one filesystem (-t FS): operations per second, read and write
     MB/s, and average and p99 latency per operation from in-kernel per-process histograms."""
-    run_top("fstop", find_target(fs_type, spec_path), interval, pid, by, as_json, noclear, cgroup, mount_point,
-            ops_text, verbose, kprobes_only, backend)
+    a = fstop_parser().parse(argv)
+    run_top("fstop", find_target(a.fs_type, a.spec_path), a.interval, a.pid, a.by, a.as_json, a.noclear,
+            a.cgroup, a.mount_point, a.ops_text, a.verbose, a.kprobes_only, a.backend)
 
 
 def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: str, as_json: bool, noclear: bool,
@@ -733,7 +751,7 @@ def run_top(prog: str, target: Target, interval: int, pid: Optional[int], by: st
 
 
 NFSDTOP_EXAMPLES = """
-\b
+
 Examples:
   nfsdtop              # per-client requests/s, MB/s, avg and p99 service time, every 1 s
   nfsdtop 5            # refresh every 5 seconds
@@ -742,7 +760,7 @@ Examples:
   nfsdtop --by export  # one row per export (/srv/nfs...): which export the load goes to
   nfsdtop -C -r 5      # do not clear the screen; the 5 busiest rows only
   nfsdtop --json 10    # one JSON object per 10 s: the rows, and every (client, procedure)
-\b
+
 On the NFS server (knfsd). A request is timed on its nfsd thread from the dispatch of the
 decoded call to its encoded reply (an NFSv4 COMPOUND whole, all its operations inside);
 --by proc adds a row per NFSv4 operation (`NFSv4 OPEN`, from the end of the COMPOUND's
@@ -908,25 +926,31 @@ def nfsdtop_frame(session: Session, interval: int, seconds: float, by: str, as_j
                                         "age_ms": age} for k, age in in_progress], **missed_fields(session)})
 
 
-@click.command("nfsdtop", epilog=NFSDTOP_EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@click.argument("interval", type=click.IntRange(min=1), default=1, required=False)
-@click.argument("count", type=click.IntRange(min=1), required=False)
-@click.option("--by", type=click.Choice(NFSDTOP_BY), default="client", show_default=True,
-              help="One row per client address, per procedure (RPC program, version and name), or per export.")
-@click.option("-r", "--rows", "max_rows", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Rows of the table (the busiest; --json has them all).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per interval.")
-@click.option("-C", "--noclear", is_flag=True, help="Do not clear the screen between refreshes.")
-@SPEC_OPTION
-@VERBOSE_OPTION
-@KPROBES_OPTION
-@BACKEND_OPTION
-def nfsdtop(interval: int, count: Optional[int], by: str, max_rows: int, as_json: bool, noclear: bool,
-            spec_path: Optional[str], verbose: bool, kprobes_only: bool, backend: str) -> None:
-    """An NFS server's (knfsd) requests per client (or procedure, or export): requests per second, read and write
-    MB/s, average and p99 service time, requests in progress and the oldest, every INTERVAL
-    seconds (default 1), COUNT times (or until Ctrl-C)."""
+def nfsdtop_parser() -> Parser:
+    parser = Parser("nfsdtop", "[OPTIONS] [INTERVAL [COUNT]]", nfsdtop.__doc__ or "", NFSDTOP_EXAMPLES)
+    parser.add_argument("interval", metavar="INTERVAL", nargs="?", type=int_range(1), default=1,
+                        help="Seconds between refreshes. [default: 1]")
+    parser.add_argument("count", metavar="COUNT", nargs="?", type=int_range(1),
+                        help="Refreshes to print, then exit (default: until Ctrl-C).")
+    parser.add_argument("--by", choices=NFSDTOP_BY, default="client",
+                        help="One row per client address, per procedure (RPC program, version and name), or per "
+                             "export. [default: client]")
+    parser.add_argument("-r", "--rows", dest="max_rows", metavar="ROWS", type=int_range(1), default=20,
+                        help="Rows of the table (the busiest; --json has them all). [default: 20]")
+    parser.add_argument("--json", dest="as_json", action="store_true", help="One JSON object per interval.")
+    parser.add_argument("-C", "--noclear", action="store_true", help="Do not clear the screen between refreshes.")
+    spec_option(parser)
+    loader_options(parser)
+    return parser
+
+
+def nfsdtop(argv: Optional[Sequence[str]] = None) -> None:
+    """An NFS server's (knfsd) requests per client (or procedure, or export): requests per
+    second, read and write MB/s, average and p99 service time, requests in progress and the
+    oldest, every INTERVAL seconds (default 1), COUNT times (or until Ctrl-C)."""
+    a = nfsdtop_parser().parse(argv)
+    interval, count, by, max_rows, as_json, noclear = a.interval, a.count, a.by, a.max_rows, a.as_json, a.noclear
+    spec_path, verbose, kprobes_only, backend = a.spec_path, a.verbose, a.kprobes_only, a.backend
     target = find_target(None if spec_path else "nfsd", spec_path)
     if not serves_requests(target.spec):
         raise UserError(f"{target.spec_path}: no request with a client address (rpc with a `client` argument): "

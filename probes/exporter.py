@@ -14,6 +14,7 @@ every value of slot k is <= it and every value of slot k+1 (>= 2^k) is above it.
 """
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import signal
 import sys
@@ -24,10 +25,9 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-import click
-
+from discover.arguments import Parser, file_path, float_at_least, int_range
 from discover.errors import Terminated, UserError, run_cli
-from discover.version import probekit_version, version_option
+from discover.version import probekit_version
 from probes.cgroups import CgroupLabels, cgroup2_root
 from probes.commands import (Target, add_request, find_target, is_operation, known_types, proc_label, request_totals,
                              server_ops, serves_requests)
@@ -36,7 +36,6 @@ from probes.model import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
 from probes.backend_choice import BACKENDS, choose, dotted
-from probes.bcc_backend import bcc_version as loaded_bcc_version, import_bpf
 from probes.runtime import BTF_DIR, TICK_S, NothingToTrace, ServerKey, Session, module_live, modules_present
 from discover.spec import parse_ops, serves_fstype
 
@@ -499,16 +498,17 @@ def listen(address: str, port: int, families: Callable[[], Iterable[Family]]) ->
         raise UserError(f"cannot listen on {address} port {port}: {exc.strerror or exc}") from None
 
 
-def _address(_ctx: Any, _param: Any, value: str) -> str:
+def ip_address(value: str) -> str:
+    """--address: an IP address, as the server binds it."""
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)") from None
+        raise argparse.ArgumentTypeError(f"{value!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)") from None
     return value
 
 
 EXAMPLES = f"""
-\b
+
 Examples:
   nfs-exporter                          # serve http://127.0.0.1:{DEFAULT_PORT}/metrics
   nfs-exporter --port 19911             # another port, still loopback only
@@ -520,11 +520,11 @@ Examples:
   nfs-exporter -t nfs,xfs,ext4          # NFS, XFS and ext4: probekit_nfs_*, probekit_xfs_*, probekit_ext4_*
   nfs-exporter -t ext4,cifs             # cifs is attached when its module loads (the first SMB mount)
   curl -s 127.0.0.1:{DEFAULT_PORT}/metrics | grep probekit_nfs_ops_total
-\b
+
 Prometheus scrape job:
   - job_name: nfs
     static_configs: [{{targets: ['127.0.0.1:{DEFAULT_PORT}']}}]
-\b
+
 Metrics: probekit_nfs_op_latency_seconds (histogram per op), probekit_nfs_ops_total,
 probekit_nfs_bytes_total, probekit_nfs_ops_in_flight, probekit_nfs_mount_ops_in_flight and
 probekit_nfs_mount_oldest_in_flight_seconds{{server,export,mountpoint}}, probekit_probe_info{{fs,op,kind,point}},
@@ -577,46 +577,60 @@ def fs_targets(types_text: Optional[str], spec_path: Optional[str]) -> List[Targ
     return [given if given and given.spec["filesystem"] == name else find_target(name, None) for name in names]
 
 
-@click.command("nfs-exporter", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option
-@click.option("--address", default=DEFAULT_ADDRESS, show_default=True, callback=_address,
-              help="Address to listen on; 0.0.0.0 or :: for every interface.")
-@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True,
-              help="TCP port to listen on.")
-@click.option("-t", "--type", "types_text", metavar="FS[,FS...]",
-              help="Filesystems to export, as fsdist's -t (" + ", ".join(exported_types())
-                   + "), a family set per filesystem (probekit_FS_*). Default: nfs.")
-@click.option("--ops", "ops_text", help="Operations to trace, as nfsdist's --ops (names, letters or all); "
-              "default: nfsdist's, those each filesystem's spec has.")
-@click.option("-v", "--verbose", is_flag=True, help="Say which attach point each operation uses.")
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
-              help="Probe spec for its filesystem instead of probes/specs/FS.toml (-t defaults to its filesystem).")
-@click.option("--gone-mount-grace", "grace", type=click.FloatRange(min=0), default=GONE_GRACE_S, show_default=True,
-              help="Seconds an unmounted mount (or a removed cgroup) keeps its series before its counts are dropped.")
-@click.option("--cgroup-label", is_flag=True, help="Label every series with the cgroup v2 path of the task that "
-              "started the operation.")
-@click.option("--cgroup-limit", type=click.IntRange(1, 4096), default=CGROUP_LIMIT, show_default=True,
-              help="With --cgroup-label: cgroups that get series of their own (per filesystem); operations of any "
-              f'other share cgroup="{CgroupLabels.OVERFLOW}".')
-@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-              help="BPF loader, as the tools' --backend: auto takes core (libbpf, the prebuilt CO-RE object, "
-                   "no compiler) where libbpf 1.0+, the kernel's BTF and the object allow, else bcc.")
-@click.option("--nfsd", is_flag=True, help="On an NFS server (knfsd running): the probekit_nfsd_* families too, "
-              "its requests per client, export and procedure (nfsdtop's probe).")
-@click.option("--client-limit", type=click.IntRange(1, 4096), default=CLIENT_LIMIT, show_default=True,
-              help="With --nfsd: clients that get series of their own; requests of any other share "
-              f'client="{CgroupLabels.OVERFLOW}".')
-def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: Optional[str], verbose: bool,
-                 spec_path: Optional[str], grace: float, cgroup_label: bool, cgroup_limit: int, backend: str,
-                 nfsd: bool, client_limit: int) -> None:
+def ops_option(text: str) -> str:
+    """--ops, checked as the command line is read: the exporter starts nothing on a bad one."""
+    try:
+        parse_ops(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--ops: ", "", 1)) from None
+    return text
+
+
+def exporter_parser() -> Parser:
+    parser = Parser("nfs-exporter", "[OPTIONS]", nfs_exporter.__doc__ or "", EXAMPLES)
+    parser.add_argument("--address", default=DEFAULT_ADDRESS, type=ip_address,
+                        help=f"Address to listen on; 0.0.0.0 or :: for every interface. [default: {DEFAULT_ADDRESS}]")
+    parser.add_argument("--port", type=int_range(1, 65535), default=DEFAULT_PORT,
+                        help=f"TCP port to listen on. [default: {DEFAULT_PORT}]")
+    parser.add_argument("-t", "--type", dest="types_text", metavar="FS[,FS...]",
+                        help="Filesystems to export, as fsdist's -t (" + ", ".join(exported_types())
+                             + "), a family set per filesystem (probekit_FS_*). Default: nfs.")
+    parser.add_argument("--ops", dest="ops_text", metavar="TEXT", type=ops_option,
+                        help="Operations to trace, as nfsdist's --ops (names, letters or all); default: nfsdist's, "
+                             "those each filesystem's spec has.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="Say which attach point each operation uses.")
+    parser.add_argument("--spec", dest="spec_path", metavar="FILE", type=file_path,
+                        help="Probe spec for its filesystem instead of probes/specs/FS.toml (-t defaults to its "
+                             "filesystem).")
+    parser.add_argument("--gone-mount-grace", dest="grace", metavar="FLOAT", type=float_at_least(0), default=GONE_GRACE_S,
+                        help="Seconds an unmounted mount (or a removed cgroup) keeps its series before its counts "
+                             f"are dropped. [default: {GONE_GRACE_S}]")
+    parser.add_argument("--cgroup-label", action="store_true",
+                        help="Label every series with the cgroup v2 path of the task that started the operation.")
+    parser.add_argument("--cgroup-limit", metavar="INTEGER", type=int_range(1, 4096), default=CGROUP_LIMIT,
+                        help="With --cgroup-label: cgroups that get series of their own (per filesystem); "
+                             f'operations of any other share cgroup="{CgroupLabels.OVERFLOW}". [default: {CGROUP_LIMIT}]')
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="BPF loader, as the tools' --backend: auto takes core (libbpf, the prebuilt CO-RE "
+                             "object, no compiler) where libbpf 1.0+, the kernel's BTF and the object allow, else "
+                             "bcc. [default: auto]")
+    parser.add_argument("--nfsd", action="store_true",
+                        help="On an NFS server (knfsd running): the probekit_nfsd_* families too, its requests per "
+                             "client, export and procedure (nfsdtop's probe).")
+    parser.add_argument("--client-limit", metavar="INTEGER", type=int_range(1, 4096), default=CLIENT_LIMIT,
+                        help="With --nfsd: clients that get series of their own; requests of any other share "
+                             f'client="{CgroupLabels.OVERFLOW}". [default: {CLIENT_LIMIT}]')
+    return parser
+
+
+def nfs_exporter(argv: Optional[Sequence[str]] = None) -> None:
     """Export filesystem operation latency histograms, counts, bytes and operations in flight
     for Prometheus (NFS by default; -t for others), from in-kernel histograms (nfsdist's and
     fsdist's), until SIGTERM or Ctrl-C."""
-    if ops_text is not None:
-        try:
-            parse_ops(ops_text)
-        except UserError as exc:
-            raise click.BadParameter(str(exc).replace("--ops: ", "", 1), param_hint="--ops") from None
+    a = exporter_parser().parse(argv)
+    address, port, types_text, ops_text, verbose = a.address, a.port, a.types_text, a.ops_text, a.verbose
+    spec_path, grace, cgroup_label, cgroup_limit = a.spec_path, a.grace, a.cgroup_label, a.cgroup_limit
+    backend, nfsd, client_limit = a.backend, a.nfsd, a.client_limit
     if cgroup_label and cgroup2_root() is None:
         raise UserError("--cgroup-label needs the cgroup v2 hierarchy, and none is mounted")
     targets = fs_targets(types_text, spec_path)  # read once, before the port is taken
@@ -631,10 +645,13 @@ def nfs_exporter(address: str, port: int, types_text: Optional[str], ops_text: O
     release = Path("/proc/sys/kernel/osrelease").read_text().strip()
     # no loader is one line now, not after a wait for modules (whose BTF the session checks)
     early = [choose(backend, target.spec, release, (), BTF_DIR) for target in targets]
-    if any(choice.name == "bcc" for choice in early):
-        import_bpf()
     first = early[0]
-    version = loaded_bcc_version() if first.name == "bcc" else dotted(first.lib.version) if first.lib else ""
+    version = dotted(first.lib.version) if first.lib else ""
+    if any(choice.name == "bcc" for choice in early):  # bcc's module (and tracefs') only where bcc loads
+        from probes.bcc_backend import bcc_version, import_bpf
+
+        import_bpf()
+        version = bcc_version() if first.name == "bcc" else version
     tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True,
                 cgroup_limit=cgroup_limit if cgroup_label else 0)
     lock = threading.Lock()

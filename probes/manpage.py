@@ -65,19 +65,20 @@ def help_text(main: Callable[[], None], argv: List[str]) -> str:
 
 
 def split_help(text: str) -> Tuple[str, Dict[str, List[str]]]:
-    """click's help -> its usage line and its blocks: description, Options, Commands, epilog
-    (each dedented by click's two spaces)."""
+    """A command's help (click's, or discover.arguments' in the same layout) -> its usage line
+    and its blocks: description, Arguments, Options, Commands, epilog (each dedented by two
+    spaces)."""
     lines = text.rstrip("\n").splitlines()
     usage = lines[0].split(":", 1)[1].strip()
-    blocks: Dict[str, List[str]] = {"description": [], "Options": [], "Commands": [], "epilog": []}
+    blocks: Dict[str, List[str]] = {"description": [], "Arguments": [], "Options": [], "Commands": [], "epilog": []}
     current = "description"
     for line in lines[1:]:
         if line.strip() == "\b":  # click's no-rewrap marker, which some epilogs leave in --help
             continue
-        if line in ("Options:", "Commands:"):
+        if line in ("Arguments:", "Options:", "Commands:"):
             current = line[:-1]
             continue
-        if current in ("Options", "Commands") and not line.strip():
+        if current in ("Arguments", "Options", "Commands") and not line.strip():
             current = "epilog"
         blocks[current].append(line[2:] if line.startswith("  ") else line)
     return usage, {name: _trim(block) for name, block in blocks.items()}
@@ -121,10 +122,9 @@ def summary(description: List[str]) -> str:
 def section(title: str, blocks: Dict[str, List[str]]) -> List[str]:
     """The description, options and epilog of one command's help, under one heading."""
     out = verbatim(blocks["description"]) if blocks["description"] else []
-    if blocks["Options"]:
-        out += [".PP", "Options:", *verbatim(blocks["Options"])]
-    if blocks["Commands"]:
-        out += [".PP", "Commands:", *verbatim(blocks["Commands"])]
+    for heading in ("Arguments", "Options", "Commands"):
+        if blocks[heading]:
+            out += [".PP", f"{heading}:", *verbatim(blocks[heading])]
     if blocks["epilog"]:
         out += [".PP", *verbatim(blocks["epilog"])]
     return [f".SH {title}", *out]

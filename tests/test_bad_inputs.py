@@ -81,7 +81,7 @@ SLOTS = [
     ("labs-run", "state", ["labs", "run", "--name", "x", "--", "true"], set()),
 ]
 
-#: click rejects a directory given to an option declared dir_okay=False (a usage error, 2)
+#: a directory given where a file is asked for is a usage error (2)
 USAGE_ON_DIRECTORY = {"nfsslower-spec", "nfstop-spec", "compat-lab", "propose-profile",
                       "events-profile"}
 

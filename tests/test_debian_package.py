@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterator, List
 
-import click
 import pytest
 
 from labs.vm.images import KERNEL_SUITES, read_package_list
@@ -231,7 +230,7 @@ def test_exporter_unit_reads_its_options_file(deb: Path, tree: Path) -> None:
 def test_the_options_file_lists_every_exporter_option_with_its_default() -> None:
     """packaging/nfs-exporter.default (/etc/default/nfs-exporter) against the exporter's own
     options: each one listed with the default the command has (a flag's is off)."""
-    from probes.exporter import nfs_exporter
+    from probes.exporter import exporter_parser
 
     text = (REPO / "packaging/nfs-exporter.default").read_text()
     listed: Dict[str, str] = {}
@@ -240,13 +239,16 @@ def test_the_options_file_lists_every_exporter_option_with_its_default() -> None
         default = re.search(r"\(default: ([^)]*)\)", block.replace("\n#", " "))
         assert default, block
         listed.update({name: re.sub(r"\s+", " ", default.group(1)) for name in names})
-    options = [param for param in nfs_exporter.params
-               if isinstance(param, click.Option) and not {"--help", "--version"} & set(param.opts)]
-    assert sorted(listed) == sorted(name for param in options for name in param.opts)
-    for param in options:
-        shown = "off" if param.is_flag else str(param.default)
-        if param.is_flag or isinstance(param.default, (str, int, float)):  # else a default the help describes
-            assert all(listed[name] == shown for name in param.opts), (param.opts, listed[param.opts[0]])
+    parser = exporter_parser()
+    parser.parse([])  # adds -h/--help
+    options = [action for action in parser._actions if not {"--help", "--version"} & set(action.option_strings)]
+    assert sorted(listed) == sorted(name for action in options for name in action.option_strings)
+    for action in options:
+        flag = action.nargs == 0
+        shown = "off" if flag else str(action.default)
+        if flag or isinstance(action.default, (str, int, float)):  # else a default the help describes
+            assert all(listed[name] == shown for name in action.option_strings), (action.option_strings,
+                                                                                  listed[action.option_strings[0]])
 
 
 def test_sysctl_file_is_shipped_not_applied(tree: Path) -> None:

@@ -43,14 +43,16 @@ FAULTS = {
 
 
 def _driver(target: str, fault: str) -> str:
-    """Import the console script's function as its wrapper does, make every click command
-    callback fail with `fault`, and call it."""
+    """Import the console script's function as its wrapper does, make the command's own code
+    fail with `fault` (a click command's callback; an argparse tool's code after its command
+    line is read), and call it."""
     module, func = target.split(":")
     return ("import os, signal, sys, time, click\n"
-            "from discover import errors\n"
+            "from discover import arguments, errors\n"
             "def fault(*_a, **_k):\n"
             f"    {FAULTS[fault]}\n"
             "click.Context.invoke = lambda self, callback, *a, **k: fault()\n"
+            "arguments.Parser.parse = fault\n"
             f"from {module} import {func}\n"
             f"sys.argv = [sys.argv[0]] + sys.argv[1:]\n"
             f"{func}()\n")

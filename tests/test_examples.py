@@ -4,6 +4,8 @@ are the ones the tools print today (each captured command run again on a Session
 nothing), so that an example cannot show a layout the tools no longer print."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shlex
@@ -11,10 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import click
 import pytest
-from click.testing import CliRunner
 
+from discover.arguments import Parser
+from discover.errors import UsageError
 from discover.spec import SPEC_OPS
 from labs.capture import examples
 from probes import commands, exporter
@@ -101,9 +103,10 @@ def printed_today(command: str, monkeypatch: pytest.MonkeyPatch) -> List[str]:
     monkeypatch.setattr(commands, "Filters", lambda _target, _cgroup, _mount_point: SimpleNamespace(
         mounts=MountTable(), cgroup_dir=None, mount_dev=0))
     argv = shlex.split(command)
-    result = CliRunner().invoke(TOOLS[argv[0]], argv[1:])
-    assert result.exit_code == 0, result.output
-    return result.output.splitlines()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        TOOLS[argv[0]](argv[1:])
+    return out.getvalue().splitlines()
 
 
 #: every capture's command file, the NFS runs' and the -t FS runs'
@@ -219,7 +222,8 @@ QUOTING = (examples.REPO / "README.md", examples.REPO / "docs" / "install.md", e
 #: a quoted line cut short ends with this; it matches the example line it begins
 CUT_SHORT = "…"
 #: the tool commands (console scripts) whose invocations the documents show
-COMMAND_LINES: Dict[str, click.Command] = {**TOOLS, "nfs-exporter": exporter.nfs_exporter}
+COMMAND_LINES: Dict[str, Callable[[], Parser]] = {**{name: getattr(commands, f"{name}_parser") for name in TOOLS},
+                                                   "nfs-exporter": exporter.exporter_parser}
 
 
 def indented_blocks(text: str) -> List[Tuple[int, List[str]]]:
@@ -334,10 +338,10 @@ def test_shown_commands_parse_today(path: Path) -> None:
                 continue
             words = command_words(line)
             try:
-                COMMAND_LINES[name].make_context(name, words[1:])
-            except click.exceptions.Exit as exc:  # --help: printed, and ends there
-                assert exc.exit_code == 0, f"{path.name}:{number}: `{line.strip()}`"
-            except click.exceptions.ClickException as exc:
-                raise AssertionError(f"{path.name}:{number}: `{line.strip()}`: {exc.format_message()}") from None
+                COMMAND_LINES[name]().parse(words[1:])
+            except SystemExit as exc:  # --help: printed, and ends there
+                assert exc.code == 0, f"{path.name}:{number}: `{line.strip()}`"
+            except UsageError as exc:
+                raise AssertionError(f"{path.name}:{number}: `{line.strip()}`: {exc}") from None
             shown += 1
     assert shown or path.name != "README.md"

@@ -164,7 +164,7 @@ def test_scrape_serves_the_histograms_counts_and_health() -> None:
                                        (["--gone-mount-grace", "soon"], "--gone-mount-grace"),
                                        (["--cgroup-limit", "0"], "--cgroup-limit"),
                                        (["--cgroup-limit", "many"], "--cgroup-limit"),
-                                       (["extra"], "unexpected extra argument")])
+                                       (["extra"], "unrecognized arguments: extra")])
 def test_bad_options_are_one_line_exit_2(args: List[str], hint: str) -> None:
     res = subprocess.run([sys.executable, "-m", "probes.exporter", *args], capture_output=True, text=True,
                          cwd=REPO, timeout=60)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-from click.testing import CliRunner
 
 from probes.commands import SLOWER_HEADER, dist_text, slower_row, stall_row
 from probes.inflight import Stall
@@ -124,5 +123,5 @@ def test_minus_t_means_what_each_original_tool_means(monkeypatch: pytest.MonkeyP
                                  (commands.fsdist, ["-t", "ext4", "--timestamp"], True),
                                  (commands.fsdist, ["-t", "ext4", "--notimestamp"], False)):
         seen.clear()
-        result = CliRunner().invoke(tool, args)
-        assert result.exit_code == 0 and seen == [expected], (tool.name, args, result.output)
+        tool(args)
+        assert seen == [expected], (tool.__name__, args)
