@@ -27,9 +27,10 @@ INSTALLED = "/usr/lib/probekit"
 EXPORTER_SERVING = ("prometheus_client", "prometheus_client.exposition")
 
 
-def hwm_mib() -> float:
+def status_mib(field: str = "VmHWM") -> float:
+    """A memory figure of this process (VmHWM: its peak; VmRSS: what it holds now), in MiB."""
     with open("/proc/self/status") as handle:
-        return int(re.search(r"VmHWM:\s+(\d+)", handle.read()).group(1)) / 1024  # type: ignore[union-attr]
+        return int(re.search(field + r":\s+(\d+)", handle.read()).group(1)) / 1024  # type: ignore[union-attr]
 
 
 def since_spawn() -> float:
@@ -40,14 +41,18 @@ def since_spawn() -> float:
 
 
 class Phases:
-    """Calls timed by name: calls, seconds in all, VmHWM after the last (nested calls count in both)."""
+    """Calls timed by name: calls, seconds in all, VmHWM after the last, and VmRSS before and
+    after it: what the process held going in (a peak is that plus what the call adds). Nested
+    calls count in both."""
 
     def __init__(self) -> None:
         self.rows: Dict[str, Dict[str, Any]] = {}
 
-    def add(self, name: str, seconds: float) -> None:
+    def add(self, name: str, seconds: float, rss_in: float = 0.0) -> None:
         row = self.rows.setdefault(name, {"name": name, "calls": 0, "s": 0.0})
-        row.update(calls=row["calls"] + 1, s=row["s"] + seconds, hwm_mib=hwm_mib())
+        row.update(calls=row["calls"] + 1, s=row["s"] + seconds, hwm_mib=status_mib(), rss_mib=status_mib("VmRSS"))
+        if rss_in:
+            row["rss_in_mib"] = rss_in
 
     def wrap(self, owner: Any, attr: str, name: str, static: bool = False) -> None:
         """Time every call of owner.attr under `name` (a classmethod patched as a static one);
@@ -58,11 +63,11 @@ class Phases:
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            began = time.monotonic()
+            rss_in, began = status_mib("VmRSS"), time.monotonic()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.add(name, time.monotonic() - began)
+                self.add(name, time.monotonic() - began, rss_in)
 
         setattr(owner, attr, staticmethod(timed) if static else timed)
 
@@ -114,7 +119,7 @@ def main(argv: List[str]) -> int:
     else:
         nfsslower_start(phases)
     out: Dict[str, Any] = {"kernel": os.uname().release, "phases": list(phases.rows.values()),
-                           "spawn_to_end_s": since_spawn(), "hwm_mib": hwm_mib()}
+                           "spawn_to_end_s": since_spawn(), "hwm_mib": status_mib()}
     print(json.dumps(out))
     return 0
 
