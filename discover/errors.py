@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
+    import subprocess
+
     import click
 
 #: exit codes of the boundary: a user error, a usage error (click's), Ctrl-C, SIGTERM
@@ -137,6 +137,8 @@ def run_cleanups() -> List[str]:
 
 def end_process_group(proc: "subprocess.Popen[Any]") -> int:
     """The child's exit status, after ending its whole process group if it still runs."""
+    import subprocess  # where a child was started: the tracing tools start none, and skip its import
+
     if proc.poll() is None:
         for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             try:
@@ -156,6 +158,8 @@ def spawn(argv: Sequence[str], **kwargs: Any) -> "subprocess.Popen[Any]":
 
     Call `release(proc)` once the caller has waited for it normally.
     """
+    import subprocess
+
     proc: "subprocess.Popen[Any]" = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
     proc._probekit_end = at_exit(lambda: end_process_group(proc))  # type: ignore[attr-defined]
     return proc
@@ -171,6 +175,8 @@ def release(proc: "subprocess.Popen[Any]") -> int:
 def run_child(argv: Sequence[str], input: Optional[bytes] = None,
               timeout: Optional[float] = None, **kwargs: Any) -> "subprocess.CompletedProcess[Any]":
     """subprocess.run in its own process group: on Ctrl-C, SIGTERM or an error the group is ended too."""
+    import subprocess
+
     proc = spawn(argv, stdin=subprocess.PIPE if input is not None else kwargs.pop("stdin", None), **kwargs)
     try:
         out, err = proc.communicate(input, timeout=timeout)
@@ -276,6 +282,8 @@ def log_dir() -> Path:
 
 def _write_log(prog: str, exc: BaseException) -> str:
     """Save the traceback of an unexpected exception; where it went (or why it could not be saved)."""
+    import traceback  # for a bug's log only
+
     path = log_dir() / f"{prog}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
