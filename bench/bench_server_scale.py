@@ -27,7 +27,8 @@ fsync, stats and lists it on each mount) before each measurement, so that every 
   SCRAPES times, the anchor.
 - the exporter's scrape in a process of its own (exporter_phases: the collectors nfs-exporter
   --nfsd builds, per limit): SCRAPES scrapes encoded as the server does, the map reads alone,
-  the probes' map entries, to say whether the time follows the series or the entries.
+  the probes' map entries, the function calls of one scrape, to say whether the time follows
+  the series or the entries.
 `--profile` adds, at the largest size, cProfile's top functions of one nfsdtop --json interval
 and of one such scrape per limit.
 A size that fails, or --until (HH:MM UTC: the guest's budget, from when the lab is up) running
@@ -346,7 +347,9 @@ def exporter_phases(mntns: str, points: List[str], profile: bool) -> Dict[str, A
     collectors nfs_exporter builds (the NFS client's and the server's, core), per limit a
     fresh server collector; after a round of I/O, SCRAPES whole scrapes encoded as the server
     encodes them, each with the two map reads (snapshots) timed alone before it, and the
-    probe's map entries; with `profile`, cProfile's top functions of one more scrape."""
+    probe's map entries; then one more scrape under cProfile, its function calls counted (the
+    work done, which the host's load, that changes the guest's speed from minute to minute,
+    does not change), with `profile` its top functions."""
     import cProfile
     import pstats
     from functools import partial as bind
@@ -388,9 +391,10 @@ def exporter_phases(mntns: str, points: List[str], profile: bool) -> Dict[str, A
                        entries={table: len(server.backend.map(table).items())
                                 for table in ("server_stats", "server_hist")},
                        client_entries={table: len(client.backend.map(table).items()) for table in ("dist", "op_totals")})
+            prof = cProfile.Profile()
+            prof.runcall(lambda: encode(scrape([collector, server_part])))
+            row["calls"] = pstats.Stats(prof).total_calls  # the work, as the host's load does not change it
             if profile:
-                prof = cProfile.Profile()
-                prof.runcall(lambda: encode(scrape([collector, server_part])))
                 for order in ("tottime", "cumulative"):
                     text = io.StringIO()
                     pstats.Stats(prof, stream=text).sort_stats(order).print_stats(25)
@@ -506,7 +510,8 @@ def report(res: Dict[str, Any]) -> str:
             lines.append(f"{row['clients']} clients, {name} in-process: scrape {ms(run['scrape_s'])} (fastest "
                          f"{ms(min(run['walls']['scrape_s']))}), {run['samples']} samples, server maps read in "
                          f"{ms(run['nfsd_snapshot_s'])} ({run['entries']['server_stats']} + "
-                         f"{run['entries']['server_hist']} entries), client maps in {ms(run['nfs_snapshot_s'])}")
+                         f"{run['entries']['server_hist']} entries), client maps in {ms(run['nfs_snapshot_s'])}, "
+                         f"{run['calls']} calls")
     if "stopped" in res:
         lines.append(f"stopped {res['stopped']}")
     if res["sizes"] and "profile" in res["sizes"][-1]["nfsdtop"]:
