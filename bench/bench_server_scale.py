@@ -8,7 +8,8 @@ in the namespace (`nsenter --net`) inside one private mount namespace held by a 
 server's tools see the server's mounts only, as on a real server: the clients' are elsewhere);
 the export is opened to 10.200.0.0/16 for the run (`exportfs -o`, undone after). `nolock`: the
 NLM side (statd per namespace) is not what is measured. Clients are set up BATCH at a time: one
-`ip -batch` for their namespaces and veths, one shell for their addresses and mounts. Per size,
+`ip -batch` for their namespaces and veths, one shell for their addresses and mounts; then udev's
+work for the new mounts is waited for (`udevadm settle`: nfsrahead per mount). Per size,
 a round of I/O from every client (a forked process in that mount namespace writes 4 KiB with
 fsync, stats and lists it on each mount) before each measurement, so that every client has rows:
 - nfs-exporter --nfsd (core) from the share, fresh per size, with its default --client-limit
@@ -151,10 +152,10 @@ class Clients:
     def grow(self, count: int) -> float:
         """Clients up to `count`, BATCH at a time by add_batch(); then udev's work for their
         mounts waited for (`udevadm settle`; its seconds returned): each NFS mount's bdi runs
-        nfs-common's nfsrahead, which looks for the mount in its own mount namespace, where the
-        clients' are not, and kept the guest's one vCPU busy for three minutes after 100 mounts
-        were added, through the first measurements (bench/README.md); then an untimed round, so
-        that the first exporter after it sees no MKDIR or CREATE the next does not."""
+        nfs-common's nfsrahead, and they kept the guest's one vCPU busy for three minutes after
+        200 mounts were made, through the first measurements (bench/README.md); then an
+        untimed round, so that the first exporter after it sees no MKDIR or CREATE the next
+        does not."""
         while len(self.points) < count:
             self.add_batch(range(len(self.points), min(count, len(self.points) + BATCH)))
         began = time.monotonic()
