@@ -8,7 +8,8 @@ in the namespace (`nsenter --net`) inside one private mount namespace held by a 
 server's tools see the server's mounts only, as on a real server: the clients' are elsewhere);
 the export is opened to 10.200.0.0/16 for the run (`exportfs -o`, undone after). `nolock`: the
 NLM side (statd per namespace) is not what is measured. Clients are set up BATCH at a time: one
-`ip -batch` for their namespaces and veths, one shell for their addresses and mounts. Per size,
+`ip -batch` for their namespaces and veths, one shell for their addresses and mounts; then udev's
+work for the new mounts is waited for (`udevadm settle`: nfsrahead per mount). Per size,
 a round of I/O from every client (a forked process in that mount namespace writes 4 KiB with
 fsync, stats and lists it on each mount) before each measurement, so that every client has rows:
 - nfs-exporter --nfsd (core) from the share, fresh per size, with its default --client-limit
@@ -25,7 +26,12 @@ fsync, stats and lists it on each mount) before each measurement, so that every 
   time of producing the interval's output from the maps), the rows each had, VmRSS and VmHWM;
 - node_exporter (`--collector.nfsd`, /proc/net/rpc/nfsd: no per-client figures) scraped
   SCRAPES times, the anchor.
-`--profile` adds, at the largest size, cProfile's top functions of one nfsdtop --json interval.
+- the exporter's scrape in a process of its own (exporter_phases: the collectors nfs-exporter
+  --nfsd builds, per limit): SCRAPES scrapes encoded as the server does, the map reads alone,
+  the probes' map entries, the function calls of one scrape, to say whether the time follows
+  the series or the entries.
+`--profile` adds, at the largest size, cProfile's top functions of one nfsdtop --json interval
+and of one such scrape per limit.
 A size that fails, or --until (HH:MM UTC: the guest's budget, from when the lab is up) running
 out, ends the run: the sizes done are kept, `stopped` says why.
 
@@ -143,12 +149,20 @@ class Clients:
         run("exportfs", "-o", EXPORT_OPTS, f"{SUBNET}:{EXPORT}")
         self.made.append(["exportfs", "-u", f"{SUBNET}:{EXPORT}"])
 
-    def grow(self, count: int) -> None:
-        """Clients up to `count`, BATCH at a time by add_batch(); then an untimed round, so
-        that the first exporter after it sees no MKDIR or CREATE the next does not."""
+    def grow(self, count: int) -> float:
+        """Clients up to `count`, BATCH at a time by add_batch(); then udev's work for their
+        mounts waited for (`udevadm settle`; its seconds returned): each NFS mount's bdi runs
+        nfs-common's nfsrahead, and they kept the guest's one vCPU busy for three minutes after
+        200 mounts were made, through the first measurements (bench/README.md); then an
+        untimed round, so that the first exporter after it sees no MKDIR or CREATE the next
+        does not."""
         while len(self.points) < count:
             self.add_batch(range(len(self.points), min(count, len(self.points) + BATCH)))
+        began = time.monotonic()
+        run("udevadm", "settle", "--timeout=900")
+        settled = time.monotonic() - began
         client_io(self.mntns, self.points)  # new clients' directories and files: every later round alike
+        return settled
 
     def add_batch(self, ks: range) -> None:
         """Client K: namespace srvscaleK, its veth's far end on the bridge with its address, its
@@ -337,6 +351,68 @@ def nfsdtop_frames(mntns: str, points: List[str], profile: bool) -> Dict[str, An
     return res
 
 
+def exporter_phases(mntns: str, points: List[str], profile: bool) -> Dict[str, Any]:
+    """The exporter's --nfsd scrape in this process, to name where its time goes: the
+    collectors nfs_exporter builds (the NFS client's and the server's, core), per limit a
+    fresh server collector; after a round of I/O, SCRAPES whole scrapes encoded as the server
+    encodes them, each with the two map reads (snapshots) timed alone before it, and the
+    probe's map entries; then one more scrape under cProfile, its function calls counted (the
+    work done, which the host's load, that changes the guest's speed from minute to minute,
+    does not change), with `profile` its top functions."""
+    import cProfile
+    import pstats
+    from functools import partial as bind
+
+    from discover.spec import serves_fstype
+    from probes.commands import find_target, server_ops
+    from probes.exporter import Collector, FsCollector, NfsdCollector, scrape
+    from probes.exposition import encode
+    from probes.model import Tool
+    from probes.mounts import MountTable
+    from probes.runtime import Session
+
+    nfs, nfsd = find_target("nfs", None), find_target("nfsd", None)
+    client_tool = Tool(dist=True, inflight=True, dist_unit_ns=1, per_mount=True, lat_sum=True)
+    res: Dict[str, Any] = {}
+    with Session("nfs-exporter", client_tool, nfs.ops(None), nfs.spec, False, backend="core") as client, \
+            Session("nfs-exporter", Tool(server=True), server_ops(nfsd.spec), nfsd.spec, False, backend="core") as server:
+        lock = threading.Lock()
+        part = FsCollector(client, lock, MountTable(serves=bind(serves_fstype, nfs.spec)), None, "nfs", nfs.title)
+        for name, extra in LIMITS.items():
+            limit = int(extra[1]) if extra else 64
+            collector, server_part = Collector([part], "", "", "core", ""), NfsdCollector(lock, limit)
+            server_part.session = server
+            client_io(mntns, points)
+            time.sleep(2)
+            encode(scrape([collector, server_part]))  # warm: the clients admitted, as the exporter's first scrape
+            walls: Dict[str, List[float]] = {"scrape_s": [], "nfsd_snapshot_s": [], "nfs_snapshot_s": []}
+            for _ in range(SCRAPES):
+                for field, read in (("nfsd_snapshot_s", server_part.snapshot), ("nfs_snapshot_s",
+                                                                                 lambda: part.snapshot(False))):
+                    started = time.perf_counter()
+                    read()
+                    walls[field].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                body = encode(scrape([collector, server_part]))
+                walls["scrape_s"].append(time.perf_counter() - started)
+            row: Dict[str, Any] = {field: statistics.median(values) for field, values in walls.items()}
+            row.update(walls=walls, samples=sum(1 for line in body.decode().splitlines() if line[:1] not in ("#", "")),
+                       entries={table: len(server.backend.map(table).items())
+                                for table in ("server_stats", "server_hist")},
+                       client_entries={table: len(client.backend.map(table).items()) for table in ("dist", "op_totals")})
+            prof = cProfile.Profile()
+            prof.runcall(lambda: encode(scrape([collector, server_part])))
+            row["calls"] = pstats.Stats(prof).total_calls  # the work, as the host's load does not change it
+            if profile:
+                for order in ("tottime", "cumulative"):
+                    text = io.StringIO()
+                    pstats.Stats(prof, stream=text).sort_stats(order).print_stats(25)
+                    row[f"profile_{order}"] = text.getvalue()
+            res[name] = row
+        res.update(rss_kib=status_kib(os.getpid(), "VmRSS"), hwm_kib=status_kib(os.getpid(), "VmHWM"))
+    return res
+
+
 class BudgetReached(Exception):
     """The run's time (--budget) ran out."""
 
@@ -360,11 +436,13 @@ def in_guest(profile: bool, sizes_wanted: Tuple[int, ...] = CLIENTS, budget_s: i
                       "--collector.disable-defaults", "--collector.nfsd"], "Listening", "/tmp/bench-srvscale-node.log")
         for count in sizes_wanted:
             began = time.monotonic()
-            clients.grow(count)
-            row: Dict[str, Any] = {"clients": count, "grow_s": round(time.monotonic() - began, 1)}
+            settle_s = clients.grow(count)
+            row: Dict[str, Any] = {"clients": count, "grow_s": round(time.monotonic() - began, 1),
+                                   "udev_settle_s": round(settle_s, 1)}
             for name, extra in LIMITS.items():
                 row[name] = exporter_at(clients, extra)
-            row["nfsdtop"] = nfsdtop_here(clients, profile and count == sizes_wanted[-1])
+            row["nfsdtop"] = here(clients, "--nfsdtop-here", profile and count == sizes_wanted[-1])
+            row["exporter_phases"] = here(clients, "--exporter-here", profile and count == sizes_wanted[-1])
             row["node_exporter"] = scrape_times(NODE_PORT, SCRAPES)
             row["server_clients"] = len(nfs_clients())
             row["size_s"] = round(time.monotonic() - began, 1)
@@ -381,13 +459,14 @@ def in_guest(profile: bool, sizes_wanted: Tuple[int, ...] = CLIENTS, budget_s: i
     return res
 
 
-def nfsdtop_here(clients: Clients, profile: bool) -> Dict[str, Any]:
-    """nfsdtop_frames() in a process of its own, on the share's code."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--nfsdtop-here", clients.mntns] + clients.points
+def here(clients: Clients, what: str, profile: bool) -> Dict[str, Any]:
+    """nfsdtop_frames() (--nfsdtop-here) or exporter_phases() (--exporter-here) in a process of
+    its own, on the share's code: its memory is that measurement's alone."""
+    cmd = [sys.executable, os.path.abspath(__file__), what, clients.mntns] + clients.points
     done = subprocess.run(cmd + (["--profile"] if profile else []), cwd=PROJECT, env=dict(os.environ, PYTHONPATH=PROJECT),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=3600)
     if done.returncode:
-        raise RuntimeError(f"nfsdtop's intervals: {done.stderr[-1000:]}")
+        raise RuntimeError(f"{what}: {done.stderr[-1000:]}")
     return json.loads(done.stdout)
 
 
@@ -436,18 +515,29 @@ def report(res: Dict[str, Any]) -> str:
     for form in ("text", "json") if len(res["sizes"]) >= 2 else ():
         _b, slope = per_client_fit(res, "nfsdtop", "median_s", form)
         lines.append(f"nfsdtop {form}: {slope * 1e6:.0f} us per client")
+    for row in res["sizes"]:
+        for name, run in ((n, row["exporter_phases"][n]) for n in res["limits"] if "exporter_phases" in row):
+            lines.append(f"{row['clients']} clients, {name} in-process: scrape {ms(run['scrape_s'])} (fastest "
+                         f"{ms(min(run['walls']['scrape_s']))}), {run['samples']} samples, server maps read in "
+                         f"{ms(run['nfsd_snapshot_s'])} ({run['entries']['server_stats']} + "
+                         f"{run['entries']['server_hist']} entries), client maps in {ms(run['nfs_snapshot_s'])}, "
+                         f"{run['calls']} calls")
     if "stopped" in res:
         lines.append(f"stopped {res['stopped']}")
     if res["sizes"] and "profile" in res["sizes"][-1]["nfsdtop"]:
         lines += ["--- profile, one nfsdtop --json interval", res["sizes"][-1]["nfsdtop"]["profile"]]
+    for name in res["limits"] if res["sizes"] and "profile_tottime" in res["sizes"][-1].get("exporter_phases", {}).get(
+            res["limits"][0], {}) else ():
+        lines += [f"--- profile, one in-process scrape, {name}", res["sizes"][-1]["exporter_phases"][name]["profile_tottime"]]
     return "\n".join(lines)
 
 
 def main(argv: List[str]) -> int:
-    if "--nfsdtop-here" in argv:
-        args = [a for a in argv[argv.index("--nfsdtop-here") + 1:] if a != "--profile"]
-        print(json.dumps(nfsdtop_frames(args[0], args[1:], "--profile" in argv)))
-        return 0
+    for what, measure in (("--nfsdtop-here", nfsdtop_frames), ("--exporter-here", exporter_phases)):
+        if what in argv:
+            args = [a for a in argv[argv.index(what) + 1:] if a != "--profile"]
+            print(json.dumps(measure(args[0], args[1:], "--profile" in argv)))
+            return 0
     if "--in-guest" in argv:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: namespaces, mounts, export undone
         sizes = tuple(int(n) for n in argv[argv.index("--sizes") + 1].split(",")) if "--sizes" in argv else CLIENTS

@@ -812,15 +812,27 @@ class Session:
         base = self._server_base if since_last else {}
         now: Dict[tuple, tuple] = {}
         out: Dict[ServerKey, Dict[str, Any]] = {}
+        names: Dict[bytes, ServerKey] = {}
+
+        def named(key: Any) -> ServerKey:
+            """server_key() once per key in this call: its histogram's entries repeat it, one per
+            slot, and naming a key (the client's address, the export) cost more than the rest of
+            an entry's reading (bench/README.md, bench_server_scale.py)."""
+            raw = bytes(key)
+            where = names.get(raw)
+            if where is None:
+                where = names[raw] = server_key(key, self.exports.name)
+            return where
+
         for key, value in stat_items:
-            where = server_key(key, self.exports.name)
+            where = named(key)
             totals = (int(value.count), int(value.lat_ns), int(value.rd_bytes), int(value.wr_bytes))
             now[where] = totals
             count, lat_ns, rd, wr = (a - b for a, b in zip(totals, base.get(where, (0, 0, 0, 0))))
             if count > 0:
                 out[where] = {"count": count, "lat_ns": lat_ns, "read_bytes": rd, "write_bytes": wr, "slots": {}}
         for key, value in hist_items:
-            where = server_key(key.k, self.exports.name)
+            where = named(key.k)
             slot = (where, int(key.slot))
             now[slot] = (int(value.value),)
             delta = int(value.value) - base.get(slot, (0,))[0]

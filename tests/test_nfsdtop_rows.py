@@ -2,13 +2,18 @@
 progress joined to their row, sorted by the server time taken; addresses as users read them."""
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
 import socket
+from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
+from typing import List, Tuple
 
 from probes.commands import is_operation, nfsdtop_text, proc_label, server_rows
-from probes.runtime import client_address
+from probes.model import PROC_LEN
+from probes.runtime import Session, client_address
 
 V3, V4, ACL = (100003, 3), (100003, 4), (100227, 3)
 
@@ -148,3 +153,44 @@ def test_only_nfsv4_names_past_its_procedures_are_operations() -> None:
     assert is_operation("NFSv4 READ_PLUS") and is_operation("NFSv4 unknown_operation")
     assert not is_operation("NFSv4 COMPOUND") and not is_operation("NFSv4 NULL")
     assert not is_operation("NFSv3 READ") and not is_operation("NFSACLv3 GETACL")
+
+
+class _ServerKey(ctypes.Structure):
+    """bpf/probe.bpf.c's struct server_key, as the loaders hand its maps' keys over."""
+
+    _fields_ = [("family", ctypes.c_uint32), ("prog", ctypes.c_uint32), ("vers", ctypes.c_uint32),
+                ("pad", ctypes.c_uint32), ("addr", ctypes.c_uint8 * 16), ("proc", ctypes.c_char * PROC_LEN),
+                ("exp_ino", ctypes.c_uint64), ("exp_dev", ctypes.c_uint32), ("pad2", ctypes.c_uint32)]
+
+
+class _HistKey(ctypes.Structure):
+    _fields_ = [("k", _ServerKey), ("slot", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+def test_session_requests_names_each_key_once_per_read() -> None:
+    """Session.requests() from the two server maps: each (client, procedure, export) once with its
+    counts and every slot of its histogram, the export named once per key however many slots
+    its histogram holds (naming was most of a scrape's map reading at 200 clients)."""
+    def server(last: int, proc: bytes) -> _ServerKey:
+        k = _ServerKey(family=socket.AF_INET, prog=V3[0], vers=V3[1], proc=proc, exp_ino=2, exp_dev=8)
+        k.addr[:4] = [10, 200, 1, last]
+        return k
+
+    keys = [server(n, proc) for n in (1, 2) for proc in (b"WRITE", b"GETATTR")]
+    stats = [(k, SimpleNamespace(count=3, lat_ns=3000, rd_bytes=0, wr_bytes=4096)) for k in keys]
+    hist = [(_HistKey(k=k, slot=slot), SimpleNamespace(value=1 + slot)) for k in keys for slot in (2, 5, 9)]
+    named: List[Tuple[int, int]] = []
+
+    def export_name(dev: int, ino: int) -> str:
+        named.append((dev, ino))
+        return "/srv/nfs"
+
+    session = Session.__new__(Session)
+    session.backend = SimpleNamespace(map={"server_stats": SimpleNamespace(items=lambda: stats),
+                                           "server_hist": SimpleNamespace(items=lambda: hist)}.__getitem__)
+    session.exports, session.reading, session._server_base = SimpleNamespace(name=export_name), nullcontext, {}
+    got = session.requests(since_last=False)
+    assert got == {(f"10.200.1.{n}", V3[0], V3[1], proc, "/srv/nfs"):
+                   {"count": 3, "lat_ns": 3000, "read_bytes": 0, "write_bytes": 4096, "slots": {2: 3, 5: 6, 9: 10}}
+                   for n in (1, 2) for proc in ("WRITE", "GETATTR")}
+    assert len(named) == len(keys)
