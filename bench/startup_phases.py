@@ -97,6 +97,7 @@ def nfsslower_start(phases: Phases) -> None:
     phases.wrap(libbpf.BpfObject, "set_attach_target", "fentry targets named (module BTFs loaded)")
     phases.wrap(core_backend, "kernel_btf_fds", "module BTF objects found by name (no parse)")
     phases.wrap(libbpf.BpfObject, "set_attach_btf", "fentry targets given by BTF object and type id")
+    phases.wrap(libbpf.Libbpf, "trim_heap", "heap trimmed (malloc_trim, before the load)")
     phases.wrap(libbpf.BpfObject, "load", "bpf_object__load")
     phases.wrap(core_backend.CoreBackend, "attach", "attach")
     target = nfs_target(None)

@@ -19,19 +19,16 @@ Environment overrides (tests and unusual systems):
 from __future__ import annotations
 
 import atexit
-import difflib
 import errno
 import fnmatch
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError, at_exit
 
@@ -58,9 +55,10 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True)
-class Host:
-    """Where the host's kernel files live; every path goes through here so tests can fake a host."""
+class Host(NamedTuple):
+    """Where the host's kernel files live; every path goes through here so tests can fake a host.
+    (A NamedTuple, not a dataclass: the tracing tools' start reads tracefs through it, and
+    dataclasses imports inspect.)"""
 
     sysroot: Path = Path("/")
     tracefs_override: Optional[Path] = None
@@ -99,6 +97,8 @@ def _is_tracefs(directory: Path) -> bool:
 
 def _unmounter(target: str) -> Callable[[], None]:
     def unmount_tracefs() -> None:
+        import subprocess
+
         subprocess.run(["umount", target], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return unmount_tracefs
 
@@ -119,6 +119,8 @@ def find_tracefs(host: Host, mount: bool = True, hint: str = "") -> Path:
         if _is_tracefs(cand):
             return cand
     if mount and host.is_real and host.euid == 0:
+        import subprocess  # here: a start that finds tracefs mounted (the tools' usual one) skips it
+
         for fstype, target in (("tracefs", TRACEFS_DIRS[0]), ("debugfs", "/sys/kernel/debug")):
             if Path(target).is_dir() and subprocess.run(
                     ["mount", "-t", fstype, "nodev", target],
@@ -209,6 +211,8 @@ class FilterFunctions:
         """Names a typo or a renamed function most likely meant (prefilter keeps this fast on 80k names)."""
         head = name[:3]
         pool = [n for n in self.modules if n.startswith(head) or name in n]
+        import difflib  # for an error's suggestions only
+
         return difflib.get_close_matches(name, pool, n=limit, cutoff=0.7)
 
     def clones(self, name: str) -> List[str]:
@@ -323,6 +327,8 @@ def _unloaded_modules_like(literal: str, host: Host) -> List[str]:
     loaded = _loaded_modules(host)
     token = literal.split("_")[0]
     unloaded = [m for m in _module_files(host) if m.startswith(stem.group(0)) and m not in loaded]
+    import difflib
+
     return sorted(unloaded, key=lambda m: (-difflib.SequenceMatcher(None, token, m).ratio(), m))
 
 
@@ -350,6 +356,8 @@ def _read_module(path: Path) -> Optional[bytes]:
             import gzip
             return gzip.decompress(path.read_bytes())
         if path.name.endswith(".ko.zst"):
+            import subprocess
+
             res = subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=False)
             return res.stdout if res.returncode == 0 else None
         return path.read_bytes()
@@ -380,13 +388,13 @@ def buffer_kb_limit(host: Host, ncpus: int) -> int:
     return 65536
 
 
-@dataclass
-class Original:
-    """A file's content before our first write, plus dependent files a summary value hides."""
+class Original(NamedTuple):
+    """A file's content before our first write, plus dependent files a summary value hides
+    (relative name -> content; none where the file's own value says it all)."""
 
     name: str
     text: str
-    parts: Dict[str, str] = field(default_factory=dict)
+    parts: Optional[Dict[str, str]] = None
 
 
 class TraceSession:
@@ -499,12 +507,12 @@ class TraceSession:
     def _record(self, name: str) -> None:
         if name in self._originals:
             return
-        original = Original(name, self.read(name))
-        if name == "buffer_size_kb" and original.text.strip() == "X":
-            original.parts = self._read_parts("per_cpu/cpu*/buffer_size_kb")
-        elif name.startswith("events/") and name.endswith("/enable") and original.text.strip() == "X":
-            original.parts = self._read_parts(name[: -len("enable")] + "*/enable")
-        self._originals[name] = original
+        text, parts = self.read(name), None
+        if name == "buffer_size_kb" and text.strip() == "X":
+            parts = self._read_parts("per_cpu/cpu*/buffer_size_kb")
+        elif name.startswith("events/") and name.endswith("/enable") and text.strip() == "X":
+            parts = self._read_parts(name[: -len("enable")] + "*/enable")
+        self._originals[name] = Original(name, text, parts)
 
     def _read_parts(self, pattern: str) -> Dict[str, str]:
         parts = {}
@@ -784,7 +792,7 @@ def restore_writes(original: Original) -> List[Tuple[str, str]]:
         if expanded:
             return [(name, expanded.group(1))]
         if stripped == "X":
-            return [(rel, value.strip().split(" ")[0]) for rel, value in original.parts.items()]
+            return [(rel, value.strip().split(" ")[0]) for rel, value in (original.parts or {}).items()]
         return [(name, text)]
     if original.parts:
         return list(original.parts.items())
