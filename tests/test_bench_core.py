@@ -6,7 +6,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -97,15 +97,28 @@ def phases(name: str) -> Dict[str, Any]:
     return json.loads((STARTUP.parent / name).read_text())
 
 
+#: one 6.12 boot, 2026-12-07 00:29-00:34 UTC: main's package (b709b0a), then the tree's with the
+#: tools' command lines read by argparse (be513ca); a second boot at 00:35-00:39, discover.tracefs
+#: imported without dataclasses, subprocess and difflib (85cbb18). startup_phases twice after each.
+ARGPARSE_PHASES = ("startup_phases_argparse_before.json", "startup_phases_argparse.json",
+                   "startup_phases_tracefs.json")
+ARGPARSE_RUNS = ("bench_core_argparse_before.json", "bench_core_argparse.json", "bench_core_tracefs.json")
+
+
+def by_phase(name: str) -> List[Dict[str, Dict[str, Any]]]:
+    """Each start of a startup_phases fixture: its phases by their short name."""
+    return [{row["name"].split(" (")[0]: row for row in run["phases"]} for run in phases(name)["nfsslower"]]
+
+
 def test_start_up_phases_come_in_a_starts_order_with_the_peak_only_growing() -> None:
     """bench/startup_phases.py's runs in that boot (main's package, then the tree's): each
     nfsslower start's phases in the order a start makes them, VmHWM never falling (a peak)."""
     order = ["interpreter up", "import probes.commands", "KernelLayout.live", "KernelFacts.live", "select",
              "backend choice", "backend opened", "generate", "layout released", "module BTF objects found",
-             "object opened", "fentry targets given", "fentry targets named", "bpf_object__load", "attach",
-             "Session up"]
+             "object opened", "fentry targets given", "fentry targets named", "heap trimmed", "bpf_object__load",
+             "attach", "Session up"]
     for name in ("startup_phases_before.json", "startup_phases.json", "startup_phases_objects_before.json",
-                 "startup_phases_objects.json", "startup_phases_trim.json"):
+                 "startup_phases_objects.json", "startup_phases_trim.json", *ARGPARSE_PHASES):
         for run in phases(name)["nfsslower"]:
             names = [row["name"] for row in run["phases"]]
             assert [step for step in order if any(n.startswith(step) for n in names)] == [
@@ -180,3 +193,44 @@ def test_the_object_opens_faster_and_the_load_peaks_lower() -> None:
     assert max(run["backend choice"]["s"] for run in after) < 0.01
     loads = [statistics.median(run["bpf_object__load"]["hwm_mib"] for run in boot) for boot in runs]
     assert loads[0] - loads[1] > 3 and loads[1] - loads[2] > 2
+
+
+def test_without_click_the_imports_take_less_time_and_memory() -> None:
+    """argparse for the tools' command lines: importing nfsslower's code fell from 0.47-0.50 s to
+    0.27-0.29 s and from 17.1-17.3 to 14.5-14.6 MiB held; discover.tracefs without dataclasses
+    (inspect), subprocess and difflib took the kernel facts' own part (the layout's parse aside)
+    from 0.14-0.16 s to under 0.03 s."""
+    before, after, tracefs = (by_phase(name) for name in ARGPARSE_PHASES)
+    for was, now in zip(before, after):
+        assert was["import probes.commands"]["s"] - now["import probes.commands"]["s"] > 0.15
+        assert was["import probes.commands"]["rss_mib"] - now["import probes.commands"]["rss_mib"] > 2.3
+    facts = [[run["KernelFacts.live"]["s"] - run["KernelLayout.live"]["s"] for run in boot] for boot in (after, tracefs)]
+    assert min(facts[0]) > 0.1 > 0.05 > max(facts[1])
+
+
+def test_the_peak_is_libbpfs_parse_on_top_of_what_python_holds() -> None:
+    """Where nfsslower's 29 MiB go: the heap trimmed, the load starts at the 19 MiB the process
+    holds (the interpreter, the imports, the start's data, the opened object) and libbpf's parse
+    of vmlinux's BTF adds 10 MiB, less than libbpf-tools' fsslower's whole peak (which makes the
+    same parse): 2x that peak would need the load to start where the imports alone leave it."""
+    fsslower = statistics.median(run["hwm_kib"] for run in json.loads(
+        (STARTUP.parent / ARGPARSE_RUNS[2]).read_text())["startup"]["runs"]["libbpf-tools"]) / 1024
+    for run in by_phase(ARGPARSE_PHASES[2]):
+        held = run["heap trimmed"]["rss_mib"]
+        added = run["bpf_object__load"]["hwm_mib"] - held
+        assert run["heap trimmed"]["rss_in_mib"] - held > 2  # what Python had freed since its imports
+        assert 8 < added < fsslower and run["bpf_object__load"]["hwm_mib"] == max(r["hwm_mib"] for r in run.values())
+        assert held > 2 * fsslower - added > run["import probes.commands"]["rss_mib"] - 0.5
+
+
+def test_the_terminal_tools_peak_fell_with_each_change_and_argparse_costs_a_third_of_click() -> None:
+    """bench_core in those boots: nfsslower's and nfsdist's peaks 31.4 -> 30.5 -> 28.9 MiB (2.57 ->
+    2.37 times libbpf-tools'); python3 with argparse imported is 1.6 MiB over python3 alone, where
+    click was 4.8 (bench_core_version.json)."""
+    peaks = [medians_of(name, "startup", "hwm_kib") for name in ARGPARSE_RUNS]
+    for tool in ("core", "nfsdist core", "exporter core"):
+        assert peaks[0][tool] > peaks[1][tool] > peaks[2][tool], tool
+    assert peaks[0]["core"] / peaks[0]["libbpf-tools"] > 2.5 > 2.4 > peaks[2]["core"] / peaks[2]["libbpf-tools"]
+    click = medians_of("bench_core_version.json", "startup", "hwm_kib")
+    for run in peaks:
+        assert run["python3 + argparse"] - run["python3"] < 2 * 1024 < 4 * 1024 < click["python3 + click"] - click["python3"]
