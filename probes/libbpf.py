@@ -40,6 +40,7 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("bpf_map__btf_key_type_id", _u32, (_p,)), ("bpf_map__btf_value_type_id", _u32, (_p,)),
     ("btf__raw_data", _p, (_p, ctypes.POINTER(_u32))),
     ("btf__parse_raw", _p, (ctypes.c_char_p,)), ("btf__parse_raw_split", _p, (ctypes.c_char_p, _p)),
+    ("btf__load_vmlinux_btf", _p, ()),
     ("btf__free", None, (_p,)), ("btf__type_cnt", _u32, (_p,)), ("btf__type_by_id", _p, (_p, _u32)),
     ("btf__name_by_offset", ctypes.c_char_p, (_p, _u32)), ("btf__find_by_name_kind", ctypes.c_int32, (_p, ctypes.c_char_p, _u32)),
     ("bpf_map_lookup_elem", _i, (_i, _p, _p)), ("bpf_map_update_elem", _i, (_i, _p, _p, ctypes.c_uint64)),
@@ -303,6 +304,10 @@ def kernel_btf_fds(lib: Libbpf, names: Collection[str]) -> Tuple[Dict[str, int],
     return found, ""
 
 
+#: the running kernel's BTF, as the kernel exposes it
+LIVE_VMLINUX = Path("/sys/kernel/btf/vmlinux")
+
+
 class KernelBtf:
     """A kernel BTF blob (vmlinux's, or a module's split on it) parsed and indexed by libbpf,
     read as probes.layout reads a discover.btf.Btf: records by type id, strings by offset,
@@ -322,10 +327,17 @@ class KernelBtf:
         self._functions: Optional[Dict[str, int]] = None
 
     def _open(self) -> None:
-        """Parse the blob: at the start, and again at the first look-up after release()."""
+        """Parse the blob: at the start, and again at the first look-up after release(). The
+        running kernel's vmlinux blob is libbpf's own (btf__load_vmlinux_btf), which libbpf 1.6+
+        maps where the kernel lets it: its pages are then the kernel's, not held by this process,
+        where a parse of the file reads it and copies it (the start's peak memory)."""
         ctypes.set_errno(0)
-        handle = (self.lib.btf__parse_raw_split(str(self.path).encode(), self.base.opened()) if self.base is not None
-                  else self.lib.btf__parse_raw(str(self.path).encode()))
+        if self.base is not None:
+            handle = self.lib.btf__parse_raw_split(str(self.path).encode(), self.base.opened())
+        elif self.path == LIVE_VMLINUX and self.path.exists():
+            handle = self.lib.btf__load_vmlinux_btf()
+        else:
+            handle = self.lib.btf__parse_raw(str(self.path).encode())
         if not handle:
             raise BtfError(f"{self.path}: libbpf cannot parse it: {os.strerror(ctypes.get_errno())}")
         self.handle = handle
