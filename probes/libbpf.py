@@ -64,6 +64,9 @@ SAMPLE_FN = ctypes.CFUNCTYPE(_i, _p, _p, _sz)
 PRINT_FN = ctypes.CFUNCTYPE(_i, _i, ctypes.c_char_p, _p)
 #: enum libbpf_print_level's LIBBPF_DEBUG (WARN 0, INFO 1)
 LIBBPF_DEBUG = 2
+#: every printer given to libbpf, never freed: libbpf keeps the last one set for the whole
+#: process, and a freed one would be called on its next line (a Libbpf dropped, another kept)
+_PRINTERS: List[Any] = []
 #: the library loaded: Debian's libbpf1 (bookworm 1.1, trixie 1.5)
 SONAME = "libbpf.so.1"
 #: the oldest libbpf the loader is written against (NULL-and-errno returns, open_mem's opts)
@@ -169,7 +172,8 @@ class Libbpf:
             self._vsnprintf(buf, len(buf), fmt, args)
             self.log.append(buf.value.decode("utf-8", "replace"))
             return 0
-        self._printer = PRINT_FN(printer)  # kept: libbpf calls it for as long as it is loaded
+        self._printer = PRINT_FN(printer)
+        _PRINTERS.append(self._printer)  # libbpf's printer is the process's: it outlives this object
         self.lib.libbpf_set_print(ctypes.cast(self._printer, _p))
         self._trace_targets: Optional[TraceTargets] = None
 
