@@ -20,7 +20,7 @@ class Parser(argparse.ArgumentParser):
     """One command's parser: -h/--help and --version, options in one `Options:` block,
     EXAMPLES printed after it as written."""
 
-    def __init__(self, prog: str, usage: str, description: str, examples: str = "") -> None:
+    def __init__(self, prog: str, usage: str, description: Optional[str], examples: str = "") -> None:
         super().__init__(prog=prog, usage=f"{prog} {usage}", description=description, allow_abbrev=False,
                          formatter_class=_Formatter, add_help=False)
         self.examples = examples.strip("\n")
@@ -28,7 +28,13 @@ class Parser(argparse.ArgumentParser):
         self._positionals.title = "Arguments"
         self.add_argument("--version", action=_Version, nargs=0, help="Print probekit's version and exit.")
 
+    def _help_last(self) -> None:
+        """-h/--help, added once the command's own options are: listed last, as the groups list it."""
+        if not any(action.dest == "help" for action in self._actions):
+            self.add_argument("-h", "--help", action="help", help="Show this message and exit.")
+
     def format_help(self) -> str:
+        self._help_last()
         text = super().format_help().replace("usage: ", "Usage: ", 1)
         return f"{text}\n{self.examples}\n" if self.examples else text
 
@@ -36,10 +42,8 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
     def parse(self, args: Optional[Sequence[str]]) -> argparse.Namespace:
-        """The command line; -h/--help is added here, after the command's own options, so that
-        it is listed last (as the command groups list it)."""
-        if not any(action.dest == "help" for action in self._actions):
-            self.add_argument("-h", "--help", action="help", help="Show this message and exit.")
+        """The command line (sys.argv's without `args`)."""
+        self._help_last()
         return self.parse_args(args)
 
 
@@ -56,7 +60,8 @@ class _Formatter(argparse.HelpFormatter):
         """`-p, --pid PID` (the value named once), as bcc's users read it in the groups' help."""
         if not action.option_strings or action.nargs == 0:
             return super()._format_action_invocation(action)
-        return ", ".join(action.option_strings) + " " + self._format_args(action, action.dest.upper())
+        return ", ".join(action.option_strings) + " " + self._format_args(
+            action, self._get_default_metavar_for_optional(action))
 
 
 class _Version(argparse.Action):
@@ -78,7 +83,6 @@ def int_range(low: int, high: Optional[int] = None) -> Callable[[str], int]:
             bounds = f"{low}<=x<={high}" if high is not None else f"x>={low}"
             raise argparse.ArgumentTypeError(f"{text} is not in the range {bounds}")
         return value
-    parse.__name__ = "integer"
     return parse
 
 
@@ -92,7 +96,6 @@ def float_at_least(low: float) -> Callable[[str], float]:
         if not math.isfinite(value) or value < low:
             raise argparse.ArgumentTypeError(f"{text} is not in the range x>={low:g}")
         return value
-    parse.__name__ = "number"
     return parse
 
 
@@ -101,4 +104,3 @@ def file_path(text: str) -> str:
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a directory")
     return text
-

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     import click
 
-#: exit codes of the boundary: a user error, a usage error (click's), Ctrl-C, SIGTERM
+#: exit codes of the boundary: a user error, a command line that does not parse, Ctrl-C, SIGTERM
 EXIT_ERROR, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
 #: longest message printed; beyond this a (huge) input is cut, the line stays readable
 MAX_LINE = 600

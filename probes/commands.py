@@ -232,7 +232,7 @@ Operations still in flight past MIN_MS are printed while they last (LAT(ms) `>ms
 
 
 def nfsslower_parser() -> Parser:
-    parser = Parser("nfsslower", "[OPTIONS] [MIN_MS]", nfsslower.__doc__ or "", SLOWER_EXAMPLES)
+    parser = Parser("nfsslower", "[OPTIONS] [MIN_MS]", nfsslower.__doc__, SLOWER_EXAMPLES)
     parser.add_argument("min_ms", metavar="MIN_MS", nargs="?", type=int_range(0), default=10,
                         help="Latency threshold in ms. [default: 10]")
     parser.add_argument("-j", "--csv", dest="as_csv", action="store_true",
@@ -251,7 +251,7 @@ def nfsslower(argv: Optional[Sequence[str]] = None) -> None:
 
 
 def fsslower_parser() -> Parser:
-    parser = Parser("fsslower", "[OPTIONS] [MIN_MS]", fsslower.__doc__ or "", FS_SLOWER_EXAMPLES)
+    parser = Parser("fsslower", "[OPTIONS] [MIN_MS]", fsslower.__doc__, FS_SLOWER_EXAMPLES)
     parser.add_argument("min_arg", metavar="MIN_MS", nargs="?", type=int_range(0),
                         help="Latency threshold in ms, as bcc's tools take it (or -m).")
     fs_type_option(parser)
@@ -466,7 +466,7 @@ def dist_options(parser: Parser) -> None:
 
 
 def nfsdist_parser() -> Parser:
-    parser = Parser("nfsdist", "[OPTIONS] [INTERVAL [COUNT]]", nfsdist.__doc__ or "", DIST_EXAMPLES)
+    parser = Parser("nfsdist", "[OPTIONS] [INTERVAL [COUNT]]", nfsdist.__doc__, DIST_EXAMPLES)
     parser.add_argument("-T", "--notimestamp", dest="no_timestamp", action="store_true",
                         help="No HH:MM:SS: line before each output (bcc nfsdist's -T; the line is printed by "
                              "default).")
@@ -486,7 +486,7 @@ def nfsdist(argv: Optional[Sequence[str]] = None) -> None:
 
 
 def fsdist_parser() -> Parser:
-    parser = Parser("fsdist", "[OPTIONS] [INTERVAL [COUNT]]", fsdist.__doc__ or "", FS_DIST_EXAMPLES)
+    parser = Parser("fsdist", "[OPTIONS] [INTERVAL [COUNT]]", fsdist.__doc__, FS_DIST_EXAMPLES)
     fs_type_option(parser)
     parser.add_argument("-T", "--timestamp", dest="timestamp", action="store_true",
                         help="An HH:MM:SS: line before each output (libbpf-tools fsdist's -T; none by default).")
@@ -690,7 +690,7 @@ def top_options(parser: Parser) -> None:
 
 
 def nfstop_parser() -> Parser:
-    parser = Parser("nfstop", "[OPTIONS]", nfstop.__doc__ or "", TOP_EXAMPLES)
+    parser = Parser("nfstop", "[OPTIONS]", nfstop.__doc__, TOP_EXAMPLES)
     top_options(parser)
     return parser
 
@@ -704,7 +704,7 @@ def nfstop(argv: Optional[Sequence[str]] = None) -> None:
 
 
 def fstop_parser() -> Parser:
-    parser = Parser("fstop", "[OPTIONS]", fstop.__doc__ or "", FS_TOP_EXAMPLES)
+    parser = Parser("fstop", "[OPTIONS]", fstop.__doc__, FS_TOP_EXAMPLES)
     fs_type_option(parser)
     top_options(parser)
     return parser
@@ -927,7 +927,7 @@ def nfsdtop_frame(session: Session, interval: int, seconds: float, by: str, as_j
 
 
 def nfsdtop_parser() -> Parser:
-    parser = Parser("nfsdtop", "[OPTIONS] [INTERVAL [COUNT]]", nfsdtop.__doc__ or "", NFSDTOP_EXAMPLES)
+    parser = Parser("nfsdtop", "[OPTIONS] [INTERVAL [COUNT]]", nfsdtop.__doc__, NFSDTOP_EXAMPLES)
     parser.add_argument("interval", metavar="INTERVAL", nargs="?", type=int_range(1), default=1,
                         help="Seconds between refreshes. [default: 1]")
     parser.add_argument("count", metavar="COUNT", nargs="?", type=int_range(1),

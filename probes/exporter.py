@@ -587,7 +587,7 @@ def ops_option(text: str) -> str:
 
 
 def exporter_parser() -> Parser:
-    parser = Parser("nfs-exporter", "[OPTIONS]", nfs_exporter.__doc__ or "", EXAMPLES)
+    parser = Parser("nfs-exporter", "[OPTIONS]", nfs_exporter.__doc__, EXAMPLES)
     parser.add_argument("--address", default=DEFAULT_ADDRESS, type=ip_address,
                         help=f"Address to listen on; 0.0.0.0 or :: for every interface. [default: {DEFAULT_ADDRESS}]")
     parser.add_argument("--port", type=int_range(1, 65535), default=DEFAULT_PORT,

@@ -239,9 +239,7 @@ def test_the_options_file_lists_every_exporter_option_with_its_default() -> None
         default = re.search(r"\(default: ([^)]*)\)", block.replace("\n#", " "))
         assert default, block
         listed.update({name: re.sub(r"\s+", " ", default.group(1)) for name in names})
-    parser = exporter_parser()
-    parser.parse([])  # adds -h/--help
-    options = [action for action in parser._actions if not {"--help", "--version"} & set(action.option_strings)]
+    options = [action for action in exporter_parser()._actions if not {"--help", "--version"} & set(action.option_strings)]
     assert sorted(listed) == sorted(name for action in options for name in action.option_strings)
     for action in options:
         flag = action.nargs == 0
