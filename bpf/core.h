@@ -157,20 +157,36 @@ static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
     return (s64)val;
 }
 
-/* a trampoline's arguments and return value through the helpers (5.17): the object is built
- * before the functions' prototypes are known */
-static __always_inline u64 fentry_arg(u64 *ctx, u32 n)
+/* A trampoline's context is its function's arguments (up to 12 on x86-64), then (fexit) the
+ * return value: slot n is one load at offset 8n, as a program written for the prototype reads
+ * it. n comes from the frozen `cfg`, so the verifier follows one case only; each case is a load
+ * of its own in assembly because clang folds C loads into one at a computed address (ctx + 8n),
+ * which the verifier refuses for a context pointer. (bpf_get_func_arg and bpf_get_func_ret
+ * would take n at run time, at the cost of a bounds check and a round trip through the stack
+ * on every read, and need 5.17.) */
+#define CTX_LOAD(val, ctx, off) asm volatile("%0 = *(u64 *)(%1 + " #off ")" : "=r"(val) : "r"(ctx))
+static __always_inline u64 trampoline_slot(u64 *ctx, u32 n)
 {
     u64 val = 0;
-    bpf_get_func_arg(ctx, n, &val);
+    switch (n) {
+    case 0: CTX_LOAD(val, ctx, 0); break;
+    case 1: CTX_LOAD(val, ctx, 8); break;
+    case 2: CTX_LOAD(val, ctx, 16); break;
+    case 3: CTX_LOAD(val, ctx, 24); break;
+    case 4: CTX_LOAD(val, ctx, 32); break;
+    case 5: CTX_LOAD(val, ctx, 40); break;
+    case 6: CTX_LOAD(val, ctx, 48); break;
+    case 7: CTX_LOAD(val, ctx, 56); break;
+    case 8: CTX_LOAD(val, ctx, 64); break;
+    case 9: CTX_LOAD(val, ctx, 72); break;
+    case 10: CTX_LOAD(val, ctx, 80); break;
+    case 11: CTX_LOAD(val, ctx, 88); break;
+    case 12: CTX_LOAD(val, ctx, 96); break;
+    }
     return val;
 }
 
-static __always_inline s64 fexit_ret(u64 *ctx, u32 nargs)
-{
-    u64 val = 0;
-    bpf_get_func_ret(ctx, &val);
-    return (s64)val;
-}
+#define fentry_arg(ctx, n) trampoline_slot(ctx, n)
+#define fexit_ret(ctx, nargs) ((s64)trampoline_slot(ctx, nargs))
 
 #define PROGRAM(name, section, ...) SEC(section) int name(__VA_ARGS__)

@@ -1,7 +1,7 @@
 """--backend auto|core|bcc: which BPF loader a tool runs on here, and why (one --verbose line).
 
 Why named checks: the prebuilt CO-RE object needs four things of the machine, each a fact
-read before anything is loaded, as libbpf-tools check `fentry_can_attach`: a 5.17+ x86-64
+read before anything is loaded, as libbpf-tools check `fentry_can_attach`: a 5.15+ x86-64
 kernel, its BTF and that of every module a chosen point lives in, libbpf.so.1 >= 1.0, and the
 object shipped for the spec. `auto` takes core when all hold, else bcc, saying the first
 check that failed (in that order); with neither loader possible the tool stops in one line
@@ -51,13 +51,13 @@ def libbpf_check(path: Optional[str] = None) -> Tuple[Optional[Libbpf], str]:
 
 
 def kernel_check(release: str, machine: str) -> Optional[str]:
-    """Why this kernel cannot run the object's programs (bpf_get_func_arg is 5.17's, the kprobe
+    """Why this kernel cannot run the object's programs (bpf_task_pt_regs is 5.15's, the kprobe
     programs read x86-64 registers); None when it can."""
     if machine != OBJECT_MACHINE:
         return f"the CO-RE objects are built for {OBJECT_MACHINE}, this machine is {machine}"
     version = major_minor(release)
     if version is None or version < MIN_KERNEL:
-        return f"kernel {release} is older than {dotted(MIN_KERNEL)} (bpf_get_func_arg)"
+        return f"kernel {release} is older than {dotted(MIN_KERNEL)} (bpf_task_pt_regs)"
     return None
 
 

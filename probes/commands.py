@@ -94,7 +94,7 @@ def loader_options(parser: Parser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="BPF loader: core loads the prebuilt CO-RE object with libbpf (no compiler on this "
                              "machine), bcc compiles the probe at start-up; auto takes core where libbpf 1.0+, a "
-                             "5.17+ kernel, its BTF and the object allow, else bcc (-v says which and why). "
+                             "5.15+ kernel, its BTF and the object allow, else bcc (-v says which and why). "
                              "[default: auto]")
 
 

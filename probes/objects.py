@@ -11,8 +11,8 @@ from typing import Any, Dict
 
 #: where built objects are looked for: one per spec, named after its filesystem
 OBJECTS_DIR = Path(__file__).resolve().parent / "objects"
-#: BPF ring buffers (5.8), task storage for tracing (5.11), bpf_get_func_arg (5.17)
-MIN_KERNEL = (5, 17)
+#: BPF ring buffers (5.8), task storage for tracing (5.11), bpf_task_pt_regs (5.15)
+MIN_KERNEL = (5, 15)
 
 
 def object_path(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Path:

@@ -65,11 +65,11 @@ def test_libbpf_check_says_why_a_library_does_not_load() -> None:
 
 
 @pytest.mark.parametrize("kernel", sorted(p.name for p in FIXTURES.iterdir() if p.name[0].isdigit()))
-def test_kernel_check_takes_5_17_and_later(kernel: str) -> None:
-    """Of the lab kernels only 5.10 lacks bpf_get_func_arg, which the object's fentry programs use."""
+def test_kernel_check_takes_5_15_and_later(kernel: str) -> None:
+    """Of the lab kernels only 5.10 lacks bpf_task_pt_regs, which the object's programs use."""
     blocker = kernel_check(kernel, "x86_64")
     if kernel.startswith("5.10."):
-        assert blocker == f"kernel {kernel} is older than 5.17 (bpf_get_func_arg)"
+        assert blocker == f"kernel {kernel} is older than 5.15 (bpf_task_pt_regs)"
     else:
         assert blocker is None
     assert kernel_check(os.uname().release, os.uname().machine) is None
@@ -122,7 +122,7 @@ def test_5_10_says_bcc_in_one_line(spec: Dict[str, Any], objects: Path) -> None:
     """Debian 11's kernel, as its lab run recorded it: auto says bcc and why, first check first."""
     run = json.loads(gzip.decompress((FIXTURES / "5.10.0-32-amd64" / "probes" / "guest-run.json.gz").read_bytes()))
     release = run["main"]["data"]["kernel"]["release"]
-    why = f"kernel {release} is older than 5.17 (bpf_get_func_arg)"
+    why = f"kernel {release} is older than 5.15 (bpf_task_pt_regs)"
     no_bcc = bcc_check()
     if no_bcc is None:
         assert choose("auto", spec, release, ["nfs"], BTF_DIR, objects).why == f"bcc (auto: {why})"

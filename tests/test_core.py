@@ -26,6 +26,7 @@ from probes.backend import Rejected
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
 from probes.generate_core import cfg_format, core_table, generate_core, slots_needed
 from probes.model import CFG_FIELDS, Tool, point_fields
+from probes.objects import MIN_KERNEL
 from probes.libbpf import PRINT_FN, BpfObject, Libbpf, LibbpfError
 from probes.runtime import RealtimeReads, Session, module_live
 from probes.select import KernelFacts, late_points, select
@@ -187,17 +188,45 @@ def test_struct_reads_are_co_re_relocations(built: Path) -> None:
     assert names <= {n for n, _ in obj.btf.named_types(4)}  # BTF_KIND_STRUCT
 
 
-def _section(elf: bytes, wanted: str) -> bytes:
-    """One section's bytes of a 64-bit little-endian ELF."""
+#: the kernel helpers the object may call (include/uapi/linux/bpf.h's numbers), each with the
+#: release that brought it to tracing programs
+HELPERS = {1: ("map_lookup_elem", (3, 19)), 2: ("map_update_elem", (3, 19)), 3: ("map_delete_elem", (3, 19)),
+           5: ("ktime_get_ns", (4, 1)), 14: ("get_current_pid_tgid", (4, 2)), 16: ("get_current_comm", (4, 2)),
+           37: ("current_task_under_cgroup", (4, 9)), 80: ("get_current_cgroup_id", (4, 18)),
+           113: ("probe_read_kernel", (5, 5)), 115: ("probe_read_kernel_str", (5, 5)),
+           131: ("ringbuf_reserve", (5, 8)), 132: ("ringbuf_submit", (5, 8)), 156: ("task_storage_get", (5, 11)),
+           158: ("get_current_task_btf", (5, 11)), 175: ("task_pt_regs", (5, 15))}
+
+
+def test_the_kernel_floor_is_the_newest_helper_the_programs_call(built: Path) -> None:
+    """MIN_KERNEL (the backend choice's kernel check) is where the last helper the object's
+    programs call arrived, and the check names it: trampoline arguments are read from the
+    context, not through bpf_get_func_arg (5.17)."""
+    called = set()
+    for name, code in _sections(built.read_bytes()).items():
+        if name.startswith(("fentry/", "fexit/", "kprobe/", "kretprobe/", "tp/", "tracepoint/")):
+            for at in range(0, len(code), 8):
+                if code[at] == 0x85 and code[at + 1] >> 4 == 0:  # BPF_CALL of a helper (src_reg 0)
+                    called.add(struct.unpack_from("<i", code, at + 4)[0])
+    assert called and called <= set(HELPERS), sorted(called - set(HELPERS))
+    name, floor = max((HELPERS[h] for h in called), key=lambda helper: helper[1])
+    assert (floor, name) == (MIN_KERNEL, "task_pt_regs")
+
+
+def _sections(elf: bytes) -> Dict[str, bytes]:
+    """The sections of a 64-bit little-endian ELF by name."""
     shoff, = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
     headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
     strtab = headers[shstrndx]
-    for name, _type, _flags, _addr, offset, size, *_rest in headers:
-        label = elf[strtab[4] + name:elf.index(b"\0", strtab[4] + name)].decode()
-        if label == wanted:
-            return elf[offset:offset + size]
-    raise AssertionError(f"no section {wanted}")
+    return {elf[strtab[4] + name:elf.index(b"\0", strtab[4] + name)].decode(): elf[offset:offset + size]
+            for name, _type, _flags, _addr, offset, size, *_rest in headers}
+
+
+def _section(elf: bytes, wanted: str) -> bytes:
+    sections = _sections(elf)
+    assert wanted in sections, f"no section {wanted}"
+    return sections[wanted]
 
 
 def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, Any], profile: KernelProfile) -> None:

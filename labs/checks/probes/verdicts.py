@@ -277,7 +277,7 @@ def verify_both_tools_pick_the_same_candidates(results: Results) -> None:
 
 def expected_backend(kernel: Dict[str, Any]) -> str:
     """The loader --backend auto must pick on a lab kernel (probes/backend_choice.py): core on
-    5.17+ with the NFS modules' BTF (every lab image ships libbpf1 1.1+, and the Debian
+    5.15+ with the NFS modules' BTF (every lab image ships libbpf1 1.1+, and the Debian
     package the guests install carries the CO-RE objects), bcc on 5.10."""
     version = major_minor(kernel["release"])
     return "core" if version is not None and version >= MIN_KERNEL and kernel["module_btf"] else "bcc"
