@@ -129,7 +129,7 @@ static __always_inline u64 file_ino(u64 file)
 static __always_inline s64 current_call(void)
 {
     struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-    return (s64)BPF_CORE_READ(regs, orig_ax);
+    return (s64)regs->orig_ax;  /* a BTF pointer: read in place, no helper call */
 }
 
 /* parameter n of a kprobe's function (x86-64 calling convention), 0 past the sixth */
