@@ -23,11 +23,15 @@ first shows. The operation: a loop of cached 4 KiB preads of one page on the NFS
 (each one nfs_file_read, no RPC), timed with nothing attached and with each tool alone.
 Added time per read = (median loop with the tool - median loop with none) / reads. States
 run none, A, B, C, none, C, B, A, none (each tool started twice, once in each half), so a
-drift of the host's speed meets every tool alike (`--visits N`: N such passes).
+drift of the host's speed meets every tool alike (`--visits N`: N such passes). With
+`--together` the tools are attached at once instead (none, A+B, none, B+A, none: each read runs
+every tool's programs, in the order they were started): a host that slows the guest then
+slows every program alike, and the ratio is of their BPF time per run.
 
   python3 bench/bench_attach.py                  # host: boot a 6.12 lab, run, tear down
   python3 bench/bench_attach.py --set identity   # nfsdist with and without --per-mount
   python3 bench/bench_attach.py --set core --visits 3  # the installed nfsslower, core against bcc
+  python3 bench/bench_attach.py --set core-tree --together --lab NAME  # both loaders on each read
   python3 bench/bench_attach.py --kernel 7.3     # another lab kernel
   python3 bench/bench_attach.py --lab NAME       # host: a lab that is already up
   python3 bench/bench_attach.py --in-guest       # inside a guest (root, bcc, NFS mounts)
@@ -103,13 +107,22 @@ def attached_kinds(log: str) -> str:
     return "; ".join(said) or "kprobes (nfsslower-bpfcc)"
 
 
-def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, Any]:
+def together_order(tools: Sequence[str], visits: int = 2) -> List[str]:
+    """none, then `visits` states of every tool attached at once, started in turn in one order
+    and then the reverse (a trampoline runs its programs in the order they were attached)."""
+    states = ["none"]
+    for visit in range(visits):
+        states += ["+".join(tools if visit % 2 == 0 else reversed(tools)), "none"]
+    return states
+
+
+def in_guest(name: str, reads: int, loops: int, visits: int = 2, together: bool = False) -> Dict[str, Any]:
     tools, ready, ratios = SETS[name]
     os.makedirs(os.path.dirname(PATH), exist_ok=True)
     with open(PATH, "wb") as handle:
         handle.write(b"x" * 4096)
-    states = order(list(tools), visits)
-    seconds: Dict[str, List[float]] = {state: [] for state in ["none", *tools]}
+    states = together_order(list(tools), visits) if together else order(list(tools), visits)
+    seconds: Dict[str, List[float]] = {state: [] for state in ["none", *(["together"] if together else tools)]}
     bpf = {tool: [0, 0] for tool in tools}  # [runs, ns]
     programs: Dict[str, Dict[str, Dict[str, int]]] = {tool: {} for tool in tools}
     how: Dict[str, str] = {}
@@ -120,40 +133,49 @@ def in_guest(name: str, reads: int, loops: int, visits: int = 2) -> Dict[str, An
             if state == "none":
                 seconds[state] += read_loops(reads, loops)
                 continue
-            log = f"/tmp/bench-attach-{state}-{step}.out"
-            existing = set(prog_stats())
-            proc = start(tools[state], log)
+            procs = []
+            owned: Dict[str, List[int]] = {}  # per tool, the programs it loaded
             try:
-                startup[state].append(wait_for(log, proc, lambda lines: any(l.startswith(ready) for l in lines)))
-                how[state] = attached_kinds(log)
+                for tool in state.split("+"):
+                    log = f"/tmp/bench-attach-{tool}-{step}.out"
+                    existing = set(prog_stats())
+                    procs.append(start(tools[tool], log))
+                    startup[tool].append(wait_for(log, procs[-1],
+                                                  lambda lines: any(l.startswith(ready) for l in lines)))
+                    how[tool] = attached_kinds(log)
+                    owned[tool] = sorted(set(prog_stats()) - existing)
                 before = prog_stats()
-                seconds[state] += read_loops(reads, loops)
+                seconds["together" if together else state] += read_loops(reads, loops)
                 after = prog_stats()
-                named: Dict[str, int] = {}
-                for prog in sorted(set(before) - existing):
-                    runs = after[prog].get("run_cnt", 0) - before[prog].get("run_cnt", 0)
-                    ns = after[prog].get("run_time_ns", 0) - before[prog].get("run_time_ns", 0)
-                    bpf[state][0] += runs
-                    bpf[state][1] += ns
-                    # bcc names a function's entry and exit programs alike: the second is NAME.1
-                    program = after[prog].get("name", str(prog))
-                    named[program] = named.get(program, -1) + 1
-                    if runs:
-                        add_program(programs[state], f"{program}.{named[program]}" if named[program] else program,
-                                    after[prog], runs, ns)
+                for tool, ids in owned.items():
+                    named: Dict[str, int] = {}
+                    for prog in ids:
+                        runs = after[prog].get("run_cnt", 0) - before[prog].get("run_cnt", 0)
+                        ns = after[prog].get("run_time_ns", 0) - before[prog].get("run_time_ns", 0)
+                        bpf[tool][0] += runs
+                        bpf[tool][1] += ns
+                        # bcc names a function's entry and exit programs alike: the second is NAME.1
+                        program = after[prog].get("name", str(prog))
+                        named[program] = named.get(program, -1) + 1
+                        if runs:
+                            add_program(programs[tool], f"{program}.{named[program]}" if named[program] else program,
+                                        after[prog], runs, ns)
             finally:
-                proc.terminate()
-                proc.wait(120)
+                for proc in procs:
+                    proc.terminate()
+                    proc.wait(120)
     finally:
         subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
     base = statistics.median(seconds["none"])
-    added = {tool: (statistics.median(seconds[tool]) - base) / reads * 1e9 for tool in tools}
+    added = {state: (statistics.median(seconds[state]) - base) / reads * 1e9 for state in seconds if state != "none"}
+    per_run = {tool: ns / runs if runs else None for tool, (runs, ns) in bpf.items()}
+    # attached together, the added time is the tools' sum: the ratio is of their programs' time per run
+    compared = per_run if together else added
     return {"set": name, "kernel": os.uname().release, "reads": reads, "loops": loops, "order": states,
-            "seconds": seconds, "attach": how, "startup_s": startup,
+            "together": together, "seconds": seconds, "attach": how, "startup_s": startup,
             "none_ns_per_read": base / reads * 1e9, "added_ns_per_read": added,
-            "bpf_ns_per_run": {tool: ns / runs if runs else None for tool, (runs, ns) in bpf.items()},
-            "programs": programs,
-            "ratios": [[a, b, added[a] / added[b] if added[b] > 0 else None, target] for a, b, target in ratios]}
+            "bpf_ns_per_run": per_run, "programs": programs,
+            "ratios": [[a, b, compared[a] / compared[b] if compared[b] else None, target] for a, b, target in ratios]}
 
 
 def add_program(seen: Dict[str, Dict[str, int]], name: str, prog: Dict[str, Any], runs: int, ns: int) -> None:
@@ -173,6 +195,7 @@ def per_visit(res: Dict[str, Any]) -> Dict[str, List[float]]:
     loops, reads, taken = res["loops"], res["reads"], {state: 0 for state in res["seconds"]}
     medians = []
     for state in res["order"]:
+        state = "together" if "+" in state else state
         start = taken[state] * loops
         medians.append(statistics.median(res["seconds"][state][start:start + loops]))
         taken[state] += 1
@@ -191,18 +214,22 @@ def report(res: Dict[str, Any]) -> str:
     lines = [f"bench_attach --set {res['set']} on {res['kernel']}: {res['reads']} cached 4 KiB NFSv3 preads "
              f"x {res['loops']} loops per visit, states {' '.join(res['order'])}",
              f"  nothing attached: {res['none_ns_per_read']:.0f} ns per read (median loop)"]
-    for tool, added in res["added_ns_per_read"].items():
-        per_run = res["bpf_ns_per_run"][tool]
-        lines.append(f"  {tool:<9} +{added:.0f} ns per read, BPF {per_run:.0f} ns per program run"
-                     if per_run is not None else f"  {tool:<9} +{added:.0f} ns per read")
+    added = res["added_ns_per_read"]
+    if res.get("together"):
+        lines.append(f"  all attached at once: +{added['together']:.0f} ns per read")
+    for tool, per_run in res["bpf_ns_per_run"].items():
+        said = [f"+{added[tool]:.0f} ns per read"] if tool in added else []
+        said += [f"BPF {per_run:.0f} ns per program run"] if per_run is not None else []
+        lines.append(f"  {tool:<9} {', '.join(said)}")
         lines.append(f"            attach: {res['attach'].get(tool, '?')}")
         for prog, seen in sorted(res.get("programs", {}).get(tool, {}).items()):
             lines.append(f"            {prog}: {seen['run_time_ns'] / seen['run_cnt']:.0f} ns per run over "
                          f"{seen['run_cnt']} runs, {seen['bytes_xlated']} bytes xlated, {seen['bytes_jited']} jited")
     lines.append("  added ns per read by visit (against the nothing-attached visits around it): " + "; ".join(
         f"{tool} {', '.join(f'{value:+.0f}' for value in values)}" for tool, values in per_visit(res).items()))
-    lines.append("  ratios of the added time: " + ", ".join(
-        f"{a}/{b} {fmt(value)}" + (f" (target <= {target})" if target else "") for a, b, value, target in res["ratios"]))
+    lines.append(("  ratios of the BPF time per run: " if res.get("together") else "  ratios of the added time: ")
+                 + ", ".join(f"{a}/{b} {fmt(value)}" + (f" (target <= {target})" if target else "")
+                             for a, b, value, target in res["ratios"]))
     return "\n".join(lines)
 
 
@@ -214,13 +241,15 @@ def main(argv: List[str]) -> int:
     if name not in SETS:
         print(f"bench_attach: --set {name}: choose one of {', '.join(SETS)}", file=sys.stderr)
         return 2
+    together = "--together" in argv
     if "--in-guest" in argv:
-        print(json.dumps(in_guest(name, reads, loops, visits)))
+        print(json.dumps(in_guest(name, reads, loops, visits, together)))
         return 0
     lab: Optional[str] = argv[argv.index("--lab") + 1] if "--lab" in argv else None
     kernel = argv[argv.index("--kernel") + 1] if "--kernel" in argv else "6.12"
-    return run_in_lab(lab, "bench-attach", f"python3 bench/bench_attach.py --in-guest --set {name} "
-                      f"--reads {reads} --loops {loops} --visits {visits}", 3600, report, kernel=kernel,
+    command = (f"python3 bench/bench_attach.py --in-guest --set {name} --reads {reads} --loops {loops} "
+               f"--visits {visits}{' --together' if together else ''}")
+    return run_in_lab(lab, "bench-attach", command, 3600, report, kernel=kernel,
                       prepare=install_probekit if name in PACKAGED else None)
 
 

@@ -1,5 +1,6 @@
-"""bench/bench_attach.py's per-program figures, on the JSON of its `--set core-tree` run in a
-6.12 lab guest (2026-12-06): the loaders' totals are the sums of their programs' runs."""
+"""bench/bench_attach.py's per-program figures, on the JSON of its `--set core-tree` runs in a
+6.12 lab guest (2026-12-06, and 2026-12-07 with both loaders attached together): the loaders'
+totals are the sums of their programs' runs."""
 from __future__ import annotations
 
 import json
@@ -11,11 +12,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_attach  # noqa: E402
 
-RUN = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "bench" / "bench_attach_core_tree.json"
+BENCH = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "bench"
+RUN = BENCH / "bench_attach_core_tree.json"
+TOGETHER = [BENCH / f"bench_attach_together_{tree}.json" for tree in ("before", "after")]
 
 
-def test_a_loaders_time_per_run_is_that_of_its_programs_together() -> None:
-    res = json.loads(RUN.read_text())
+@pytest.mark.parametrize("run", [RUN, *TOGETHER], ids=lambda path: path.stem)
+def test_a_loaders_time_per_run_is_that_of_its_programs_together(run: Path) -> None:
+    res = json.loads(run.read_text())
     for tool, programs in res["programs"].items():
         runs = sum(seen["run_cnt"] for seen in programs.values())
         ns = sum(seen["run_time_ns"] for seen in programs.values())
@@ -30,3 +34,24 @@ def test_the_report_gives_each_program_its_time_and_size() -> None:
             assert (f"{name}: {seen['run_time_ns'] / seen['run_cnt']:.0f} ns per run over {seen['run_cnt']} runs, "
                     f"{seen['bytes_xlated']} bytes xlated") in text
 
+
+
+@pytest.mark.parametrize("run", TOGETHER, ids=lambda path: path.stem)
+def test_attached_together_every_read_ran_both_loaders_programs(run: Path) -> None:
+    """--together: one state per visit with both tools, in one order and then the other; each
+    read ran core's entry and exit and bcc's (which share one name: NAME and NAME.1) once, so
+    the ratio is of the programs' time per run, not of the added time."""
+    res = json.loads(run.read_text())
+    assert res["order"] == bench_attach.together_order(["core", "bcc"]) == \
+        ["none", "core+bcc", "none", "bcc+core", "none"]
+    reads = res["reads"] * res["loops"] * 2
+    core, bcc = res["programs"]["core"], res["programs"]["bcc"]
+    for seen in (core["p0_fentry"], core["p0_fexit"], bcc["nfs_file_read"], bcc["nfs_file_read.1"]):
+        assert reads <= seen["run_cnt"] <= reads + 2  # the reads, and the one that cached the page each visit
+    assert list(res["added_ns_per_read"]) == ["together"]
+    (a, b, ratio, target), = res["ratios"]
+    assert (a, b, target) == ("core", "bcc", 1.0)
+    assert ratio == pytest.approx(res["bpf_ns_per_run"]["core"] / res["bpf_ns_per_run"]["bcc"])
+    text = bench_attach.report(res)
+    assert "all attached at once: +" in text and f"ratios of the BPF time per run: core/bcc {ratio:.2f}" in text
+    assert bench_attach.per_visit(res).keys() == {"core+bcc", "bcc+core"}
