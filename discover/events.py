@@ -7,7 +7,6 @@ so it must be matched on shared fields (fileid, offset), not on the thread id.
 """
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -191,6 +190,8 @@ def tracefs_systems(tracefs: Path) -> List[str]:
 
 
 def unknown_system_error(system: str, known: Sequence[str], where: str) -> UserError:
+    import difflib  # for this error's suggestions only: every tool's start parses event formats here
+
     close = difflib.get_close_matches(system, list(known), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return UserError(f"no tracepoint subsystem {system!r} in {where}{hint} "

@@ -189,10 +189,11 @@ def _fail(origin: str, key: str, problem: str) -> UserError:
 
 
 def _no_unknown(origin: str, where: str, table: Dict[str, Any], known: Any) -> None:
-    """Reject a key the schema does not have, suggesting the likely intended one (a typo is not ignored)."""
-    from discover.schema import did_you_mean
+    """Reject a key the schema does not have, suggesting the likely intended one (a typo is not ignored).
+    discover.schema (and difflib) only for such a key: every tool's start validates its spec."""
     for key in table:
         if key not in known:
+            from discover.schema import did_you_mean
             raise _fail(origin, f"{where}{'.' if where else ''}{key}", "unknown key" + did_you_mean(str(key), known))
 
 

@@ -9,7 +9,6 @@ before anything is attached.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
@@ -83,7 +82,9 @@ def object_check(spec: Dict[str, Any], objects_dir: Path = OBJECTS_DIR) -> Tuple
 
 def bcc_check() -> Optional[str]:
     """Why bcc cannot run here; None when its Python module is installed (found, not imported:
-    importing it loads LLVM)."""
+    importing it loads LLVM). importlib.util is imported here: core's start never asks."""
+    import importlib.util
+
     return None if importlib.util.find_spec("bcc") is not None else "bcc's Python module is missing (python3-bpfcc)"
 
 

@@ -3,7 +3,8 @@
 Why not prometheus_client: its exposition module imports http.server, wsgiref and urllib's
 request stack, and with them ssl, libssl, libcrypto and hashlib, several MiB of the
 exporter's peak memory (bench/README.md) for what is here one text encoder and a request a
-scrape at a time. This module imports only socketserver, gzip and urllib.parse.
+scrape at a time. This module imports only socketserver; gzip and urllib.parse where a scrape is
+served (the exporter's start, to its probe attached, needs neither).
 
 The text is what prometheus_client's `generate_latest` writes for the same families, byte
 for byte (tests/test_exposition.py holds it): labels sorted by name (a histogram's `le`
@@ -11,7 +12,6 @@ among them), values as Go's strconv formats them, `_total` after a counter's nam
 """
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import socket
@@ -19,7 +19,6 @@ import socketserver
 import sys
 from functools import partial
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
-from urllib.parse import parse_qs
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -228,6 +227,8 @@ class _Handler(socketserver.StreamRequestHandler):
         elif path not in METRICS_PATHS:
             response = refusal(404)
         else:
+            from urllib.parse import parse_qs
+
             response = self.server.scrape(parse_qs(query).get("name[]"), headers.get("accept-encoding", ""))
         self.send(response, method == "HEAD")
 
@@ -293,6 +294,8 @@ class MetricsServer(socketserver.ThreadingTCPServer):
             return refusal(500)
         headers: Tuple[Tuple[str, str], ...] = (("Content-Type", CONTENT_TYPE),)
         if gzip_accepted(accept_encoding):
+            import gzip
+
             body = gzip.compress(body, compresslevel=1)
             headers += (("Content-Encoding", "gzip"),)
         return Response(200, headers, body)
