@@ -114,6 +114,12 @@ def func_names(name_offs: Dict[int, int], name_of: Callable[[int], str]) -> Dict
     return names
 
 
+def string_at(strs: bytes, off: int) -> str:
+    """The string at `off` in a string section (its own numbering), up to its NUL."""
+    end = strs.find(b"\0", off)
+    return strs[off:end if end >= 0 else None].decode("utf-8", "replace")
+
+
 class BtfParam(NamedTuple):
     name: str
     type: str
@@ -216,9 +222,7 @@ class Btf:
         if off < self._str_base:
             assert self.base is not None
             return self.base._str(off)
-        off -= self._str_base
-        end = self._strs.find(b"\0", off)
-        return self._strs[off:end if end >= 0 else None].decode("utf-8", "replace")
+        return string_at(self._strs, off - self._str_base)
 
     def _record(self, type_id: int) -> Tuple["Btf", int, int, int, int, int]:
         """(owner blob, offset, name_off, kind, vlen, size_or_type) for a type id."""
