@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 MAGIC = 0xEB9F
 
@@ -44,6 +44,81 @@ LINKAGE = {0: "static", 1: "global", 2: "extern"}
 
 class BtfError(ValueError):
     """The bytes are not a BTF blob this reader understands."""
+
+
+def sections(data: Union[bytes, memoryview]) -> Tuple[str, int, int, int, int]:
+    """(struct's byte order, the type section's start and length, the string section's start and
+    length) from a blob's header, checked. Why shared: probes.libbpf walks the records of
+    libbpf's parse of a module's blob with index_types too."""
+    if len(data) < 24:
+        raise BtfError("too short for a BTF header")
+    if struct.unpack_from("<H", data, 0)[0] == MAGIC:
+        end = "<"
+    elif struct.unpack_from(">H", data, 0)[0] == MAGIC:
+        end = ">"
+    else:
+        raise BtfError("bad BTF magic")
+    _, version, _flags, hdr_len = struct.unpack_from(end + "HBBI", data, 0)
+    if version != 1:
+        raise BtfError(f"unsupported BTF version {version}")
+    type_off, type_len, str_off, str_len = struct.unpack_from(end + "IIII", data, 8)
+    types_start = hdr_len + type_off
+    strs_start = hdr_len + str_off
+    if types_start + type_len > len(data) or strs_start + str_len > len(data):
+        raise BtfError("BTF sections run past the end of the data")
+    return end, types_start, type_len, strs_start, str_len
+
+
+def index_types(data: Union[bytes, memoryview], end: str, start: int, length: int,
+                first_id: int) -> Tuple[List[int], Dict[int, int]]:
+    """Each record's offset in `data`, and the FUNC records' name offsets -> the last such
+    record's id, in one pass over the type section (`length` bytes at `start`, its first record
+    `first_id`) read as 4-byte words (a vmlinux has 100,000+ records: the pass is most of its
+    parse)."""
+    if length % 4:
+        raise BtfError("BTF type section ends inside a type record")
+    words = array("I")  # C's unsigned int: 4 bytes on Linux
+    words.frombytes(data[start:start + length])
+    if (end == "<") != (sys.byteorder == "little"):
+        words.byteswap()
+    offsets: List[int] = []
+    funcs: Dict[int, int] = {}
+    append, sizes = offsets.append, _WORDS
+    next_id, i, count = first_id, 0, len(words)
+    try:
+        while i < count:
+            info = words[i + 1]
+            kind = (info >> 24) & 0x1F
+            size = sizes[kind]
+            if size is None:
+                raise BtfError(f"unknown BTF kind {kind} at type id {next_id}")
+            append(start + 4 * i)
+            if kind == KIND_FUNC:
+                funcs[words[i]] = next_id
+            i += size[0] + size[1] * (info & 0xFFFF)
+            next_id += 1
+    except IndexError:
+        raise BtfError("BTF type section ends inside a type record") from None
+    if i != count:
+        raise BtfError("BTF type section ends inside a type record")
+    return offsets, funcs
+
+
+def func_names(name_offs: Dict[int, int], name_of: Callable[[int], str]) -> Dict[str, int]:
+    """FUNC records' names -> ids from index_types' name offsets, `name_of` decoding one: of
+    several records of a name (at one offset or several), the last."""
+    names: Dict[str, int] = {}
+    for off, type_id in name_offs.items():
+        name = name_of(off)
+        if names.get(name, 0) < type_id:  # a compare, not max(): a call a name costs a quarter of the table
+            names[name] = type_id
+    return names
+
+
+def string_at(strs: bytes, off: int) -> str:
+    """The string at `off` in a string section (its own numbering), up to its NUL."""
+    end = strs.find(b"\0", off)
+    return strs[off:end if end >= 0 else None].decode("utf-8", "replace")
 
 
 class BtfParam(NamedTuple):
@@ -90,35 +165,18 @@ class Btf:
     """Parsed BTF: type records indexed by id (base types first when split)."""
 
     def __init__(self, data: bytes, base: Optional["Btf"] = None) -> None:
-        if len(data) < 24:
-            raise BtfError("too short for a BTF header")
-        if struct.unpack_from("<H", data, 0)[0] == MAGIC:
-            self._end = "<"
-        elif struct.unpack_from(">H", data, 0)[0] == MAGIC:
-            self._end = ">"
-        else:
-            raise BtfError("bad BTF magic")
-        _, version, _flags, hdr_len = struct.unpack_from(self._end + "HBBI", data, 0)
-        if version != 1:
-            raise BtfError(f"unsupported BTF version {version}")
-        type_off, type_len, str_off, str_len = struct.unpack_from(self._end + "IIII", data, 8)
-        types_start = hdr_len + type_off
-        strs_start = hdr_len + str_off
-        if types_start + type_len > len(data) or strs_start + str_len > len(data):
-            raise BtfError("BTF sections run past the end of the data")
+        self._end, types_start, type_len, strs_start, str_len = sections(data)
         self._data = data
         self._strs = data[strs_start:strs_start + str_len]
         self.base = base
         self._first_id = base.type_count if base is not None else 1
         self._str_base = base._strings_end() if base is not None else 0
-        self._offsets: List[int] = []
-        #: FUNC records' name offsets -> the last such record's id; names are decoded only
-        #: when looked up (func_id) or listed (_func_ids): a live start looks up a handful
-        #: of the 50,000+ functions of vmlinux
-        self._func_name_offs: Dict[int, int] = {}
+        #: each record's offset; FUNC records' name offsets -> the last such record's id (names
+        #: are decoded only when looked up (func_id) or listed (_func_ids): a live start looks
+        #: up a handful of the 50,000+ functions of vmlinux)
+        self._offsets, self._func_name_offs = index_types(data, self._end, types_start, type_len, self._first_id)
         self._func_names: Optional[Dict[str, int]] = None
         self._looked_up: Dict[str, Optional[int]] = {}
-        self._index(types_start, types_start + type_len)
         self._name_cache: Dict[int, str] = {}
 
     @property
@@ -129,34 +187,6 @@ class Btf:
     def _strings_end(self) -> int:
         base_end = self.base._strings_end() if self.base is not None else 0
         return base_end + len(self._strs)
-
-    def _index(self, pos: int, end: int) -> None:
-        """Each record's offset, and the FUNC records' names, in one pass over the type section
-        read as 4-byte words (a vmlinux has 100,000+ records: the pass is most of its parse)."""
-        if (end - pos) % 4:
-            raise BtfError("BTF type section ends inside a type record")
-        words = array("I", self._data[pos:end])  # C's unsigned int: 4 bytes on Linux
-        if (self._end == "<") != (sys.byteorder == "little"):
-            words.byteswap()
-        offsets, funcs, sizes = self._offsets, self._func_name_offs, _WORDS
-        append = offsets.append
-        next_id, i, count = self._first_id, 0, len(words)
-        try:
-            while i < count:
-                info = words[i + 1]
-                kind = (info >> 24) & 0x1F
-                size = sizes[kind]
-                if size is None:
-                    raise BtfError(f"unknown BTF kind {kind} at type id {next_id}")
-                append(pos + 4 * i)
-                if kind == KIND_FUNC:
-                    funcs[words[i]] = next_id
-                i += size[0] + size[1] * (info & 0xFFFF)
-                next_id += 1
-        except IndexError:
-            raise BtfError("BTF type section ends inside a type record") from None
-        if i != count:
-            raise BtfError("BTF type section ends inside a type record")
 
     def _name_offsets(self, name: bytes) -> Iterator[int]:
         """Every string offset (this blob's numbering, the base's strings first) where `name` is
@@ -186,20 +216,14 @@ class Btf:
     def _func_ids(self) -> Dict[str, int]:
         """Every FUNC record's name -> its id (of several, the last), in type-id order of first use."""
         if self._func_names is None:
-            names: Dict[str, int] = {}
-            for off, type_id in self._func_name_offs.items():
-                name = self._str(off)
-                names[name] = max(names.get(name, 0), type_id)
-            self._func_names = names
+            self._func_names = func_names(self._func_name_offs, self._str)
         return self._func_names
 
     def _str(self, off: int) -> str:
         if off < self._str_base:
             assert self.base is not None
             return self.base._str(off)
-        off -= self._str_base
-        end = self._strs.find(b"\0", off)
-        return self._strs[off:end if end >= 0 else None].decode("utf-8", "replace")
+        return string_at(self._strs, off - self._str_base)
 
     def _record(self, type_id: int) -> Tuple["Btf", int, int, int, int, int]:
         """(owner blob, offset, name_off, kind, vlen, size_or_type) for a type id."""

@@ -8,12 +8,12 @@ both must give every tool the same prototypes, offsets and modules. Checked on a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Tuple
+from typing import Dict, Tuple
 
 import pytest
 
 from debian_kernels import ABI_612, btf_dir
-from discover.btf import Btf, BtfError
+from discover.btf import KIND_FUNC, Btf, BtfError
 from probes.layout import KernelLayout
 from probes.libbpf import KernelBtf, shared
 
@@ -46,6 +46,35 @@ def test_every_module_function_has_the_same_prototype_module_and_arguments(
                 assert ours.resolve(function, name) == theirs.resolve(function, name), (function, name)
             checked += 1
     assert checked > 1500
+
+
+def _functions_record_by_record(blob: KernelBtf) -> Dict[str, int]:
+    """A module blob's function table as KernelBtf made it before it walked the blob's bytes:
+    every record through libbpf (btf__type_by_id, btf__name_by_offset), of several the last."""
+    table: Dict[str, int] = {}
+    for type_id in range(blob.first_id, int(blob.lib.btf__type_cnt(blob.opened()))):
+        _owner, _off, name_off, kind, _vlen, _ref = blob._record(type_id)  # noqa: SLF001
+        if kind == KIND_FUNC:
+            table[blob._str(name_off)] = type_id  # noqa: SLF001
+    return table
+
+
+def test_a_modules_function_table_is_what_libbpf_reads_record_by_record(
+        layouts: Tuple[KernelLayout, KernelLayout]) -> None:
+    """The walk over the bytes libbpf parsed gives every FUNC name of each real module blob the
+    type id libbpf's own record by record reading gives (and discover's reader of the file),
+    names kept in vmlinux's strings (sunrpc's call_start, nfsd's set_client) too."""
+    ours, theirs = layouts
+    in_base = 0
+    for module, blob in ours.modules.items():
+        assert isinstance(blob, KernelBtf)
+        table = blob.function_ids()
+        assert len(table) > 700 and table == _functions_record_by_record(blob), module
+        reader = theirs.modules[module]
+        assert isinstance(reader, Btf) and table == reader._func_ids, module  # noqa: SLF001
+        in_base += sum(off < reader._str_base for off in reader._func_name_offs)  # noqa: SLF001
+        assert all(blob.func_id(name) == type_id for name, type_id in table.items())
+    assert in_base >= 5 and ours.modules["sunrpc"].func_id("call_start") is not None
 
 
 def test_vmlinux_offsets_and_functions_are_the_same(layouts: Tuple[KernelLayout, KernelLayout]) -> None:
