@@ -108,6 +108,17 @@ def forget(step: Callable[[], None]) -> None:
         _cleanups[:] = [entry for entry in _cleanups if entry[0] != step]
 
 
+def _forked() -> None:
+    """A forked child starts with no undo steps, and a lock no other thread holds: its
+    parent's steps (a child's process group, a partial download) are the parent's to run."""
+    global _cleanups_lock
+    _cleanups_lock = threading.Lock()
+    _cleanups.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _next_cleanup() -> Optional[Callable[[], None]]:
     """The last step this thread registered, or a thread that ended without running its own."""
     me = threading.current_thread()
