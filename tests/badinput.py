@@ -153,8 +153,11 @@ def run_case(case: Case, base: Path) -> Result:
     if case.fifo:
         os.mkfifo(cwd / case.fifo[0])
     before = _files(home)
+    # the case in this run: the same case of a suite run meanwhile from another checkout on this
+    # host is neither "left behind" here nor killed
+    tag = str(home)
     env = dict(os.environ, HOME=str(home), PROBEKIT_CACHE=str(home / "cache"), PYTHONPATH=str(REPO),
-               **{MARKER: case.id})
+               **{MARKER: tag})
     env.pop("COLUMNS", None)
     env.update({key: value.replace("{cwd}", str(cwd)) for key, value in case.env.items()})
     argv = [str(BIN / case.argv[0])] + [a.replace("{cwd}", str(cwd)) for a in case.argv[1:]]
@@ -184,7 +187,7 @@ def run_case(case: Case, base: Path) -> Result:
     seconds = time.monotonic() - started
     left = []
     for _ in range(20):  # a child ended by the command may need a moment to be reaped by init
-        left = _marked_processes(case.id)
+        left = _marked_processes(tag)
         if not left:
             break
         time.sleep(0.1)
