@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from discover.errors import Terminated, UserError, run_cleanups
+from discover.errors import STOP_SIGNALS, Terminated, UserError, run_cleanups, stop_signals_blocked
 from discover.profile import KernelProfile, clone_base
 
 if TYPE_CHECKING:
@@ -756,8 +756,6 @@ def short_label(release: str) -> str:
     return release[:-len("-amd64")] if release.endswith("-amd64") else release
 
 
-#: the signals that stop a command (Ctrl-C, and discover.errors.run_cli's SIGTERM and SIGHUP)
-_STOP_SIGNALS = frozenset((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 #: the parent's longest wait for its workers before it looks at the stop signals it noted
 _WAIT_STEP = 0.2
 #: how long a worker told to stop has to end its own children before it is killed
@@ -794,7 +792,7 @@ def _analyse(path: Path, lookup: Lookup, answer: Connection) -> None:
     reply: Optional[BaseException] = None
     code = 128 + signal.SIGTERM  # stopped, unless it gets to an answer
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # one sent since the fork is raised here
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one sent since the fork is raised here
         try:
             cached_profile_from_package([path], lookup, workers=1)  # the kernels are the parallel unit
         except Exception as exc:
@@ -803,11 +801,11 @@ def _analyse(path: Path, lookup: Lookup, answer: Connection) -> None:
     except Terminated as exc:
         # the parent's SIGTERM follows the group's: it waits, and what the unwinding left (the
         # generator reading the package, its xz) is finalized when `exc` goes, below, unhurried
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         code = 128 + exc.signum
     finally:
         try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)  # its cleanup and answer are not cut short
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # its cleanup and answer are not cut short
             problems = run_cleanups()
             if code == 0:
                 answer.send(UserError("; ".join(problems)) if problems and reply is None else reply)
@@ -820,7 +818,7 @@ def _ended(process: BaseProcess) -> str:
     code = process.exitcode
     if code is not None and code < 0:
         return f"killed by {signal.Signals(-code).name}"
-    if code is not None and code > 128 and code - 128 in _STOP_SIGNALS:
+    if code is not None and code > 128 and code - 128 in STOP_SIGNALS:
         return f"stopped by {signal.Signals(code - 128).name}"
     return f"exit status {code}"
 
@@ -847,7 +845,7 @@ def analyse_packages(packages: Sequence[Path], lookup: Lookup, workers: int) -> 
     waiting = list(packages)
     running: Dict[Connection, Tuple[BaseProcess, Path]] = {}
     came: List[int] = []  # the stop signals noted
-    handlers = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum, handler in handlers.items():
         if handler is not signal.SIG_IGN:
             signal.signal(signum, lambda number, _frame: came.append(number))
@@ -856,13 +854,10 @@ def analyse_packages(packages: Sequence[Path], lookup: Lookup, workers: int) -> 
             while waiting and len(running) < workers and not came:
                 path = waiting.pop(0)
                 reader, writer = fork.Pipe(duplex=False)
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-                try:
+                with stop_signals_blocked():
                     process = fork.Process(target=_analyse, args=(path, lookup, writer))
                     process.start()
                     running[reader] = (process, path)
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 writer.close()  # the worker's end: its exit is then the pipe's end here
             for reader in wait(list(running), timeout=_WAIT_STEP):
                 process, path = running[reader]  # ended by the finally, should its answer not read
