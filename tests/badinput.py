@@ -58,8 +58,9 @@ class Case:
     fifo: Optional[Tuple[str, bytes, int]] = None           # (name, data, signal once the reader is in)
     signal_on_file: Optional[Tuple[str, int]] = None        # (file that appears, signal to send)
     signal_after: Optional[Tuple[float, int]] = None        # (seconds after start, signal to send)
-    signal_on_child: Optional[Tuple[float, int]] = None     # (seconds after its first child, signal to send)
+    signal_on_child: Optional[Tuple[float, int]] = None     # (seconds after its nth child, signal to send)
     kill_child: Optional[Tuple[float, int]] = None          # the same, sent to that child alone
+    nth_child: int = 1                                      # n: the fork signal_on_child counts from
     timeout: float = 300.0                                  # a hang's bound, not a verdict: CI runs beside guests
 
 
@@ -176,7 +177,8 @@ def run_case(case: Case, base: Path) -> Result:
                                                        case.signal_on_file[1], case.timeout)).start()
     for on_child, alone in ((case.signal_on_child, False), (case.kill_child, True)):
         if on_child:
-            threading.Thread(target=_signal_on_child, args=(proc, *on_child, alone, case.timeout)).start()
+            threading.Thread(target=_signal_on_child, args=(proc, *on_child, case.nth_child, alone,
+                                                            case.timeout)).start()
     try:
         out, err = proc.communicate(timeout=case.timeout)
     except subprocess.TimeoutExpired:
@@ -240,24 +242,25 @@ def _signal_on_file(proc: "subprocess.Popen[bytes]", path: Path, signum: int, ti
         time.sleep(0.05)
 
 
-def _signal_on_child(proc: "subprocess.Popen[bytes]", delay: float, signum: int, alone: bool,
+def _signal_on_child(proc: "subprocess.Popen[bytes]", delay: float, signum: int, nth: int, alone: bool,
                      timeout: float) -> None:
     """Signal the command's group (or that child `alone`) `delay` s after the command forked its
-    first child (a worker): a moment fixed by the command's progress, not by the clock, which a
-    busy host stretches."""
+    `nth` child (a worker, a tool): a moment fixed by the command's progress, not by the clock,
+    which a busy host stretches."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    forked: List[str] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            forked = children.read_text().split()
+            forked += [pid for pid in children.read_text().split() if pid not in forked]
         except OSError:  # it ended meanwhile
             return
-        if forked:
+        if len(forked) >= nth:
             time.sleep(delay)
             if not alone:
                 _killpg(proc, signum)
             elif proc.poll() is None:
-                os.kill(int(forked[0]), signum)
+                os.kill(int(forked[nth - 1]), signum)
             return
         time.sleep(0.001)
 
