@@ -10,13 +10,14 @@ directory. This module is imported by every layer, so it imports nothing of prob
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     import subprocess
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 EXIT_ERROR, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 1, 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
 #: longest message printed; beyond this a (huge) input is cut, the line stays readable
 MAX_LINE = 600
+#: the signals that stop a command: Ctrl-C, and the two run_cli turns into Terminated
+STOP_SIGNALS = frozenset((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 class UserError(Exception):
@@ -106,6 +109,31 @@ def forget(step: Callable[[], None]) -> None:
     """`step` was done (or is no longer needed) by the code that registered it."""
     with _cleanups_lock:
         _cleanups[:] = [entry for entry in _cleanups if entry[0] != step]
+
+
+def _forked() -> None:
+    """A forked child starts with no undo steps, and a lock no other thread holds: its
+    parent's steps (a child's process group, a partial download) are the parent's to run."""
+    global _cleanups_lock
+    _cleanups_lock = threading.Lock()
+    _cleanups.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """The stop signals held back, not lost, around a fork of worker processes: the child
+    starts with them blocked, to unblock them once its own handlers are set (the parent's,
+    inherited, would print a traceback from the worker), and the parent's handler cannot run
+    inside a fork hook, where its exception is lost ("Exception ignored in ..."). One that
+    came meanwhile is handled on the way out."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _next_cleanup() -> Optional[Callable[[], None]]:

@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import signal
+import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from discover.errors import UserError
+from discover.errors import STOP_SIGNALS, Terminated, UserError, run_cleanups, stop_signals_blocked
 from discover.profile import KernelProfile, clone_base
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from probes.kernelpkg import Lookup
 
 #: cell statuses, most to least usable; `usable` ones let a candidate be picked
 OK, CHANGED, DUPLICATE, MODULE_NOT_LOADED = "ok", "changed", "duplicate", "module-not-loaded"
@@ -746,18 +756,136 @@ def short_label(release: str) -> str:
     return release[:-len("-amd64")] if release.endswith("-amd64") else release
 
 
-def _worker_signals() -> None:
-    """Workers leave Ctrl-C to the parent (which ends them): no KeyboardInterrupt traceback per worker."""
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+#: the parent's longest wait for its workers before it looks at the stop signals it noted
+_WAIT_STEP = 0.2
+#: how long a worker told to stop has to end its own children before it is killed
+_STOP_GRACE = 5.0
 
 
-def _analyse(paths: List[Path], lookup) -> None:
-    """Worker: fill the profile cache for one kernel's packages (runs in a child process)."""
+def _stop_worker(signum: int, _frame: Any) -> None:
+    """A worker's SIGTERM and SIGHUP: unwind it, as the command's own handler does."""
+    raise Terminated(signum)
+
+
+def _drop_lost_stop(unraisable: Any) -> None:
+    """A worker's sys.unraisablehook. A Terminated its handler raised inside a __del__ or a
+    generator's finalization ends there, printed as "Exception ignored" (a stray stderr line);
+    it is dropped unsaid: the parent, which the group's signal reached too, sends its own
+    SIGTERM next (and SIGKILL if that one is lost as well)."""
+    if not isinstance(unraisable.exc_value, Terminated):
+        sys.__unraisablehook__(unraisable)
+
+
+def _analyse(path: Path, lookup: Lookup, answer: Connection) -> None:
+    """Worker, in a child forked with the stop signals blocked: fill the profile cache for one
+    kernel's packages and send back None or the error, then exit. A SIGTERM (the group's, or
+    the parent's ending it) unwinds it as it does the command: its xz is ended on the way and
+    it exits without a word (the parent says what happened). Ctrl-C is the parent's, which
+    ends it then: a terminal sends SIGINT to the whole group."""
+    from multiprocessing.pool import ExceptionWithTraceback
+
     from probes.kernelpkg import cached_profile_from_package
-    cached_profile_from_package(paths, lookup, workers=1)  # the kernels are the parallel unit
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_worker)
+    sys.unraisablehook = _drop_lost_stop
+    reply: Optional[BaseException] = None
+    code = 128 + signal.SIGTERM  # stopped, unless it gets to an answer
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one sent since the fork is raised here
+        try:
+            cached_profile_from_package([path], lookup, workers=1)  # the kernels are the parallel unit
+        except Exception as exc:
+            reply = ExceptionWithTraceback(exc, exc.__traceback__)
+        code = 0
+    except Terminated as exc:
+        # the parent's SIGTERM follows the group's: it waits, and what the unwinding left (the
+        # generator reading the package, its xz) is finalized when `exc` goes, below, unhurried
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        code = 128 + exc.signum
+    finally:
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # its cleanup and answer are not cut short
+            problems = run_cleanups()
+            if code == 0:
+                answer.send(UserError("; ".join(problems)) if problems and reply is None else reply)
+        finally:
+            os._exit(code)  # never back into the parent's code it was forked from, nor a traceback
+
+
+def _ended(process: BaseProcess) -> str:
+    """How a worker that sent no answer ended, for the message."""
+    code = process.exitcode
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    if code is not None and code > 128 and code - 128 in STOP_SIGNALS:
+        return f"stopped by {signal.Signals(code - 128).name}"
+    return f"exit status {code}"
+
+
+def analyse_packages(packages: Sequence[Path], lookup: Lookup, workers: int) -> None:
+    """Fill the profile cache for several kernels' packages, `workers` forked children at a
+    time, one per kernel, in the order given.
+
+    Why not multiprocessing's Pool: a worker killed by a signal takes its task with it (the
+    parent waits for the result for ever), and one killed while waiting for work holds the
+    task queue's lock (Pool.terminate waits for it for ever); its threads take signals the
+    blocked main thread then never sees, and restart dead workers the signal never reached.
+    Here each worker has its own pipe and nothing shared, and is forked with the stop signals
+    blocked, to handle them once its own handlers are in place. Meanwhile a stop signal is
+    only noted (raised from its handler, it is lost when the handler runs inside a __del__ or
+    a fork hook), looked at between short waits, and given back to the handler it had before
+    once every worker still running has been told to stop, and killed if it did not: an
+    answer with an error, Ctrl-C and SIGTERM all end here with no worker left.
+    """
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    fork = multiprocessing.get_context("fork")
+    waiting = list(packages)
+    running: Dict[Connection, Tuple[BaseProcess, Path]] = {}
+    came: List[int] = []  # the stop signals noted
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, handler in handlers.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, lambda number, _frame: came.append(number))
+    try:
+        while (waiting or running) and not came:
+            while waiting and len(running) < workers and not came:
+                path = waiting.pop(0)
+                reader, writer = fork.Pipe(duplex=False)
+                with stop_signals_blocked():
+                    process = fork.Process(target=_analyse, args=(path, lookup, writer))
+                    process.start()
+                    running[reader] = (process, path)
+                writer.close()  # the worker's end: its exit is then the pipe's end here
+            for reader in wait(list(running), timeout=_WAIT_STEP):
+                process, path = running[reader]  # ended by the finally, should its answer not read
+                try:
+                    outcome = reader.recv()
+                except EOFError:
+                    process.join()
+                    outcome = UserError(f"--kernel {path}: the package's analysis ended without an answer "
+                                        f"({_ended(process)})")
+                process.join()
+                del running[reader]
+                reader.close()
+                if outcome is not None:
+                    raise outcome  # a worker's UserError is said here, as one line
+    finally:
+        for process, _path in running.values():
+            if process.exitcode is None:
+                process.terminate()  # it ends its xz on the way out
+        deadline = time.monotonic() + _STOP_GRACE
+        for process, _path in running.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        if came:
+            signal.raise_signal(came[0])  # handled as it would have been (Terminated, KeyboardInterrupt)
 
 
 def spec_events(spec: Dict[str, Any]) -> Set[str]:
@@ -776,11 +904,8 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
     """load_kernel for each --kernel value; packages not yet profiled are analysed in parallel.
 
     Analysing one package is CPU-bound (decompressing ~100-400 MB of modules), so several
-    kernels go to a process pool of one worker per core before being loaded in order.
+    kernels go to forked workers, one per core (analyse_packages), before being loaded in order.
     """
-    import multiprocessing
-    import os
-
     from probes.fetch import fetch_kernel
     from probes.kernelpkg import Lookup, profile_cache_dir, profile_is_cached
     if any(arg != "live" and not (Path(arg).is_file() and not _is_deb(Path(arg))) for arg in args):
@@ -799,12 +924,7 @@ def load_kernels(args: Sequence[str], functions: Set[str], modules: Sequence[str
         # biggest first, so that no large package is left running alone at the end
         packages.sort(key=lambda p: -sum(f.stat().st_size for f in ([Path(p)] if Path(p).is_file()
                                                                     else Path(p).rglob("*")) if f.is_file()))
-        # multiprocessing's Pool, not concurrent.futures': leaving the block on Ctrl-C, SIGTERM or
-        # an error terminates the workers instead of waiting minutes for their packages
-        with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
-            pending = [pool.apply_async(_analyse, ([Path(p)], lookup)) for p in packages]
-            for job in pending:
-                job.get()  # re-raises a worker's UserError here, as one line
+        analyse_packages([Path(p) for p in packages], lookup, workers)
     out = []
     for arg, res in zip(args, resolved):
         if log and (res == "live" or Path(res).is_dir() or (Path(res).is_file() and _is_deb(Path(res)))):

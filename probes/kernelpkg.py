@@ -42,6 +42,7 @@ import lzma
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import tarfile
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.btf import KIND_STRUCT, KIND_TYPEDEF, Btf, BtfError
-from discover.errors import UserError, release, spawn
+from discover.errors import STOP_SIGNALS, UserError, release, spawn, stop_signals_blocked
 from discover.profile import SCHEMA, VERSION, check_profile
 
 #: ELF symbol types and bindings we read
@@ -573,6 +574,16 @@ def _module_or_error(rel: str, data: bytes, search: Optional[Search]) -> Tuple[O
         raise
 
 
+def _module_worker() -> None:
+    """A module worker's signals (the pool's initializer). Ctrl-C is the parent's, which then
+    shuts the pool down; SIGTERM and SIGHUP end it at once: it holds nothing to undo (no child,
+    no file). It was forked with them blocked, to come here first (stop_signals_blocked)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def _collect(paths: Sequence[Path], workers: int, search: Optional[Search]) -> _Collected:
     """Stream the packages; compressed modules (decompression dominates) go to `workers` processes.
 
@@ -582,12 +593,13 @@ def _collect(paths: Sequence[Path], workers: int, search: Optional[Search]) -> _
     from concurrent.futures import Future, ProcessPoolExecutor
     got = _Collected()
     results: List[Any] = []  # per batch, in package order: a list of results or a Future of one
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_module_worker) if workers > 1 else None
     batch: List[Tuple[str, bytes]] = []
 
     def flush() -> None:
         if pool is not None and batch:
-            results.append(pool.submit(_modules_or_errors, list(batch), search))
+            with stop_signals_blocked():  # the first submit forks the workers
+                results.append(pool.submit(_modules_or_errors, list(batch), search))
             batch.clear()
 
     try:

@@ -58,6 +58,9 @@ class Case:
     fifo: Optional[Tuple[str, bytes, int]] = None           # (name, data, signal once the reader is in)
     signal_on_file: Optional[Tuple[str, int]] = None        # (file that appears, signal to send)
     signal_after: Optional[Tuple[float, int]] = None        # (seconds after start, signal to send)
+    signal_on_child: Optional[Tuple[float, int]] = None     # (seconds after its nth child, signal to send)
+    kill_child: Optional[Tuple[float, int]] = None          # the same, sent to that child alone
+    nth_child: int = 1                                      # n: the fork signal_on_child counts from
     timeout: float = 300.0                                  # a hang's bound, not a verdict: CI runs beside guests
 
 
@@ -151,8 +154,11 @@ def run_case(case: Case, base: Path) -> Result:
     if case.fifo:
         os.mkfifo(cwd / case.fifo[0])
     before = _files(home)
+    # the case in this run: the same case of a suite run meanwhile from another checkout on this
+    # host is neither "left behind" here nor killed
+    tag = str(home)
     env = dict(os.environ, HOME=str(home), PROBEKIT_CACHE=str(home / "cache"), PYTHONPATH=str(REPO),
-               **{MARKER: case.id})
+               **{MARKER: tag})
     env.pop("COLUMNS", None)
     env.update({key: value.replace("{cwd}", str(cwd)) for key, value in case.env.items()})
     argv = [str(BIN / case.argv[0])] + [a.replace("{cwd}", str(cwd)) for a in case.argv[1:]]
@@ -169,6 +175,10 @@ def run_case(case: Case, base: Path) -> Result:
     if case.signal_on_file:
         threading.Thread(target=_signal_on_file, args=(proc, cwd / case.signal_on_file[0],
                                                        case.signal_on_file[1], case.timeout)).start()
+    for on_child, alone in ((case.signal_on_child, False), (case.kill_child, True)):
+        if on_child:
+            threading.Thread(target=_signal_on_child, args=(proc, *on_child, case.nth_child, alone,
+                                                            case.timeout)).start()
     try:
         out, err = proc.communicate(timeout=case.timeout)
     except subprocess.TimeoutExpired:
@@ -179,7 +189,7 @@ def run_case(case: Case, base: Path) -> Result:
     seconds = time.monotonic() - started
     left = []
     for _ in range(20):  # a child ended by the command may need a moment to be reaped by init
-        left = _marked_processes(case.id)
+        left = _marked_processes(tag)
         if not left:
             break
         time.sleep(0.1)
@@ -230,6 +240,29 @@ def _signal_on_file(proc: "subprocess.Popen[bytes]", path: Path, signum: int, ti
             os.killpg(proc.pid, signum)
             return
         time.sleep(0.05)
+
+
+def _signal_on_child(proc: "subprocess.Popen[bytes]", delay: float, signum: int, nth: int, alone: bool,
+                     timeout: float) -> None:
+    """Signal the command's group (or that child `alone`) `delay` s after the command forked its
+    `nth` child (a worker, a tool): a moment fixed by the command's progress, not by the clock,
+    which a busy host stretches."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    forked: List[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            forked += [pid for pid in children.read_text().split() if pid not in forked]
+        except OSError:  # it ended meanwhile
+            return
+        if len(forked) >= nth:
+            time.sleep(delay)
+            if not alone:
+                _killpg(proc, signum)
+            elif proc.poll() is None:
+                os.kill(int(forked[nth - 1]), signum)
+            return
+        time.sleep(0.001)
 
 
 def run_all(cases: Sequence[Case], base: Path) -> Dict[str, Result]:

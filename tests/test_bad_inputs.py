@@ -482,18 +482,39 @@ def signal_cases() -> Iterator[bi.Case]:
 
 def package_signal_cases() -> Iterator[bi.Case]:
     """Ctrl-C and SIGTERM while real Debian packages are analysed (the compat report's
-    worker pool, the kernel-profile's xz children): one line, no worker tracebacks, no
+    workers, the kernel-profile's xz children): one line, no worker tracebacks, no
     child left. Needs the cached packages the package tests use (tests/debian_kernels.py)."""
     cached = Path.home() / ".cache" / "probekit" / "kernels"
     dirs = [cached / abi for abi in ("6.1.0-50", "6.12.95+deb12") if (cached / abi / "manifest.json").is_file()]
     if len(dirs) < 2:
         return
+    compat = ["probes", "compat", str(bi.SPEC), "--kernel", str(dirs[0]), "--kernel", str(dirs[1])]
     for name, signum, code in (("sigint", signal.SIGINT, 130), ("sigterm", signal.SIGTERM, 143)):
-        yield bi.Case(f"signal/compat-packages/{name}", ["probes", "compat", str(bi.SPEC), "--kernel", str(dirs[0]),
-                                                         "--kernel", str(dirs[1])],
+        yield bi.Case(f"signal/compat-packages/{name}", compat,
                       code=code, signal_after=(5.0, signum), match="stopped and cleaned up")
         yield bi.Case(f"signal/kernel-profile/{name}", ["probes", "kernel-profile", str(dirs[0]), "-o", "out.json"],
                       code=code, signal_after=(4.0, signum), match="stopped and cleaned up")
+    # the moments a signal was lost with multiprocessing's Pool (probes.compat.analyse_packages
+    # says how): as the workers are forked, before they set their signals up, as they start
+    # work, and into it; counted from the first worker's fork, whatever the host's load
+    for name, signum, code in (("sigterm", signal.SIGTERM, 143), ("sigint", signal.SIGINT, 130),
+                               ("sighup", signal.SIGHUP, 129)):
+        for delay in (0.0, 0.001, 0.003, 0.01, 0.05, 0.3, 1.5):
+            yield bi.Case(f"signal/compat-workers-start/{name}-{delay}", compat, code=code,
+                          signal_on_child=(delay, signum), timeout=60.0,
+                          match="interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated by {name.upper()}")
+    # kernel-profile's module workers (a ProcessPoolExecutor; 6.12 ships .ko.xz), forked after xz,
+    # the command's first child: the signal's handler lost in a fork hook, a worker's traceback
+    for name, signum, code in (("sigterm", signal.SIGTERM, 143), ("sigint", signal.SIGINT, 130)):
+        for delay in (0.0, 0.001, 0.003, 0.01, 0.05, 0.3):
+            yield bi.Case(f"signal/kernel-profile-workers-start/{name}-{delay}",
+                          ["probes", "kernel-profile", str(dirs[1]), "-o", "out.json"], code=code,
+                          signal_on_child=(delay, signum), nth_child=2, timeout=60.0, match="stopped and cleaned up")
+    # a worker ended by someone else (the OOM killer, a kill): the Pool waited for its task for ever
+    for name, signum, how in (("sigkill", signal.SIGKILL, "killed by SIGKILL"),
+                              ("sigterm", signal.SIGTERM, "stopped by SIGTERM")):
+        yield bi.Case(f"signal/compat-worker-alone/{name}", compat, kill_child=(0.5, signum), timeout=60.0,
+                      match=f"probes: error: --kernel {dirs[1]}: the package's analysis ended without an answer ({how})")
 
 
 def output_cases() -> Iterator[bi.Case]:

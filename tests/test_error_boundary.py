@@ -176,6 +176,26 @@ def test_a_commands_end_leaves_another_live_threads_children_alone() -> None:
     assert not errors.run_cleanups() and children[1].wait(10) == -signal.SIGTERM
 
 
+def test_a_forked_child_runs_none_of_its_parents_undo_steps() -> None:
+    """A worker forked by a command (probes compat's) undoes only what it started: the
+    parent's steps (its workers, a child's group) are not the copy's to run."""
+    ran: List[str] = []
+    step = errors.at_exit(lambda: ran.append("parent's"))
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                errors.at_exit(lambda: ran.append("its own"))
+                failed = errors.run_cleanups()
+                os._exit(0 if ran == ["its own"] and not failed else 1)
+            finally:
+                os._exit(2)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert ran == []
+    finally:
+        errors.forget(step)
+
+
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 16 KiB tmpfs (a device that fills up), unmounted after the test; root only."""
