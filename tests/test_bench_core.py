@@ -236,6 +236,23 @@ def test_the_terminal_tools_peak_fell_with_each_change_and_argparse_costs_a_thir
         assert run["python3 + argparse"] - run["python3"] < 2 * 1024 < 4 * 1024 < click["python3 + click"] - click["python3"]
 
 
+def test_module_tables_from_bytes_and_fewer_imports_bring_the_starts_closer_to_libbpf_tools() -> None:
+    """bench_core at 2338047 on a quiet host (2026-12-07 04:35-04:38 UTC: module BTF function
+    tables walked from libbpf's bytes, six modules off the start path) against 85cbb18: each
+    tool's start closer to libbpf-tools' (nfsslower 2.47 -> 2.38 times fsslower's, nfsdist
+    3.34 -> 3.02, the exporter 3.62 -> 3.43), still above 2; python3 with argparse alone is half
+    of fsslower's start."""
+    def ratios(name: str) -> Dict[str, float]:
+        start = medians_of(name, "startup", "s")
+        return {"core": start["core"] / start["libbpf-tools"],
+                **{tool: start[tool] / start["fsdist libbpf-tools"] for tool in ("nfsdist core", "exporter core")}}
+    before, after = ratios(ARGPARSE_RUNS[2]), ratios("bench_core_lighter_starts.json")
+    for tool in before:
+        assert before[tool] > after[tool] > 2, tool
+    start = medians_of("bench_core_lighter_starts.json", "startup", "s")
+    assert start["python3 + argparse"] < start["libbpf-tools"] / 1.5
+
+
 #: one 7.2.13+deb14 boot (sid: libbpf 1.7.0, python3 3.14), 2026-12-07 00:41-00:44 UTC: the tree
 #: with the layout parsing vmlinux's BTF from the file (1924ff7); a second boot at 00:45-00:50,
 #: through btf__load_vmlinux_btf (162ed7a). No libbpf-tools there (trixie's is what bench_core unpacks).
