@@ -413,16 +413,17 @@ class KernelBtf:
         data = memoryview(self._data)
         end, types_start, type_len, strs_start, str_len = sections(data)
         _offsets, name_offs = index_types(data, end, types_start, type_len, self.first_id)
-        own, own_start = data[strs_start:strs_start + str_len].tobytes(), self._strings_end() - str_len
+        own, own_start = data[strs_start:strs_start + str_len].tobytes(), self._strings_start()
         return func_names(name_offs, lambda off: string_at(own, off - own_start) if off >= own_start
                           else self._str(off))
 
-    def _strings_end(self) -> int:
-        """The string offset after this blob's last string: a split blob's own strings are
-        numbered on from its base's end (libbpf's start_str_off, discover.btf's _str_base)."""
-        base_end = self.base._strings_end() if self.base is not None else 0  # noqa: SLF001 - the same class
-        self.opened()
-        return base_end + sections(memoryview(self._data))[4]
+    def _strings_start(self) -> int:
+        """The offset this blob's own strings are numbered from: a split blob's follow its
+        base's (libbpf's start_str_off, discover.btf's _str_base)."""
+        if self.base is None:
+            return 0
+        self.base.opened()
+        return self.base._strings_start() + sections(memoryview(self.base._data))[4]  # noqa: SLF001 - the same class
 
     def struct_ids(self, names: Sequence[str]) -> Dict[str, int]:
         """Type ids of complete structs by name (the first of each name)."""
