@@ -27,6 +27,7 @@ from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
 from probes.generate_core import cfg_format, core_table, generate_core, slots_needed
 from probes.model import CFG_FIELDS, Tool, point_fields
 from probes.objects import MIN_KERNEL
+from probes.kernelpkg import Elf
 from probes.libbpf import PRINT_FN, BpfObject, Libbpf, LibbpfError
 from probes.runtime import RealtimeReads, Session, module_live
 from probes.select import KernelFacts, late_points, select
@@ -179,7 +180,8 @@ def test_struct_reads_are_co_re_relocations(built: Path) -> None:
     """.BTF.ext carries CO-RE relocation records (the kernel struct members read through BTF)."""
     obj = BpfObject(Libbpf(), built.read_bytes())
     obj.close()
-    ext = _section(built.read_bytes(), ".BTF.ext")
+    ext = Elf(built.read_bytes(), str(built)).section_bytes(".BTF.ext")
+    assert ext is not None
     magic, _version, _flags, hdr_len = struct.unpack_from("<HBBI", ext)
     assert magic == 0xEB9F and hdr_len >= 32
     _fi_off, _fi_len, _li_off, _li_len, core_off, core_len = struct.unpack_from("<6I", ext, 8)
@@ -202,31 +204,16 @@ def test_the_kernel_floor_is_the_newest_helper_the_programs_call(built: Path) ->
     """MIN_KERNEL (the backend choice's kernel check) is where the last helper the object's
     programs call arrived, and the check names it: trampoline arguments are read from the
     context, not through bpf_get_func_arg (5.17)."""
-    called = set()
-    for name, code in _sections(built.read_bytes()).items():
+    elf, called = Elf(built.read_bytes(), str(built)), set()
+    for name in elf.index:
         if name.startswith(("fentry/", "fexit/", "kprobe/", "kretprobe/", "tp/", "tracepoint/")):
+            code = elf.section_bytes(name) or b""
             for at in range(0, len(code), 8):
                 if code[at] == 0x85 and code[at + 1] >> 4 == 0:  # BPF_CALL of a helper (src_reg 0)
                     called.add(struct.unpack_from("<i", code, at + 4)[0])
     assert called and called <= set(HELPERS), sorted(called - set(HELPERS))
     name, floor = max((HELPERS[h] for h in called), key=lambda helper: helper[1])
     assert (floor, name) == (MIN_KERNEL, "task_pt_regs")
-
-
-def _sections(elf: bytes) -> Dict[str, bytes]:
-    """The sections of a 64-bit little-endian ELF by name."""
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-    strtab = headers[shstrndx]
-    return {elf[strtab[4] + name:elf.index(b"\0", strtab[4] + name)].decode(): elf[offset:offset + size]
-            for name, _type, _flags, _addr, offset, size, *_rest in headers}
-
-
-def _section(elf: bytes, wanted: str) -> bytes:
-    sections = _sections(elf)
-    assert wanted in sections, f"no section {wanted}"
-    return sections[wanted]
 
 
 def test_settings_turn_on_the_chosen_points_with_their_fields(spec: Dict[str, Any], profile: KernelProfile) -> None:
