@@ -178,7 +178,9 @@ def _tar_members(tar: tarfile.TarFile, wanted) -> Iterator[Tuple[str, bytes]]:
         if wanted(rel):
             extracted = tar.extractfile(member)
             assert extracted is not None
-            yield rel, extracted.read()
+            with extracted:  # closed here: closed by its finalizer, io would drop a Ctrl-C raised meanwhile
+                data = extracted.read()
+            yield rel, data
 
 
 def iter_package_files(path: Path, wanted) -> Iterator[Tuple[str, bytes]]:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import signal
 import struct
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import List, Tuple
 
@@ -216,3 +218,27 @@ def test_compat_on_damaged_packages_is_one_line(tmp_path: Path, monkeypatch: pyt
         assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
         last = res.stderr.strip().splitlines()[-1]
         assert last.startswith("probes: error: ") and word in last, res.stderr
+
+
+def test_a_ctrl_c_as_a_member_is_closed_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while tarfile closes an extracted member. Closed by the member's finalizer, the
+    KeyboardInterrupt would be dropped without a word (io clears a close's error there) and the
+    command would run on to the end; closed by the reader, it reaches the caller."""
+    close = tarfile._FileInFile.close  # type: ignore[attr-defined]
+    calls = []
+
+    def interrupted(self: object) -> None:
+        calls.append(self)
+        if len(calls) == 3:
+            signal.raise_signal(signal.SIGINT)
+        close(self)
+
+    monkeypatch.setattr(tarfile._FileInFile, "close", interrupted)  # type: ignore[attr-defined]
+    monkeypatch.setattr(kernelpkg, "_TAR_TOOLS", {})  # one process: the member is read here either way
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _member in iter_package_files(_deb(), lambda p: "/fs/nfs/" in p):
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
