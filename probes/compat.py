@@ -17,19 +17,13 @@ import html
 import json
 import os
 import re
-import signal
-import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from discover.errors import STOP_SIGNALS, Terminated, UserError, run_cleanups, stop_signals_blocked
+from discover.errors import UserError
 from discover.profile import KernelProfile, clone_base
 
 if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
-    from multiprocessing.process import BaseProcess
-
     from probes.kernelpkg import Lookup
 
 #: cell statuses, most to least usable; `usable` ones let a candidate be picked
@@ -756,136 +750,23 @@ def short_label(release: str) -> str:
     return release[:-len("-amd64")] if release.endswith("-amd64") else release
 
 
-#: the parent's longest wait for its workers before it looks at the stop signals it noted
-_WAIT_STEP = 0.2
-#: how long a worker told to stop has to end its own children before it is killed
-_STOP_GRACE = 5.0
-
-
-def _stop_worker(signum: int, _frame: Any) -> None:
-    """A worker's SIGTERM and SIGHUP: unwind it, as the command's own handler does."""
-    raise Terminated(signum)
-
-
-def _drop_lost_stop(unraisable: Any) -> None:
-    """A worker's sys.unraisablehook. A Terminated its handler raised inside a __del__ or a
-    generator's finalization ends there, printed as "Exception ignored" (a stray stderr line);
-    it is dropped unsaid: the parent, which the group's signal reached too, sends its own
-    SIGTERM next (and SIGKILL if that one is lost as well)."""
-    if not isinstance(unraisable.exc_value, Terminated):
-        sys.__unraisablehook__(unraisable)
-
-
-def _analyse(path: Path, lookup: Lookup, answer: Connection) -> None:
-    """Worker, in a child forked with the stop signals blocked: fill the profile cache for one
-    kernel's packages and send back None or the error, then exit. A SIGTERM (the group's, or
-    the parent's ending it) unwinds it as it does the command: its xz is ended on the way and
-    it exits without a word (the parent says what happened). Ctrl-C is the parent's, which
-    ends it then: a terminal sends SIGINT to the whole group."""
-    from multiprocessing.pool import ExceptionWithTraceback
-
+def _analyse(task: Tuple[Path, Lookup]) -> None:
+    """A child's work: fill the profile cache for one kernel's packages."""
     from probes.kernelpkg import cached_profile_from_package
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _stop_worker)
-    sys.unraisablehook = _drop_lost_stop
-    reply: Optional[BaseException] = None
-    code = 128 + signal.SIGTERM  # stopped, unless it gets to an answer
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one sent since the fork is raised here
-        try:
-            cached_profile_from_package([path], lookup, workers=1)  # the kernels are the parallel unit
-        except Exception as exc:
-            reply = ExceptionWithTraceback(exc, exc.__traceback__)
-        code = 0
-    except Terminated as exc:
-        # the parent's SIGTERM follows the group's: it waits, and what the unwinding left (the
-        # generator reading the package, its xz) is finalized when `exc` goes, below, unhurried
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        code = 128 + exc.signum
-    finally:
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # its cleanup and answer are not cut short
-            problems = run_cleanups()
-            if code == 0:
-                answer.send(UserError("; ".join(problems)) if problems and reply is None else reply)
-        finally:
-            os._exit(code)  # never back into the parent's code it was forked from, nor a traceback
-
-
-def _ended(process: BaseProcess) -> str:
-    """How a worker that sent no answer ended, for the message."""
-    code = process.exitcode
-    if code is not None and code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    if code is not None and code > 128 and code - 128 in STOP_SIGNALS:
-        return f"stopped by {signal.Signals(code - 128).name}"
-    return f"exit status {code}"
+    path, lookup = task
+    cached_profile_from_package([path], lookup, workers=1)  # the kernels are the parallel unit
 
 
 def analyse_packages(packages: Sequence[Path], lookup: Lookup, workers: int) -> None:
     """Fill the profile cache for several kernels' packages, `workers` forked children at a
-    time, one per kernel, in the order given.
-
-    Why not multiprocessing's Pool: a worker killed by a signal takes its task with it (the
-    parent waits for the result for ever), and one killed while waiting for work holds the
-    task queue's lock (Pool.terminate waits for it for ever); its threads take signals the
-    blocked main thread then never sees, and restart dead workers the signal never reached.
-    Here each worker has its own pipe and nothing shared, and is forked with the stop signals
-    blocked, to handle them once its own handlers are in place. Meanwhile a stop signal is
-    only noted (raised from its handler, it is lost when the handler runs inside a __del__ or
-    a fork hook), looked at between short waits, and given back to the handler it had before
-    once every worker still running has been told to stop, and killed if it did not: an
-    answer with an error, Ctrl-C and SIGTERM all end here with no worker left.
-    """
-    import multiprocessing
-    from multiprocessing.connection import wait
-
-    fork = multiprocessing.get_context("fork")
-    waiting = list(packages)
-    running: Dict[Connection, Tuple[BaseProcess, Path]] = {}
-    came: List[int] = []  # the stop signals noted
-    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum, handler in handlers.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(signum, lambda number, _frame: came.append(number))
-    try:
-        while (waiting or running) and not came:
-            while waiting and len(running) < workers and not came:
-                path = waiting.pop(0)
-                reader, writer = fork.Pipe(duplex=False)
-                with stop_signals_blocked():
-                    process = fork.Process(target=_analyse, args=(path, lookup, writer))
-                    process.start()
-                    running[reader] = (process, path)
-                writer.close()  # the worker's end: its exit is then the pipe's end here
-            for reader in wait(list(running), timeout=_WAIT_STEP):
-                process, path = running[reader]  # ended by the finally, should its answer not read
-                try:
-                    outcome = reader.recv()
-                except EOFError:
-                    process.join()
-                    outcome = UserError(f"--kernel {path}: the package's analysis ended without an answer "
-                                        f"({_ended(process)})")
-                process.join()
-                del running[reader]
-                reader.close()
-                if outcome is not None:
-                    raise outcome  # a worker's UserError is said here, as one line
-    finally:
-        for process, _path in running.values():
-            if process.exitcode is None:
-                process.terminate()  # it ends its xz on the way out
-        deadline = time.monotonic() + _STOP_GRACE
-        for process, _path in running.values():
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.exitcode is None:
-                process.kill()
-                process.join()
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        if came:
-            signal.raise_signal(came[0])  # handled as it would have been (Terminated, KeyboardInterrupt)
+    time, one per kernel, in the order given (probes.forked says why not a Pool). The first
+    error, Ctrl-C or SIGTERM ends them all, none left behind."""
+    from probes.forked import Forked
+    with Forked(_analyse, workers, lambda task: f"--kernel {task[0]}: the package's analysis") as children:
+        for path in packages:
+            children.submit((path, lookup))
+        for _ in children.answers():
+            pass
 
 
 def spec_events(spec: Dict[str, Any]) -> Set[str]:

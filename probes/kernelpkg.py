@@ -42,7 +42,6 @@ import lzma
 import os
 import re
 import shutil
-import signal
 import struct
 import subprocess
 import tarfile
@@ -50,7 +49,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.btf import KIND_STRUCT, KIND_TYPEDEF, Btf, BtfError
-from discover.errors import STOP_SIGNALS, UserError, release, spawn, stop_signals_blocked
+from discover.errors import UserError, release, spawn
 from discover.profile import SCHEMA, VERSION, check_profile
 
 #: ELF symbol types and bindings we read
@@ -576,35 +575,36 @@ def _module_or_error(rel: str, data: bytes, search: Optional[Search]) -> Tuple[O
         raise
 
 
-def _module_worker() -> None:
-    """A module worker's signals (the pool's initializer). Ctrl-C is the parent's, which then
-    shuts the pool down; SIGTERM and SIGHUP end it at once: it holds nothing to undo (no child,
-    no file). It was forked with them blocked, to come here first (stop_signals_blocked)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+#: compressed module bytes per child: a fork of the parent (~350 MB by then) costs ~10 ms of
+#: system time, so ~25 children for Debian's 92 MB of 6.12 modules, and enough to share out
+BATCH_BYTES = 4 << 20
 
 
 def _collect(paths: Sequence[Path], workers: int, search: Optional[Search]) -> _Collected:
-    """Stream the packages; compressed modules (decompression dominates) go to `workers` processes.
+    """Stream the packages; compressed modules (decompression dominates) go to `workers` children
+    in batches (probes.forked: each batch is the parent's memory at the fork, nothing is sent).
 
-    Uncompressed modules are read here: shipping their bytes to a worker costs more than
-    the section-header scan most of them get.
+    Uncompressed modules are read here: most get only a section-header scan, cheaper than a fork.
     """
-    from concurrent.futures import Future, ProcessPoolExecutor
+    from probes.forked import Forked
     got = _Collected()
-    results: List[Any] = []  # per batch, in package order: a list of results or a Future of one
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_module_worker) if workers > 1 else None
+    results: List[Any] = []  # per batch, in package order: a list of results, or None for the children's next
     batch: List[Tuple[str, bytes]] = []
 
-    def flush() -> None:
-        if pool is not None and batch:
-            with stop_signals_blocked():  # the first submit forks the workers
-                results.append(pool.submit(_modules_or_errors, list(batch), search))
-            batch.clear()
+    def work(modules: List[Tuple[str, bytes]]) -> List[Tuple[Optional[ModuleInfo], Optional[str]]]:
+        return [_module_or_error(rel, data, search) for rel, data in modules]
 
-    try:
+    def what(modules: List[Tuple[str, bytes]]) -> str:
+        first, last = (os.path.basename(rel) for rel, _data in (modules[0], modules[-1]))
+        return f"{', '.join(p.name for p in paths)}: the analysis of {len(modules)} modules ({first} to {last})"
+
+    with Forked(work, workers, what) as children:
+        def flush() -> None:
+            if batch:
+                children.submit(list(batch))
+                results.append(None)
+                batch.clear()
+
         for path in paths:
             for rel, data in iter_package_files(path, _wanted):
                 got.files.append(rel)
@@ -617,26 +617,19 @@ def _collect(paths: Sequence[Path], workers: int, search: Optional[Search]) -> _
                     got.config_text = data.decode("utf-8", "replace")
                 elif rel.endswith("/modules.builtin"):
                     got.builtin = [_module_name(line, None) for line in data.decode().split()]
-                elif pool is None or rel.endswith(".ko"):
+                elif workers <= 1 or rel.endswith(".ko"):
                     flush()
-                    results.append([_module_or_error(rel, data, search)])
+                    results.append(work([(rel, data)]))
                 else:
                     batch.append((rel, data))
-                    if len(batch) >= 32:
+                    if sum(len(d) for _r, d in batch) >= BATCH_BYTES:
                         flush()
         flush()
+        answers = children.answers()
         for result in results:
-            for info, error in (result.result() if isinstance(result, Future) else result):
+            for info, error in (next(answers) if result is None else result):
                 _keep(got, info, error)
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
     return got
-
-
-def _modules_or_errors(batch: List[Tuple[str, bytes]],
-                       search: Optional[Search]) -> List[Tuple[Optional[ModuleInfo], Optional[str]]]:
-    return [_module_or_error(rel, data, search) for rel, data in batch]
 
 
 def _keep(got: _Collected, info: Optional[ModuleInfo], error: Optional[str]) -> None:

@@ -503,13 +503,19 @@ def package_signal_cases() -> Iterator[bi.Case]:
             yield bi.Case(f"signal/compat-workers-start/{name}-{delay}", compat, code=code,
                           signal_on_child=(delay, signum), timeout=60.0,
                           match="interrupted (Ctrl-C)" if signum == signal.SIGINT else f"terminated by {name.upper()}")
-    # kernel-profile's module workers (a ProcessPoolExecutor; 6.12 ships .ko.xz), forked after xz,
-    # the command's first child: the signal's handler lost in a fork hook, a worker's traceback
+    # kernel-profile's module children (6.12 ships .ko.xz), forked after xz, the command's first
+    # child: with a ProcessPoolExecutor, the signal's handler lost in a fork hook, a worker's
+    # traceback, a worker killed half-way through its answer (the pool's thread then read for ever)
+    profile = ["probes", "kernel-profile", str(dirs[1]), "-o", "out.json"]
     for name, signum, code in (("sigterm", signal.SIGTERM, 143), ("sigint", signal.SIGINT, 130)):
-        for delay in (0.0, 0.001, 0.003, 0.01, 0.05, 0.3):
-            yield bi.Case(f"signal/kernel-profile-workers-start/{name}-{delay}",
-                          ["probes", "kernel-profile", str(dirs[1]), "-o", "out.json"], code=code,
+        for delay in (0.0, 0.001, 0.003, 0.01, 0.05, 0.3, 1.0):
+            yield bi.Case(f"signal/kernel-profile-workers-start/{name}-{delay}", profile, code=code,
                           signal_on_child=(delay, signum), nth_child=2, timeout=60.0, match="stopped and cleaned up")
+    # one module child ended by someone else, as it starts: one line naming its modules
+    for name, signum, how in (("sigkill", signal.SIGKILL, "killed by SIGKILL"),
+                              ("sigterm", signal.SIGTERM, "stopped by SIGTERM")):
+        yield bi.Case(f"signal/kernel-profile-worker-alone/{name}", profile, kill_child=(0.0, signum), nth_child=2,
+                      timeout=60.0, match=f".ko.xz) ended without an answer ({how})")
     # a worker ended by someone else (the OOM killer, a kill): the Pool waited for its task for ever
     for name, signum, how in (("sigkill", signal.SIGKILL, "killed by SIGKILL"),
                               ("sigterm", signal.SIGTERM, "stopped by SIGTERM")):

@@ -20,7 +20,8 @@ import pytest
 
 from debian_kernels import ABI_61, ABI_612, kernel_dir
 from discover.errors import Terminated, UserError
-from probes.compat import _drop_lost_stop, analyse_packages
+from probes.compat import analyse_packages
+from probes.forked import drop_lost_stop
 from probes.kernelpkg import Lookup
 
 LOOKUP = Lookup.of({"nfs_file_read", "nfs_getattr"}, (), ["nfs"])
@@ -98,7 +99,7 @@ def test_a_stop_lost_in_a_finalizer_is_not_said(capsys: pytest.CaptureFixture[st
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's Terminated raised inside a __del__ ends there: printed, it would be a second
     stderr line; the parent's SIGTERM stops the worker then. Anything else is printed as ever."""
-    monkeypatch.setattr(sys, "unraisablehook", _drop_lost_stop)
+    monkeypatch.setattr(sys, "unraisablehook", drop_lost_stop)
     _RaisesWhenGone(Terminated(signal.SIGTERM))
     _RaisesWhenGone(ValueError("a bug in a __del__"))
     err = capsys.readouterr().err
