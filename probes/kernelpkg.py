@@ -169,17 +169,33 @@ class _ToolStream:
                 pipe.close()
 
 
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A regular member's bytes, read from the archive's stream where they start.
+
+    Why not tar.extractfile(): the io.BufferedReader it makes asks tarfile's Python file for
+    tell() and drops whatever that raises, and closes it in a finalizer that drops errors too:
+    a Ctrl-C or SIGTERM whose handler ran there was lost, and the command ran on to the end.
+    """
+    if member.sparse is not None:
+        extracted = tar.extractfile(member)
+        assert extracted is not None
+        with extracted:
+            return extracted.read()
+    assert tar.fileobj is not None
+    tar.fileobj.seek(member.offset_data)
+    data = tar.fileobj.read(member.size)
+    if len(data) != member.size:
+        raise tarfile.ReadError("unexpected end of data")
+    return data
+
+
 def _tar_members(tar: tarfile.TarFile, wanted) -> Iterator[Tuple[str, bytes]]:
     for member in tar:
         if not member.isfile():
             continue
         rel = member.name[2:] if member.name.startswith("./") else member.name
         if wanted(rel):
-            extracted = tar.extractfile(member)
-            assert extracted is not None
-            with extracted:  # closed here: closed by its finalizer, io would drop a Ctrl-C raised meanwhile
-                data = extracted.read()
-            yield rel, data
+            yield rel, _member_bytes(tar, member)
 
 
 def iter_package_files(path: Path, wanted) -> Iterator[Tuple[str, bytes]]:
