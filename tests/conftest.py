@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+from multiprocessing.context import ForkProcess
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List
 
 import pytest
 
@@ -37,3 +38,17 @@ def cgroup() -> Iterator[Path]:
             if (child / "cgroup.procs").exists():
                 child.rmdir()
         path.rmdir()
+
+
+@pytest.fixture
+def forked_children(monkeypatch: pytest.MonkeyPatch) -> Iterator[List[ForkProcess]]:
+    """The children probes.forked starts, as they start (their exit codes are the tests')."""
+    children: List[ForkProcess] = []
+    start = ForkProcess.start
+
+    def recorded(process: ForkProcess) -> None:
+        start(process)
+        children.append(process)
+
+    monkeypatch.setattr(ForkProcess, "start", recorded)
+    yield children

@@ -34,21 +34,14 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 
 @pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[List[ForkProcess]]:
+def started(forked_children: List[ForkProcess], monkeypatch: pytest.MonkeyPatch,
+            tmp_path: Path) -> Iterator[List[ForkProcess]]:
     """The workers analyse_packages forks, as they start; profiles cached in tmp_path (none is
     there: each package is analysed), SIGTERM raising Terminated as under the boundary."""
     monkeypatch.setenv("PROBEKIT_PROFILE_CACHE", str(tmp_path))
-    workers: List[ForkProcess] = []
-    start = ForkProcess.start
-
-    def recorded(process: ForkProcess) -> None:
-        start(process)
-        workers.append(process)
-
-    monkeypatch.setattr(ForkProcess, "start", recorded)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        yield workers
+        yield forked_children
     finally:
         signal.signal(signal.SIGTERM, previous)
 
