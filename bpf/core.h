@@ -2,10 +2,10 @@
  *
  * The object is compiled once, where the package is built, for kernels nobody has seen yet: it
  * holds every candidate attach point of a spec as programs of its own (the loader autoloads
- * the chosen ones); every setting lives in the read-only `cfg` the loader fills before loading
- * (the verifier then knows each value and prunes what a setting turns off); kernel structs
- * are read through CO-RE relocations on the minimal definitions below; maps are sized by the
- * loader (SIZE and FLAGS are placeholders).
+ * the chosen ones); every setting is an instruction's immediate the loader writes into each
+ * chosen program before loading (SETTING below); kernel structs are read through CO-RE
+ * relocations on the minimal definitions below; maps are sized by the loader (SIZE and FLAGS
+ * are placeholders).
  */
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -20,8 +20,16 @@ typedef __s64 s64;
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define CFG(name) cfg.name
-#define P(point, name) cfg.points[point].name
+/* A setting, as bcc's text has it: a constant in the instruction stream. The object holds one
+ * 64-bit immediate load per use, whose value marks the place: CFG_MARK in the upper half, the
+ * setting's byte offset in `struct cfg` << 8 | its size in the lower; the loader replaces it with
+ * the setting's value (probes.generate_core.settings_inlined). The verifier then knows every
+ * value and prunes what a setting turns off, and the program reads no setting from memory.
+ * Volatile: each use keeps its own load, which the compiler cannot fold or merge. */
+#define SETTING(off, size) \
+    ({ u64 v_; asm volatile("%0 = %1 ll" : "=r"(v_) : "i"(((u64)CFG_MARK << 32) | ((u64)(off) << 8) | (size))); v_; })
+#define CFG(name) SETTING(__builtin_offsetof(struct cfg, name), sizeof(((struct cfg *)0)->name))
+#define P(point, name) SETTING(__builtin_offsetof(struct cfg, points[point].name), sizeof(u32))
 #define SIZE(map) 1
 #define FLAGS(map) 0
 
@@ -159,9 +167,9 @@ static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
 
 /* A trampoline's context is its function's arguments (up to 12 on x86-64), then (fexit) the
  * return value: slot n is one load at offset 8n, as a program written for the prototype reads
- * it. n comes from the frozen `cfg`, so the verifier follows one case only; each case is a load
- * of its own in assembly because clang folds C loads into one at a computed address (ctx + 8n),
- * which the verifier refuses for a context pointer. (bpf_get_func_arg and bpf_get_func_ret
+ * it. n is a setting (an immediate the verifier knows), so it follows one case only; each case
+ * is a load of its own in assembly because clang folds C loads into one at a computed address
+ * (ctx + 8n), which the verifier refuses for a context pointer. (bpf_get_func_arg and bpf_get_func_ret
  * would take n at run time, at the cost of a bounds check and a round trip through the stack
  * on every read, and need 5.17.) */
 #define CTX_LOAD(val, ctx, off) asm volatile("%0 = *(u64 *)(%1 + " #off ")" : "=r"(val) : "r"(ctx))

@@ -5,7 +5,7 @@
  * structs (probes/model.py: `struct event`, the settings) and one loader layer, bpf/bcc.h (bcc
  * compiles the probe at start-up for the points chosen there, every setting a constant) or
  * bpf/core.h (compiled once where the package is built, for every candidate point of a spec,
- * every setting in a read-only `cfg` the loader fills before loading); after it, one program
+ * every setting an immediate the loader writes into the chosen programs); after it, one program
  * per attach point end, each a call of one of the bodies at the end of this file.
  *
  * What the layer gives: CFG(setting) and P(point, setting) (the settings of the probe and of

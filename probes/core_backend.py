@@ -2,8 +2,8 @@
 
 Why: bcc compiles at every start, with LLVM in the process (seconds to minutes of start-up,
 100-200 MB resident). The object built from the whole spec (probes.generate_core) is opened
-from memory, only the programs of the points `select` chose are loaded, and `cfg` holds the
-settings probes.model decided for them on the running kernel. This module decides nothing
+from memory, only the programs of the points `select` chose are loaded, and the settings
+probes.model decided for them on the running kernel are written into their instructions. This module decides nothing
 about the spec: it numbers the chosen points as the object does, loads and attaches.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, O
 from discover.errors import UserError
 from probes.backend import MISSES_MIN_KERNEL, RINGBUF_READ_MS, Attachment, Rejected, major_minor
 from probes.generate import tracepoint_program_name
-from probes.generate_core import CFG_MAP, CoreTable, cfg_bytes, core_table, function_program_names
+from probes.generate_core import CoreTable, cfg_bytes, core_table, function_program_names, settings_inlined
 from probes.layout import KernelLayout
 from probes.libbpf import BpfObject, Libbpf, LibbpfError, kernel_btf_fds
 from probes.model import (Formats, Point, Probe, Tool, check_tool, map_flags, map_sizes, plan_point, points_of,
@@ -27,6 +27,18 @@ from probes.select import Chosen
 #: program (a 6.1 guest's nfsslower, 10 such programs: start 26-37 s against 10-11 s on
 #: kprobes and 26-29 s on bcc), so fentry/fexit runs on 1.5+ only, kprobes before
 MODULE_TARGET_VERSION = (1, 5)
+
+
+def inline_settings(obj: BpfObject, programs: Sequence[str], cfg: bytes) -> None:
+    """The settings of `cfg` (cfg_bytes) written into these programs' instructions before the
+    load, where bcc's text has its constants: the verifier then prunes what a setting turns
+    off, and no program reads a setting at run time."""
+    for name in programs:
+        try:
+            insns = settings_inlined(obj.program_insns(name), cfg)
+        except ValueError as exc:
+            raise LibbpfError(0, f"{name}: {exc}") from None
+        obj.set_program_insns(name, insns)
 
 
 class FentryTarget(NamedTuple):
@@ -199,7 +211,7 @@ class CoreBackend:
         points, plan, cfg = late
         obj, _notes = self._open(sorted(plan.programs), plan.targets)
         try:
-            obj.set_initial_value(CFG_MAP, cfg)
+            inline_settings(obj, sorted(plan.programs), cfg)
         except LibbpfError as exc:
             obj.close()
             raise Rejected(str(exc)) from None
@@ -211,8 +223,8 @@ class CoreBackend:
 
     def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
                fentry: Collection[str]) -> Optional[Probe]:
-        """A second instance of the object (prepare_late) whose maps but `cfg` are the first
-        instance's, reused by fd before loading: its programs count into what the readers
+        """A second instance of the object (prepare_late), with settings of its own and every
+        map the first instance's, reused by fd before loading: its programs count into what the readers
         read, and close() destroys its links with the first's."""
         assert self.obj is not None
         late = self.prepare_late(probe, added, layout, fentry)
@@ -220,7 +232,7 @@ class CoreBackend:
             return None
         extended, obj, programs = late
         try:
-            obj.reuse_maps(self.obj, (CFG_MAP,))
+            obj.reuse_maps(self.obj)
             obj.load()
             for name in programs:
                 obj.attach(name)
@@ -264,8 +276,8 @@ class CoreBackend:
 
     def prepare(self, probe: Probe) -> BpfObject:
         """The object opened and set for this probe, not loaded: only the chosen points'
-        programs autoload (libbpf relocates, and the kernel verifies, no other), `cfg` is
-        filled, the maps sized, module functions' fentry targets named MODULE:FUNCTION (that
+        programs autoload (libbpf relocates, and the kernel verifies, no other), their
+        settings written in, the maps sized, module functions' fentry targets named MODULE:FUNCTION (that
         lookup reads the kernel's BTF; without it nothing calls bpf(), so the host's tests
         check the rest)."""
         if self._plan is None or self._plan[0] is not probe:
@@ -273,7 +285,7 @@ class CoreBackend:
         _probe, programs, cfg, sizes = self._plan
         obj, self._notes = self._open(programs, self._targets)
         try:
-            obj.set_initial_value(CFG_MAP, cfg)
+            inline_settings(obj, programs, cfg)
             for name, entries in sizes.items():
                 obj.set_max_entries(name, entries)
             assert self._tool is not None

@@ -5,7 +5,8 @@ does not decide itself comes from probes.model's settings, and its programs are 
 attach point end. This module writes what both loaders share (the constants, the types, the
 programs, each a call of one of the source's bodies) and, for bcc, the settings as
 `#define`s for the points chosen on this kernel: bcc compiles the text at start-up.
-probes.generate_core writes the same for the CO-RE object, every setting in `cfg`.
+probes.generate_core writes the same for the CO-RE object, every setting a placeholder the
+loader fills from `struct cfg`.
 """
 from __future__ import annotations
 

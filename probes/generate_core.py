@@ -1,10 +1,12 @@
-"""The CO-RE emitter: one object per spec, every candidate point's programs, settings in `cfg`.
+"""The CO-RE emitter: one object per spec, every candidate point's programs, settings from `struct cfg`.
 
 Why whole-spec: the object is compiled once, where the wheel is built, for kernels nobody has
 seen yet; so it holds every candidate attach point of every operation (its context points
 too) as programs of its own, and the loader autoloads those `select` chooses on the running
 kernel. probes.model's settings, which bcc's emitter writes as `#define`s, the loader writes
-into the read-only `cfg` before loading: `struct cfg` and its packer come from the same tables.
+into the chosen programs' instructions before loading (settings_inlined): each use of one is
+an immediate that names its place in `struct cfg`, whose C text and packer come from the same
+tables.
 """
 from __future__ import annotations
 
@@ -16,8 +18,12 @@ from probes.model import CFG_FIELDS, off_point, point_fields, spec_nkeys
 
 #: the alignment of `struct cfg`: that of its u64 members (x86-64 and BPF alike)
 CFG_ALIGN = 8
-#: the read-only data section of the settings: each instance of the object has its own
-CFG_MAP = ".rodata.cfg"
+#: the upper half of a setting's placeholder (bpf/core.h's SETTING): a value no other 64-bit
+#: immediate of the probe has (it is no address, size or flag of the probe's)
+CFG_MARK = 0x7FC9E4D1
+#: BPF_LD | BPF_IMM | BPF_DW: the first of a 64-bit immediate load's two instructions
+_LD_IMM64 = 0x18
+_MARK_BYTES = CFG_MARK.to_bytes(4, "little")
 
 
 class CorePoint(NamedTuple):
@@ -77,8 +83,7 @@ def cfg_c_struct(npoints: int, nkeys: int) -> str:
     lines = ["struct point_cfg {"] + [f"    u32 {name};" for name in point_fields(nkeys)] + ["};", "struct cfg {"]
     lines += [f"    {ctype} {name};" for name, ctype in CFG_FIELDS]
     lines += [f"    struct point_cfg points[{npoints}];", "};",
-              "/* filled by the loader before loading (read-only then: the verifier knows every value) */",
-              f'const volatile struct cfg cfg SEC("{CFG_MAP}");']
+              "/* no instance: each use of a setting names its place here (SETTING) */"]
     return "\n".join(lines)
 
 
@@ -107,7 +112,7 @@ def generate_core(spec: Dict[str, Any]) -> CoreSource:
         for kind in (("fentry", "kprobe") if point.kind == "fentry" else ("kprobe",)):
             programs += function_programs(point.id, point, kind, function_program_names(point, kind))
     programs += tracepoint_programs([(p.id, p) for p in table.points if p.kind == "tracepoint"])
-    defines = constants(slots_needed(spec), table.nkeys)
+    defines = constants(slots_needed(spec), table.nkeys) + [("CFG_MARK", CFG_MARK)]
     type_lines = types(table.nkeys) + [cfg_c_struct(len(table.points), table.nkeys)]
     return CoreSource(c_text("core", defines, type_lines, programs), table, programs)
 
@@ -123,3 +128,24 @@ def cfg_bytes(table: CoreTable, settings: Mapping[str, int], chosen: Mapping[int
         own = chosen.get(point.id, off)
         values += [own[name] for name in fields]
     return cfg_format(len(table.points), table.nkeys).pack(*values)
+
+
+def settings_inlined(insns: bytes, cfg: bytes) -> bytes:
+    """A program's instructions with each setting's placeholder (a 64-bit immediate load whose
+    upper half is CFG_MARK, its lower the setting's offset in `cfg` << 8 | its size) loading
+    the setting's value from `cfg` (cfg_bytes) instead. ValueError for a placeholder outside
+    `cfg`: an object built from another spec's tables."""
+    out = bytearray(insns)
+    at = insns.find(_MARK_BYTES)
+    while at >= 0:
+        start = at - 12  # the first instruction's opcode; its immediate's upper half is the second's imm
+        if start >= 0 and start % 8 == 0 and insns[start] == _LD_IMM64 and insns[start + 1] >> 4 == 0:
+            place = int.from_bytes(insns[start + 4:start + 8], "little")
+            offset, size = place >> 8, place & 0xFF
+            if size not in (4, 8) or offset % size or offset + size > len(cfg):
+                raise ValueError(f"a setting of {size} bytes at {offset} of a {len(cfg)}-byte struct cfg")
+            value = int.from_bytes(cfg[offset:offset + size], "little")
+            out[start + 4:start + 8] = (value & 0xFFFFFFFF).to_bytes(4, "little")
+            out[start + 12:start + 16] = (value >> 32).to_bytes(4, "little")
+        at = insns.find(_MARK_BYTES, at + 1)
+    return bytes(out)

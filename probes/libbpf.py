@@ -36,7 +36,8 @@ _SIGNATURES: Tuple[Tuple[str, Any, Tuple[Any, ...]], ...] = (
     ("bpf_map__name", ctypes.c_char_p, (_p,)), ("bpf_map__fd", _i, (_p,)),
     ("bpf_map__set_max_entries", _i, (_p, _u32)), ("bpf_map__max_entries", _u32, (_p,)),
     ("bpf_map__set_map_flags", _i, (_p, _u32)), ("bpf_map__map_flags", _u32, (_p,)),
-    ("bpf_map__set_initial_value", _i, (_p, _p, _sz)), ("bpf_map__value_size", _u32, (_p,)),
+    ("bpf_program__insns", _p, (_p,)), ("bpf_program__insn_cnt", _sz, (_p,)),
+    ("bpf_program__set_insns", _i, (_p, _p, _sz)), ("bpf_map__value_size", _u32, (_p,)),
     ("bpf_map__key_size", _u32, (_p,)), ("bpf_map__reuse_fd", _i, (_p, _i)),
     ("bpf_map__btf_key_type_id", _u32, (_p,)), ("bpf_map__btf_value_type_id", _u32, (_p,)),
     ("btf__raw_data", _p, (_p, ctypes.POINTER(_u32))),
@@ -672,25 +673,31 @@ class BpfObject:
         if self.lib.lib.bpf_map__set_max_entries(self._maps[map_name], entries) != 0:
             raise self.lib.fail(f"bpf_map__set_max_entries({map_name})")
 
-    def reuse_maps(self, other: "BpfObject", own: Sequence[str]) -> None:
-        """Share every map of `other` (loaded from the same object) but those named in `own`:
-        this object's programs then read and write the maps the running ones use."""
+    def reuse_maps(self, other: "BpfObject") -> None:
+        """Share every map of `other` (loaded from the same object): this object's programs
+        then read and write the maps the running ones use."""
         for name, handle in self._maps.items():
-            if name in own:
-                continue
             fd = int(self.lib.lib.bpf_map__fd(other._maps[name]))  # noqa: SLF001 - the same object's map
             if self.lib.lib.bpf_map__reuse_fd(handle, fd) != 0:
                 raise self.lib.fail(f"bpf_map__reuse_fd({name})")
 
-    def set_initial_value(self, map_name: str, data: bytes) -> None:
-        """Fill a data section (a read-only one is frozen at load: the verifier reads it)."""
-        handle = self._maps[map_name]
-        if len(data) != self.lib.lib.bpf_map__value_size(handle):
-            raise LibbpfError(0, f"{map_name}: {len(data)} bytes for a value of "
-                                 f"{self.lib.lib.bpf_map__value_size(handle)}")
-        buf = ctypes.create_string_buffer(data, len(data))
-        if self.lib.lib.bpf_map__set_initial_value(handle, buf, len(data)) != 0:
-            raise self.lib.fail(f"bpf_map__set_initial_value({map_name})")
+    def program_insns(self, program: str) -> bytes:
+        """A program's instructions as libbpf holds them before the load (as the object has
+        them: relocations are applied at the load)."""
+        prog = self._programs[program]
+        count = self.lib.lib.bpf_program__insn_cnt(prog)
+        return ctypes.string_at(self.lib.lib.bpf_program__insns(prog), count * 8)
+
+    def set_program_insns(self, program: str, insns: bytes) -> None:
+        """Replace a program's instructions before the load, as many as it had: libbpf's
+        relocations, applied at the load, name instructions by their index."""
+        prog = self._programs[program]
+        if len(insns) != self.lib.lib.bpf_program__insn_cnt(prog) * 8:
+            raise LibbpfError(0, f"{program}: {len(insns) // 8} instructions for "
+                                 f"{self.lib.lib.bpf_program__insn_cnt(prog)}")
+        buf = ctypes.create_string_buffer(insns, len(insns))
+        if self.lib.lib.bpf_program__set_insns(prog, buf, len(insns) // 8) != 0:
+            raise self.lib.fail(f"bpf_program__set_insns({program})")
 
     def load(self) -> None:
         self.lib.take_log()

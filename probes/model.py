@@ -6,7 +6,8 @@ point's (P). This module makes those decisions once, from the spec's choice, the
 and its tracepoint formats: what a tool keys and sizes, which parameter or field each role
 is read from, which body a point runs, the event record and the map layouts the readers
 decode. The two emitters (probes.generate for bcc, probes.generate_core for CO-RE) only
-spell the same values, as `#define`s or as the bytes of a read-only `cfg`.
+spell the same values, as `#define`s or as the bytes of `struct cfg`, which the CO-RE loader
+writes into the instructions.
 """
 from __future__ import annotations
 

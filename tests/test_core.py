@@ -24,7 +24,7 @@ from discover.spec import OPS, load_spec
 from probes.build_core import build
 from probes.backend import Rejected
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
-from probes.generate_core import cfg_format, core_table, generate_core, slots_needed
+from probes.generate_core import CFG_MARK, cfg_format, core_table, generate_core, settings_inlined, slots_needed
 from probes.model import CFG_FIELDS, Tool, point_fields
 from probes.objects import MIN_KERNEL
 from probes.kernelpkg import Elf
@@ -87,12 +87,11 @@ def test_the_object_holds_every_candidate_point_and_the_maps_the_readers_use(spe
         maps = obj.maps()
         readers = ("dist", "op_totals", "counters", "inflight", "async_starts", "starts", "task_starts", "events",
                    "top_stats", "top_hist", "cgroup_ids", "cgroup_filter", "requests", "server_stats", "server_hist")
-        for name in readers + (".rodata.cfg",):
+        for name in readers:
             assert name in maps, name
         lib = obj.lib.lib
-        cfg = cfg_format(len(source.table.points), source.table.nkeys)
-        assert lib.bpf_map__value_size(maps[".rodata.cfg"]) == cfg.size
-        assert not {name for name in maps if name.startswith((".data", ".bss"))}  # no other global data
+        # no global data: the settings are the instructions' own (settings_inlined)
+        assert not {name for name in maps if name.startswith(".")}
         # the ctypes layouts built from the object's BTF are the sizes the kernel will check
         for name in ("dist", "op_totals", "inflight", "async_starts", "top_stats", "top_hist", "counters",
                      "requests", "server_stats", "server_hist"):
@@ -277,19 +276,65 @@ def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile:
     assert "async_end(ctx, &k_, P(p, op), bytes_, P(p, watch));" in generate_core(spec).c_text
 
 
-@pytest.mark.parametrize("fs", sorted(p.stem for p in SPEC.parent.glob("*.toml") if p.stem != "nfs"))
-def test_cfg_fills_every_spec_objects_rodata(fs: str, tmp_path: Path) -> None:
-    """`struct cfg` ends padded to its u64 members' alignment: the packer gives the object's
-    .rodata.cfg its exact size for every spec (ext4's 3568 bytes were packed as 3564, and a
-    6.12 guest's fsdist -t ext4 could not load)."""
+def cfg_fields(npoints: int, nkeys: int) -> Dict[int, int]:
+    """Byte offset -> size of every field of `struct cfg` as cfg_format packs it, in its order."""
+    sizes = [8 if ctype == "u64" else 4 for _name, ctype in CFG_FIELDS] + [4] * len(point_fields(nkeys)) * npoints
+    return {sum(sizes[:i]): size for i, size in enumerate(sizes)}
+
+
+def placeholders(insns: bytes) -> Dict[int, int]:
+    """Instruction index -> the lower half of each 64-bit immediate load marked CFG_MARK."""
+    out = {}
+    for i in range(0, len(insns) - 8, 8):
+        if insns[i] == 0x18 and int.from_bytes(insns[i + 12:i + 16], "little") == CFG_MARK:
+            out[i // 8] = int.from_bytes(insns[i + 4:i + 8], "little")
+    return out
+
+
+@pytest.mark.parametrize("fs", sorted(p.stem for p in SPEC.parent.glob("*.toml")))
+def test_every_setting_in_every_spec_object_is_written_from_its_field_of_cfg(fs: str, tmp_path: Path) -> None:
+    """Each use of a setting in each program is a placeholder naming a field of `struct cfg` at
+    the offset and size cfg_format packs it (the C compiler's offsetof and the packer agree on
+    every field: ext4's cfg was once packed 4 bytes short), and settings_inlined writes that
+    field's value there and changes no other byte."""
     spec_path = SPEC.parent / f"{fs}.toml"
     table = core_table(load_spec(spec_path))
+    fields = cfg_fields(len(table.points), table.nkeys)
+    # every field a value of its own, the u64 ones above 32 bits
+    values = {offset: (i + 1) << (33 if size == 8 else 0) for i, (offset, size) in enumerate(fields.items())}
+    cfg = cfg_format(len(table.points), table.nkeys).pack(*values.values())
     obj = BpfObject(Libbpf(), build(spec_path, tmp_path / f"{fs}.bpf.o").read_bytes())
     try:
-        size = obj.lib.lib.bpf_map__value_size(obj.maps()[".rodata.cfg"])
-        assert cfg_format(len(table.points), table.nkeys).size == size
+        for name in obj.programs():
+            insns = obj.program_insns(name)
+            found = placeholders(insns)
+            assert found, name  # every program reads settings (its point's at least)
+            written = settings_inlined(insns, cfg)
+            for index, place in found.items():
+                offset, size = place >> 8, place & 0xFF
+                assert fields.get(offset) == size, (name, offset, size)
+                assert written[index * 8 + 4:index * 8 + 8] == (values[offset] & 0xFFFFFFFF).to_bytes(4, "little")
+                assert written[index * 8 + 12:index * 8 + 16] == (values[offset] >> 32).to_bytes(4, "little")
+            # the two immediate halves: bytes 4-7 of the load's first instruction and of its second
+            halves = {index * 8 + at for index in found for at in (4, 5, 6, 7, 12, 13, 14, 15)}
+            same = [i for i in range(len(insns)) if i not in halves]
+            assert bytes(written[i] for i in same) == bytes(insns[i] for i in same), name
     finally:
         obj.close()
+
+
+def test_a_placeholder_outside_cfg_is_refused_and_a_mark_elsewhere_left_alone() -> None:
+    """A placeholder past the struct (an object built from another spec) is a ValueError, which
+    the backend turns into one line; the mark's bytes where they are no immediate load's upper
+    half are not a setting."""
+    mark = CFG_MARK.to_bytes(4, "little")
+    load = lambda place: bytes([0x18, 0x01, 0, 0]) + place.to_bytes(4, "little") + bytes(4) + mark
+    assert settings_inlined(load(8 << 8 | 4), bytes(8) + b"\x2a\0\0\0") == bytes([0x18, 0x01, 0, 0, 0x2a]) + bytes(11)
+    with pytest.raises(ValueError, match="a setting of 4 bytes at 16 of a 16-byte struct cfg"):
+        settings_inlined(load(16 << 8 | 4), bytes(16))
+    # after an instruction that is no immediate load; a load's bytes 4 off an instruction's start
+    for stray in (bytes(12) + mark, bytes(4) + load(0) + bytes(4)):
+        assert settings_inlined(stray, bytes(8)) == stray
 
 
 def test_histogram_slots_are_bccs(tmp_path: Path) -> None:
