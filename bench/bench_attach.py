@@ -13,6 +13,9 @@ Three comparisons (--set):
 - core-tree: the same two loaders run from the tree shared into the guest (no package built
   or installed: the CO-RE objects the host built last, `python -m probes.build_core`), to
   compare one object against another in one boot.
+- core-trees: nfsslower on core from each tree given (`--tree NAME=PATH`, paths in the share,
+  each with its CO-RE objects built), the last against the first: one object against another
+  on the same reads, without bcc's noise between them.
 
 Two measures per tool: the added time per read, and the BPF programs' own run time per
 run (kernel.bpf_stats_enabled), with each program's size after the verifier and the JIT
@@ -32,6 +35,7 @@ slows every program alike, and the ratio is of their BPF time per run.
   python3 bench/bench_attach.py --set identity   # nfsdist with and without --per-mount
   python3 bench/bench_attach.py --set core --visits 3  # the installed nfsslower, core against bcc
   python3 bench/bench_attach.py --set core-tree --together --lab NAME  # both loaders on each read
+  python3 bench/bench_attach.py --set core-trees --together --tree before=.before --tree after=.
   python3 bench/bench_attach.py --kernel 7.3     # another lab kernel
   python3 bench/bench_attach.py --lab NAME       # host: a lab that is already up
   python3 bench/bench_attach.py --in-guest       # inside a guest (root, bcc, NFS mounts)
@@ -47,6 +51,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench_probes import BCC, OURS, prog_stats, start, wait_for
+from bench_scale import parse_trees
 from lab_run import install_probekit, run_in_lab
 
 PATH = "/mnt/nfs3/work/bench/attach.bin"
@@ -69,6 +74,14 @@ SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[f
 }
 #: sets that run the installed package (the host installs it before the guest half)
 PACKAGED = {"core"}
+
+
+def tree_set(trees: Dict[str, str]) -> Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[float]]]]:
+    """--set core-trees: each tree's nfsslower on core, run from that tree (its own objects)."""
+    tools = {name: ["env", "-C", path, f"PYTHONPATH={path}", sys.executable, "-u", "-m", "probes.commands",
+                    "nfsslower", "-v", "--backend", "core"] for name, path in trees.items()}
+    names = list(trees)
+    return tools, "TIME ", [(names[-1], names[0], None)]
 
 
 def order(tools: Sequence[str], visits: int = 2) -> List[str]:
@@ -116,8 +129,9 @@ def together_order(tools: Sequence[str], visits: int = 2) -> List[str]:
     return states
 
 
-def in_guest(name: str, reads: int, loops: int, visits: int = 2, together: bool = False) -> Dict[str, Any]:
-    tools, ready, ratios = SETS[name]
+def in_guest(name: str, reads: int, loops: int, visits: int = 2, together: bool = False,
+             trees: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    tools, ready, ratios = tree_set(trees or {}) if name == "core-trees" else SETS[name]
     os.makedirs(os.path.dirname(PATH), exist_ok=True)
     with open(PATH, "wb") as handle:
         handle.write(b"x" * 4096)
@@ -238,17 +252,21 @@ def main(argv: List[str]) -> int:
     loops = int(argv[argv.index("--loops") + 1]) if "--loops" in argv else LOOPS
     visits = int(argv[argv.index("--visits") + 1]) if "--visits" in argv else 2
     name = argv[argv.index("--set") + 1] if "--set" in argv else "attach"
-    if name not in SETS:
-        print(f"bench_attach: --set {name}: choose one of {', '.join(SETS)}", file=sys.stderr)
+    if name not in [*SETS, "core-trees"]:
+        print(f"bench_attach: --set {name}: choose one of {', '.join(SETS)}, core-trees", file=sys.stderr)
+        return 2
+    if name == "core-trees" and argv.count("--tree") < 2:
+        print("bench_attach: --set core-trees needs two trees or more (--tree NAME=PATH)", file=sys.stderr)
         return 2
     together = "--together" in argv
+    trees = " ".join(f"--tree {argv[i + 1]}" for i, arg in enumerate(argv[:-1]) if arg == "--tree")
     if "--in-guest" in argv:
-        print(json.dumps(in_guest(name, reads, loops, visits, together)))
+        print(json.dumps(in_guest(name, reads, loops, visits, together, parse_trees(argv))))
         return 0
     lab: Optional[str] = argv[argv.index("--lab") + 1] if "--lab" in argv else None
     kernel = argv[argv.index("--kernel") + 1] if "--kernel" in argv else "6.12"
     command = (f"python3 bench/bench_attach.py --in-guest --set {name} --reads {reads} --loops {loops} "
-               f"--visits {visits}{' --together' if together else ''}")
+               f"--visits {visits}{' --together' if together else ''} {trees}")
     return run_in_lab(lab, "bench-attach", command, 3600, report, kernel=kernel,
                       prepare=install_probekit if name in PACKAGED else None)
 

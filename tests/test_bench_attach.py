@@ -1,6 +1,7 @@
 """bench/bench_attach.py's per-program figures, on the JSON of its `--set core-tree` runs in a
-6.12 lab guest (2026-12-06, and 2026-12-07 with both loaders attached together): the loaders'
-totals are the sums of their programs' runs."""
+6.12 lab guest (2026-12-06, and 2026-12-07 with both loaders attached together, and with the
+settings written into the instructions) and of its `--set core-trees` run (one object against
+another): the loaders' totals are the sums of their programs' runs."""
 from __future__ import annotations
 
 import json
@@ -15,9 +16,11 @@ import bench_attach  # noqa: E402
 BENCH = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "bench"
 RUN = BENCH / "bench_attach_core_tree.json"
 TOGETHER = [BENCH / f"bench_attach_together_{tree}.json" for tree in ("before", "after")]
+SETTINGS = [BENCH / f"bench_attach_together_settings_{tree}.json" for tree in ("before", "after")]
+TREES = BENCH / "bench_attach_trees_settings.json"
 
 
-@pytest.mark.parametrize("run", [RUN, *TOGETHER], ids=lambda path: path.stem)
+@pytest.mark.parametrize("run", [RUN, *TOGETHER, *SETTINGS, TREES], ids=lambda path: path.stem)
 def test_a_loaders_time_per_run_is_that_of_its_programs_together(run: Path) -> None:
     res = json.loads(run.read_text())
     for tool, programs in res["programs"].items():
@@ -55,3 +58,23 @@ def test_attached_together_every_read_ran_both_loaders_programs(run: Path) -> No
     text = bench_attach.report(res)
     assert "all attached at once: +" in text and f"ratios of the BPF time per run: core/bcc {ratio:.2f}" in text
     assert bench_attach.per_visit(res).keys() == {"core+bcc", "bcc+core"}
+
+
+def test_two_trees_attached_together_ran_both_objects_on_every_read() -> None:
+    """--set core-trees: each tree's nfsslower on core, run from its own tree, attached at once
+    in one order and then the other over four visits; every read ran both objects' entry and
+    exit, and the ratio is the last tree's BPF time per run over the first's."""
+    res = json.loads(TREES.read_text())
+    assert res["order"] == bench_attach.together_order(["before", "after"], 4)
+    reads = res["reads"] * res["loops"] * 4
+    for tree in ("before", "after"):
+        for program in ("p0_fentry", "p0_fexit"):
+            assert reads <= res["programs"][tree][program]["run_cnt"] <= reads + 4
+    (a, b, ratio, target), = res["ratios"]
+    assert (a, b, target) == ("after", "before", None)
+    assert ratio == pytest.approx(res["bpf_ns_per_run"]["after"] / res["bpf_ns_per_run"]["before"])
+    assert f"ratios of the BPF time per run: after/before {ratio:.2f}" in bench_attach.report(res)
+    tools, ready, ratios = bench_attach.tree_set({"before": "/share/.before", "after": "/share"})
+    assert tools["before"][:3] == ["env", "-C", "/share/.before"] and "PYTHONPATH=/share/.before" in tools["before"]
+    assert tools["after"][-3:] == ["-v", "--backend", "core"] and ratios == [("after", "before", None)]
+
