@@ -17,10 +17,10 @@ BENCH = Path(__file__).parent / "fixtures" / "6.12.117+deb13-amd64" / "bench"
 RUN = BENCH / "bench_attach_core_tree.json"
 TOGETHER = [BENCH / f"bench_attach_together_{tree}.json" for tree in ("before", "after")]
 SETTINGS = [BENCH / f"bench_attach_together_settings_{tree}.json" for tree in ("before", "after")]
-TREES = BENCH / "bench_attach_trees_settings.json"
+TREES = [BENCH / f"bench_attach_trees_{change}.json" for change in ("settings", "mcpu_v3")]
 
 
-@pytest.mark.parametrize("run", [RUN, *TOGETHER, *SETTINGS, TREES], ids=lambda path: path.stem)
+@pytest.mark.parametrize("run", [RUN, *TOGETHER, *SETTINGS, *TREES], ids=lambda path: path.stem)
 def test_a_loaders_time_per_run_is_that_of_its_programs_together(run: Path) -> None:
     res = json.loads(run.read_text())
     for tool, programs in res["programs"].items():
@@ -60,11 +60,12 @@ def test_attached_together_every_read_ran_both_loaders_programs(run: Path) -> No
     assert bench_attach.per_visit(res).keys() == {"core+bcc", "bcc+core"}
 
 
-def test_two_trees_attached_together_ran_both_objects_on_every_read() -> None:
+@pytest.mark.parametrize("run", TREES, ids=lambda path: path.stem)
+def test_two_trees_attached_together_ran_both_objects_on_every_read(run: Path) -> None:
     """--set core-trees: each tree's nfsslower on core, run from its own tree, attached at once
     in one order and then the other over four visits; every read ran both objects' entry and
     exit, and the ratio is the last tree's BPF time per run over the first's."""
-    res = json.loads(TREES.read_text())
+    res = json.loads(run.read_text())
     assert res["order"] == bench_attach.together_order(["before", "after"], 4)
     reads = res["reads"] * res["loops"] * 4
     for tree in ("before", "after"):
