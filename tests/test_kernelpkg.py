@@ -239,8 +239,10 @@ def small_deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def ctrl_c_at_each_call(deb: Path) -> Tuple[int, List[str]]:
-    """The package read once per Python function entry, SIGINT raised at that entry: how many
-    entries a read has, and where a Ctrl-C was lost (the read went on to its end)."""
+    """The package read once per Python function entry, SIGINT raised at that entry: at how
+    many entries one was raised, and where a Ctrl-C was lost (the read went on to its end). A
+    read may make fewer calls than the first (subprocess polls the children earlier reads left
+    as it starts the next), so the last entries may never be reached."""
     where: Dict[int, str] = {}
 
     def read(at: int) -> int:
@@ -271,14 +273,15 @@ def ctrl_c_at_each_call(deb: Path) -> Tuple[int, List[str]]:
         for at in range(1, total + 1):
             try:
                 read(at)
-                lost.append(where[at])
+                if at in where:  # raised, and the read ran on to its end
+                    lost.append(where[at])
             except KeyboardInterrupt:
                 pass
             gc.collect()  # what an interrupted read left is finalized now, not in the next read
     finally:
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = unraisable
-    return total, lost
+    return len(where), lost
 
 
 def test_a_ctrl_c_at_any_call_while_a_package_is_read_reaches_the_caller(small_deb: Path) -> None:
@@ -292,6 +295,6 @@ def test_a_ctrl_c_at_any_call_while_a_package_is_read_reaches_the_caller(small_d
     open to the process's exit (subprocess keeps a Popen whose child it could not reap; a tool
     exits on Ctrl-C, and xz with it), ~1000 fds a test run of 1024 could not spare."""
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        total, lost = pool.apply(ctrl_c_at_each_call, (small_deb,))
-    assert total > 300
-    assert lost in ([], ["__del__"]), f"{len(lost)} of {total} calls lost the Ctrl-C: {lost}"
+        raised, lost = pool.apply(ctrl_c_at_each_call, (small_deb,))
+    assert raised > 300
+    assert lost in ([], ["__del__"]), f"{len(lost)} of {raised} calls lost the Ctrl-C: {lost}"
