@@ -27,7 +27,11 @@ char LICENSE[] SEC("license") = "GPL";
  * value and prunes what a setting turns off, and the program reads no setting from memory.
  * Volatile: each use keeps its own load, which the compiler cannot fold or merge. */
 #define SETTING(off, size) \
-    ({ u64 v_; asm volatile("%0 = %1 ll" : "=r"(v_) : "i"(((u64)CFG_MARK << 32) | ((u64)(off) << 8) | (size))); v_; })
+    ({ \
+        u64 v_; \
+        asm volatile("%0 = %1 ll" : "=r"(v_) : "i"(((u64)CFG_MARK << 32) | ((u64)(off) << 8) | (size))); \
+        v_; \
+    })
 #define CFG(name) SETTING(__builtin_offsetof(struct cfg, name), sizeof(((struct cfg *)0)->name))
 #define P(point, name) SETTING(__builtin_offsetof(struct cfg, points[point].name), sizeof(u32))
 #define SIZE(map) 1
@@ -169,9 +173,9 @@ static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
  * return value: slot n is one load at offset 8n, as a program written for the prototype reads
  * it. n is a setting (an immediate the verifier knows), so it follows one case only; each case
  * is a load of its own in assembly because clang folds C loads into one at a computed address
- * (ctx + 8n), which the verifier refuses for a context pointer. (bpf_get_func_arg and bpf_get_func_ret
- * would take n at run time, at the cost of a bounds check and a round trip through the stack
- * on every read, and need 5.17.) */
+ * (ctx + 8n), which the verifier refuses for a context pointer. (bpf_get_func_arg and
+ * bpf_get_func_ret would take n at run time, at the cost of a bounds check and a round trip
+ * through the stack on every read, and need 5.17.) */
 #define CTX_LOAD(val, ctx, off) asm volatile("%0 = *(u64 *)(%1 + " #off ")" : "=r"(val) : "r"(ctx))
 static __always_inline u64 trampoline_slot(u64 *ctx, u32 n)
 {

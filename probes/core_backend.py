@@ -3,8 +3,9 @@
 Why: bcc compiles at every start, with LLVM in the process (seconds to minutes of start-up,
 100-200 MB resident). The object built from the whole spec (probes.generate_core) is opened
 from memory, only the programs of the points `select` chose are loaded, and the settings
-probes.model decided for them on the running kernel are written into their instructions. This module decides nothing
-about the spec: it numbers the chosen points as the object does, loads and attaches.
+probes.model decided for them on the running kernel are written into their instructions.
+This module decides nothing about the spec: it numbers the chosen points as the object does,
+loads and attaches.
 """
 from __future__ import annotations
 
@@ -224,8 +225,8 @@ class CoreBackend:
     def extend(self, probe: Probe, added: Sequence[Chosen], layout: Optional[KernelLayout],
                fentry: Collection[str]) -> Optional[Probe]:
         """A second instance of the object (prepare_late), with settings of its own and every
-        map the first instance's, reused by fd before loading: its programs count into what the readers
-        read, and close() destroys its links with the first's."""
+        map the first instance's, reused by fd before loading: its programs count into what
+        the readers read, and close() destroys its links with the first's."""
         assert self.obj is not None
         late = self.prepare_late(probe, added, layout, fentry)
         if late is None:
@@ -277,9 +278,9 @@ class CoreBackend:
     def prepare(self, probe: Probe) -> BpfObject:
         """The object opened and set for this probe, not loaded: only the chosen points'
         programs autoload (libbpf relocates, and the kernel verifies, no other), their
-        settings written in, the maps sized, module functions' fentry targets named MODULE:FUNCTION (that
-        lookup reads the kernel's BTF; without it nothing calls bpf(), so the host's tests
-        check the rest)."""
+        settings written in, the maps sized, module functions' fentry targets named
+        MODULE:FUNCTION (that lookup reads the kernel's BTF; without it nothing calls bpf(), so
+        the host's tests check the rest)."""
         if self._plan is None or self._plan[0] is not probe:
             raise Rejected("the core backend loads only the probe it generated last")
         _probe, programs, cfg, sizes = self._plan

@@ -1,4 +1,4 @@
-"""The CO-RE emitter: one object per spec, every candidate point's programs, settings from `struct cfg`.
+"""The CO-RE emitter: one object per spec, every candidate point's programs, settings as placeholders.
 
 Why whole-spec: the object is compiled once, where the wheel is built, for kernels nobody has
 seen yet; so it holds every candidate attach point of every operation (its context points

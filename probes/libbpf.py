@@ -692,11 +692,11 @@ class BpfObject:
         """Replace a program's instructions before the load, as many as it had: libbpf's
         relocations, applied at the load, name instructions by their index."""
         prog = self._programs[program]
-        if len(insns) != self.lib.lib.bpf_program__insn_cnt(prog) * 8:
-            raise LibbpfError(0, f"{program}: {len(insns) // 8} instructions for "
-                                 f"{self.lib.lib.bpf_program__insn_cnt(prog)}")
+        count = self.lib.lib.bpf_program__insn_cnt(prog)
+        if len(insns) != count * 8:
+            raise LibbpfError(0, f"{program}: {len(insns) // 8} instructions for {count}")
         buf = ctypes.create_string_buffer(insns, len(insns))
-        if self.lib.lib.bpf_program__set_insns(prog, buf, len(insns) // 8) != 0:
+        if self.lib.lib.bpf_program__set_insns(prog, buf, count) != 0:
             raise self.lib.fail(f"bpf_program__set_insns({program})")
 
     def load(self) -> None:

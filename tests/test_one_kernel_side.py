@@ -4,9 +4,9 @@ Why without a lab: the probe's logic is one C source (bpf/probe.bpf.c) and its d
 model (probes.model); what could still drift is what each emitter makes of them. For every
 spec on the kernel profiles the project keeps, with a real Debian kernel's BTF (vmlinux and
 the modules the specs trace), and for each tool's settings, both emitters must give the same
-ops, points and readers' facts, the same settings (bcc's `#define`s against the bytes the
-loader writes into the instructions from `struct cfg`), the same map sizes and key widths, and for each point the same program bodies on
-the same attach ends. The lab then checks the two loaders count alike (labs/checks/probes/verdicts.py,
+ops, points and readers' facts, the same settings (bcc's `#define`s against the `struct cfg`
+whose values the loader writes into the instructions), the same map sizes and key widths, and
+for each point the same program bodies on the same attach ends. The lab then checks the two loaders count alike (labs/checks/probes/verdicts.py,
 labs/checks/nfsdtop/verdicts.py).
 """
 from __future__ import annotations
