@@ -189,6 +189,21 @@ def test_struct_reads_are_co_re_relocations(built: Path) -> None:
     assert names <= {n for n, _ in obj.btf.named_types(4)}  # BTF_KIND_STRUCT
 
 
+def test_the_object_keeps_no_branch_labels(built: Path) -> None:
+    """Its symbol table names sections, programs and maps only: libbpf's open walks every symbol
+    once per program section, and clang leaves a local label (LBB0_1...) at every branch
+    target; still every program opens, under its section."""
+    symbols = Elf(built.read_bytes(), str(built)).symbols()
+    local_notype = [name for name, kind, bind, *_ in symbols if kind == 0 and bind == 0 and name]  # STT_NOTYPE, STB_LOCAL
+    assert local_notype == []
+    obj = BpfObject(Libbpf(), built.read_bytes())
+    try:
+        functions = {name for name, kind, *_ in symbols if kind == 2}  # STT_FUNC
+        assert set(obj.programs()) <= functions and len(obj.programs()) > 100
+    finally:
+        obj.close()
+
+
 #: the kernel helpers the object may call (include/uapi/linux/bpf.h's numbers), each with the
 #: release that brought it to tracing programs
 HELPERS = {1: ("map_lookup_elem", (3, 19)), 2: ("map_update_elem", (3, 19)), 3: ("map_delete_elem", (3, 19)),
