@@ -19,7 +19,10 @@ import os
 import re
 import sys
 import time
-from typing import Any, Dict, List
+
+TYPE_CHECKING = False  # typing stays out, as out of the tools' start it measures (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
 
 INSTALLED = "/usr/lib/probekit"
 #: the serving modules of an exporter before probes.exposition, imported by it once its probe was

@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Any, Callable, List, NoReturn, Optional, Sequence
 
 from discover.errors import UsageError
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, List, NoReturn, Optional, Sequence
 
 
 class Parser(argparse.ArgumentParser):

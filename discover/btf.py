@@ -14,7 +14,12 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+else:
+    from discover.records import NamedTuple
 
 MAGIC = 0xEB9F
 

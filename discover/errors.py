@@ -17,9 +17,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
 
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
 if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
     import subprocess
 
     import click

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+else:
+    from discover.records import NamedTuple
 
 _FIELD_RE = re.compile(r"^\s*field:(?P<decl>[^;]*);\s*offset:(?P<offset>\d+);\s*size:(?P<size>\d+);"
                        r"(?:\s*signed:(?P<signed>-?\d+);)?")

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 

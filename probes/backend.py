@@ -9,11 +9,18 @@ Keys and values are ctypes objects whose fields are the C structs' (`key.op`, `v
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from probes.layout import KernelLayout
-from probes.model import Formats, Probe, Tool
+from probes.model import Probe, Tool
 from probes.select import Chosen
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+    from probes.model import Formats
+else:
+    from discover.records import NamedTuple
+    Protocol = object  # the protocols below are type checkers' alone
 
 #: user space reads the ring buffer this often: events are submitted without a wakeup, so
 #: this bounds how late a line is printed

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from probes.backend import major_minor
 from probes.objects import MIN_KERNEL, OBJECTS_DIR, object_path
 from probes.libbpf import MIN_VERSION, Libbpf, LibbpfError, shared
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+else:
+    from discover.records import NamedTuple
 
 BACKENDS = ("auto", "core", "bcc")
 #: uname's machine the objects are built for (probes.build_core's -D__TARGET_ARCH_x86)

@@ -10,15 +10,18 @@ import ctypes
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from discover.tracefs import TRACEFS_DIRS
 from probes.backend import RINGBUF_READ_MS, Attachment, Rejected, major_minor
 from probes.generate import generate
 from probes.layout import KernelLayout
-from probes.model import Formats, Probe, Tool, spec_nkeys
+from probes.model import Probe, Tool, spec_nkeys
 from probes.select import Chosen
+
+if TYPE_CHECKING:
+    from probes.model import Formats
 
 #: BPF ring buffers exist from Linux 5.8 (bcc's support from 0.16)
 RINGBUF_MIN_KERNEL = (5, 8)

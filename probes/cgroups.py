@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
 
 from discover.errors import UserError
 from probes.mounts import MOUNTINFO, _unescape
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Iterable, List, Optional
 
 #: a walk of the whole cgroup tree is done at most this often for ids not seen yet
 REWALK_S = 1.0

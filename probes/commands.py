@@ -16,7 +16,6 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from discover.arguments import Parser, file_path, float_at_least, int_range
 from discover.errors import UserError, run_cli
@@ -27,8 +26,15 @@ from probes.model import Tool
 from probes.histogram import buckets, format_log2, percentile
 from probes.inflight import Stall, StallReporter, stalls, still_in_flight
 from probes.mounts import MountTable, mount_dev
-from probes.runtime import DEFAULT_SPEC, SPECS_DIR, ServerKey, Session, load_tool_spec, missed_by_op, missed_json
+from probes.runtime import DEFAULT_SPEC, SPECS_DIR, Session, load_tool_spec, missed_by_op, missed_json
 from discover.spec import DEFAULT_OPS, OPS, parse_ops, serves_fstype, spec_title
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+    from probes.runtime import ServerKey
+else:
+    from discover.records import NamedTuple
 
 OPS_HELP = ("Comma-separated operations (names or letters), or all: "
             + ", ".join(f"{name} ({letter})" for name, letter in OPS.items())

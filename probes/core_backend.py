@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from discover.errors import UserError
 from probes.backend import MISSES_MIN_KERNEL, RINGBUF_READ_MS, Attachment, Rejected, major_minor
@@ -19,9 +18,16 @@ from probes.generate import tracepoint_program_name
 from probes.generate_core import CoreTable, cfg_bytes, core_table, function_program_names, settings_inlined
 from probes.layout import KernelLayout
 from probes.libbpf import BpfObject, Libbpf, LibbpfError, kernel_btf_fds
-from probes.model import (Formats, Point, Probe, Tool, check_tool, map_flags, map_sizes, plan_point, points_of,
+from probes.model import (Point, Probe, Tool, check_tool, map_flags, map_sizes, plan_point, points_of,
                           probe_settings, program_ops)
 from probes.select import Chosen
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Collection, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+    from probes.model import Formats
+else:
+    from discover.records import NamedTuple
 
 #: the first libbpf that takes a fentry target as MODULE:FUNCTION; an older one finds a module
 #: function's BTF by scanning vmlinux's types again for every module BTF before it, per

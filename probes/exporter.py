@@ -23,7 +23,6 @@ import time
 from contextlib import ExitStack
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from discover.arguments import Parser, file_path, float_at_least, int_range
 from discover.errors import Terminated, UserError, run_cli
@@ -36,8 +35,15 @@ from probes.model import Tool
 from probes.inflight import Stall, rpc_server, stalls
 from probes.mounts import GONE_GRACE_S, Mount, MountTable
 from probes.backend_choice import BACKENDS, choose, dotted
-from probes.runtime import BTF_DIR, TICK_S, NothingToTrace, ServerKey, Session, module_live, modules_present
+from probes.runtime import BTF_DIR, TICK_S, NothingToTrace, Session, module_live, modules_present
 from discover.spec import parse_ops, serves_fstype
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+    from probes.runtime import ServerKey
+else:
+    from discover.records import NamedTuple
 
 #: the default port: outside 9100-9999, the range the Prometheus project's default port
 #: allocation list hands out, so it meets no allocated exporter on the same host

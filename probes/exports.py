@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
 
 from probes.mounts import _unescape, kernel_dev
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Optional, Tuple
 
 #: the kernel's list of what it exports (nfsd's export cache)
 PROC_EXPORTS = Path("/proc/fs/nfs/exports")

@@ -18,7 +18,12 @@ import socket
 import socketserver
 import sys
 from functools import partial
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+else:
+    from discover.records import NamedTuple
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

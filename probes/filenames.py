@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Dict, Optional, Tuple
 
 from probes.mounts import kernel_dev
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Dict, Optional, Tuple
 
 #: inodes remembered by name (the most recently printed ones)
 MAX_NAMES = 4096

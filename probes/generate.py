@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Collection, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from discover.spec import SERVER_OPS
 from probes.layout import KernelLayout
 from probes.model import (COMM_LEN, COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, NAME_LEN, NO_PARAM, PROC_LEN, PTR_KINDS,
-                          Formats, Point, Probe, Tool, check_tool, event_c_struct, map_flags, map_sizes,
+                          Point, Probe, Tool, check_tool, event_c_struct, map_flags, map_sizes,
                           plan_point, points_of, probe_settings, program_ops)
 from probes.select import Chosen
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Collection, Dict, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+    from probes.model import Formats
+else:
+    from discover.records import NamedTuple
+    Protocol = object  # the protocols below are type checkers' alone
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 #: the probe's logic, written once

@@ -11,10 +11,15 @@ tables.
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
 
 from probes.generate import Program, c_text, constants, function_programs, tracepoint_programs, types
 from probes.model import CFG_FIELDS, off_point, point_fields, spec_nkeys
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
+else:
+    from discover.records import NamedTuple
 
 #: the alignment of `struct cfg`: that of its u64 members (x86-64 and BPF alike)
 CFG_ALIGN = 8

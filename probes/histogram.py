@@ -6,7 +6,10 @@ variant past bucket 32), but the per-op buckets come from our own maps.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Dict, List, Sequence
+
 
 STARS_MAX = 40
 

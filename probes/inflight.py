@@ -12,7 +12,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+else:
+    from discover.records import NamedTuple
 
 #: x86_64 system calls a process can wait in on NFS: number -> (argument holding a file
 #: descriptor, or -1; argument holding a path pointer, or -1). From the kernel's

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from discover.btf import (KIND_CONST, KIND_FUNC_PROTO, KIND_PTR, KIND_RESTRICT, KIND_STRUCT,
                           KIND_TYPE_TAG, KIND_TYPEDEF, KIND_UNION, KIND_VOLATILE, Btf, BtfError)
 from discover.spec import add_pointer_roles
 
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
 if TYPE_CHECKING:
+    from typing import Dict, List, NamedTuple, Optional, Tuple, Union
     from probes.libbpf import KernelBtf
 
-#: a BTF blob as this module reads it: discover's reader, or libbpf's parse of it
-Blob = Union[Btf, "KernelBtf"]
+    #: a BTF blob as this module reads it: discover's reader, or libbpf's parse of it
+    Blob = Union[Btf, KernelBtf]
+else:
+    from discover.records import NamedTuple
 
 _SKIP = (KIND_TYPEDEF, KIND_CONST, KIND_VOLATILE, KIND_RESTRICT, KIND_TYPE_TAG)
 

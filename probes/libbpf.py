@@ -14,10 +14,13 @@ import os
 import struct
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from discover.btf import (KIND_ARRAY, KIND_FUNC, KIND_STRUCT, KIND_UNION, Btf, BtfError, func_names,
                           index_types, sections, string_at)
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 _p, _i, _u32, _sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_size_t
 #: (name, result type, argument types) of every libbpf function used here

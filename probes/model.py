@@ -12,12 +12,20 @@ writes into the instructions.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
 from discover.spec import SERVER_OPS
 from probes.layout import ArgSource, KernelLayout
 from probes.select import Chosen
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Collection, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+    #: a tracepoint's fields (name, offset, size, signed) by event, None where it has none
+    Formats = Callable[[str], Optional[List[Dict[str, Any]]]]
+else:
+    from discover.records import NamedTuple
 
 NAME_LEN = 32   # bytes of file name kept per event (bcc's nfsslower keeps 32 too)
 #: bytes of an NFS server procedure's or NFSv4 operation's name kept (the longest,
@@ -97,9 +105,6 @@ REQUEST_NUMBERS = ("rq_prog", "rq_vers")
 #: from the export (the spec's `export` role, a struct svc_export *) to its root's inode
 #: number and superblock dev: what user space matches against the exported paths
 EXPORT_ROOT = ("->ex_path.dentry->d_inode->i_ino", "->ex_path.dentry->d_sb->s_dev")
-
-#: a tracepoint's fields (name, offset, size, signed) by event, None where it has none
-Formats = Callable[[str], Optional[List[Dict[str, Any]]]]
 
 
 def event_c_struct() -> str:

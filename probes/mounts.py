@@ -15,9 +15,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from discover.errors import UserError
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+else:
+    from discover.records import NamedTuple
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 MOUNTSTATS = Path("/proc/self/mountstats")

@@ -7,7 +7,10 @@ knows which loader it takes; neither may import a loader (libbpf's bindings, the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict
+
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Dict
 
 #: where built objects are looked for: one per spec, named after its filesystem
 OBJECTS_DIR = Path(__file__).resolve().parent / "objects"

@@ -17,7 +17,6 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from discover.errors import UserError
 from probes.backend import MISSES_MIN_KERNEL, Attachment, Backend, Rejected, major_minor
@@ -31,6 +30,16 @@ from probes.select import Chosen, KernelFacts, Selection, late_points, select, s
 from discover.spec import INFLIGHT_ALWAYS, load_spec, spec_title
 from discover.version import probekit_version
 
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+    #: an NFS server request's identity (Tool.server): client address as printed, RPC program,
+    #: version, procedure name, export path ("" when it verified no file handle)
+    ServerKey = Tuple[str, int, int, str, str]
+    #: (op, one of MISS_CAUSES, the function or event it happened at; "" for start_not_stored)
+    MissKey = Tuple[str, str, str]
+
 #: the specs `-t FS` names (FS.toml); nfsslower, nfsdist, nfstop and nfs-exporter use nfs.toml
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 DEFAULT_SPEC = SPECS_DIR / "nfs.toml"
@@ -40,11 +49,6 @@ TICK_S = 1.0
 #: arguments an x86-64 BPF trampoline passes in registers (more need Linux 6.3)
 FENTRY_MAX_ARGS = 6
 _NOT_LOADED = re.compile(r"module (\S+) not loaded")
-
-
-#: an NFS server request's identity (Tool.server): client address as printed, RPC program,
-#: version, procedure name, export path ("" when it verified no file handle)
-ServerKey = Tuple[str, int, int, str, str]
 
 
 def client_address(family: int, raw: bytes) -> str:
@@ -210,8 +214,6 @@ def open_backend(choice: Choice, spec: Dict[str, Any]) -> Backend:
 #: skipped a run of its program, a kprobe or a kretprobe of it missed (the kernel's counts),
 #: or the probe could not store its start (the probe's own count)
 MISS_CAUSES = ("recursion", "kprobe", "kretprobe", "start_not_stored")
-#: (op, one of MISS_CAUSES, the function or event it happened at; "" for start_not_stored)
-MissKey = Tuple[str, str, str]
 
 
 def missed_by_op(causes: Dict[MissKey, int]) -> Dict[str, int]:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from discover.errors import UserError
 
+TYPE_CHECKING = False  # typing's constant without typing (discover/records.py)
 if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
     from probes.layout import KernelLayout
+else:
+    from discover.records import NamedTuple
 
 
 #: the `[module]` field of a module function's line in available_filter_functions
