@@ -118,13 +118,18 @@ def test_every_command_is_on_path_and_runs_from_the_private_directory(deb: Path,
         assert os.access(script, os.X_OK), name
         text = script.read_text()
         assert f'sys.path.insert(0, "/{PRIVATE}")' in text, text
+        # a tracing tool starts without site (its start's cost), Debian's dist-packages added by hand
+        interpreter = text.splitlines()[0][2:].split()
+        assert interpreter == (["/usr/bin/python3"] if name in USER_COMMANDS else ["/usr/bin/python3", "-S"]), text
+        assert ('sys.path.append("/usr/lib/python3/dist-packages")' in text) == (name not in USER_COMMANDS), text
         # the script as installed, its private directory moved to where dpkg-deb unpacked it
         moved = tmp_path / name
         moved.write_text(text.replace(f'"/{PRIVATE}"', repr(private)))
-        res = subprocess.run([sys.executable, str(moved), "--help"], stdout=subprocess.PIPE,
+        run = [sys.executable, *interpreter[1:], str(moved)]
+        res = subprocess.run([*run, "--help"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, universal_newlines=True, cwd=tmp_path)
         assert res.returncode == 0 and f"Usage: {name} " in res.stdout, res.stdout
-        res = subprocess.run([sys.executable, str(moved), "--version"], stdout=subprocess.PIPE,
+        res = subprocess.run([*run, "--version"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, universal_newlines=True, cwd=tmp_path)
         assert (res.returncode, res.stdout) == (0, f"{name} {version}\n"), res.stdout
     # and what they import is the packaged code, not this checkout's (the venv has it too)
