@@ -78,9 +78,10 @@ def alternated(names: Sequence[str], rounds: int) -> List[List[str]]:
 
 
 def installed(command: str, *args: str) -> List[str]:
-    """A command of probekit's package as a user runs it (without the lab agent's PYTHONPATH,
-    which points at the source share); unbuffered, so each line is in the log when printed."""
-    return ["env", "-u", "PYTHONPATH", sys.executable, "-u", f"/usr/sbin/{command}", *args]
+    """A command of probekit's package as a user runs it: by its own #! line (the interpreter's
+    options there are part of its start), without the lab agent's PYTHONPATH, which points at
+    the source share; unbuffered, so each line is in the log when printed."""
+    return ["env", "-u", "PYTHONPATH", "PYTHONUNBUFFERED=1", f"/usr/sbin/{command}", *args]
 
 
 def libbpf_tool(name: str) -> Optional[str]:
@@ -305,7 +306,9 @@ def install_libbpf_tools(lab: Any) -> None:
     suite = lab.run(". /etc/os-release && echo $VERSION_CODENAME").stdout.strip()
     dest = Path(tempfile.mkdtemp(prefix="bench-core-deb-"))
     try:
-        PrivateApt().download([f"{LIBBPF_TOOLS}/{suite}"], dest)
+        apt = PrivateApt()
+        apt.ensure_indexes()  # a fresh machine has no package lists yet
+        apt.download([f"{LIBBPF_TOOLS}/{suite}"], dest)
         deb = next(dest.glob(f"{LIBBPF_TOOLS}_*.deb"))
     except (UserError, StopIteration) as exc:
         print(f"bench_core: {LIBBPF_TOOLS} for {suite} not fetched ({exc}): measuring without it", flush=True)
