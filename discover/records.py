@@ -33,10 +33,11 @@ class _Builder(type):
             raise TypeError(f"{name}: its module needs `from __future__ import annotations` "
                             "(discover.records reads the field names from the annotations' strings)")
         fields = list(body["__annotations__"])
-        defaults = [body[field] for field in fields if field in body]
-        if fields[len(fields) - len(defaults):] != [field for field in fields if field in body]:
+        defaulted = [field for field in fields if field in body]
+        if fields[len(fields) - len(defaulted):] != defaulted:
             raise TypeError(f"{name}: a field without a default follows one with a default")
-        record = collections.namedtuple(name, fields, defaults=defaults, module=body["__module__"])
+        record = collections.namedtuple(name, fields, defaults=[body[field] for field in defaulted],
+                                        module=body["__module__"])
         record.__annotations__ = body["__annotations__"]
         if body.get("__doc__"):
             record.__doc__ = body["__doc__"]

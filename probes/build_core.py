@@ -5,8 +5,8 @@ the package is built. Building the wheel (and so the Debian package, which pybui
 from the same wheel) runs this through setup.py's build hook into the wheel's
 probes/objects/; in a checkout `python -m probes.build_core [--out DIR] [SPEC...]` writes
 probes/objects/ (default: every spec in probes/specs). Debug info and local labels are
-stripped; the BTF CO-RE needs stays. Beside each object goes its spec, parsed (FILE.spec.json): the tools
-read it instead of parsing the TOML while the two match.
+stripped; the BTF CO-RE needs stays. Beside each object goes its spec, parsed
+(FILE.spec.json): the tools read it instead of parsing the TOML while the two match.
 """
 from __future__ import annotations
 

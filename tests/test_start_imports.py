@@ -86,6 +86,11 @@ def test_a_start_imports_no_typing(tool: str) -> None:
     assert ("typing" in started) == bool(importers) and ("tomllib" in started) == (importers == {"tomllib._parser"})
 
 
+def type_checking_only(node: ast.AST) -> bool:
+    """An `if TYPE_CHECKING:` block."""
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
 def typing_names_used_at_run_time(path: Path) -> List[str]:
     """Names the module imports from typing, and does not bind otherwise when not type checked,
     that it uses outside annotations and its `if TYPE_CHECKING:` block, as `name:line`: each
@@ -96,8 +101,8 @@ def typing_names_used_at_run_time(path: Path) -> List[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "typing":
             from_typing.update(alias.asname or alias.name for alias in node.names)
-        elif isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for other in node.orelse:
+        elif type_checking_only(node):
+            for other in node.orelse:  # type: ignore[attr-defined]
                 bound.update(alias.asname or alias.name for alias in getattr(other, "names", ()))
                 bound.update(target.id for target in getattr(other, "targets", ()) if isinstance(target, ast.Name))
     from_typing -= bound
@@ -105,7 +110,7 @@ def typing_names_used_at_run_time(path: Path) -> List[str]:
 
     class Visitor(ast.NodeVisitor):
         def visit_If(self, node: ast.If) -> None:
-            if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            if type_checking_only(node):
                 for child in node.orelse:
                     self.visit(child)
             else:
