@@ -52,7 +52,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench_probes import BCC, OURS, prog_stats, start, wait_for
 from bench_scale import parse_trees
-from lab_run import install_probekit, run_in_lab
+from lab_run import help_asked, install_probekit, run_in_lab
 
 PATH = "/mnt/nfs3/work/bench/attach.bin"
 READS = 20000
@@ -248,6 +248,8 @@ def report(res: Dict[str, Any]) -> str:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     reads = int(argv[argv.index("--reads") + 1]) if "--reads" in argv else READS
     loops = int(argv[argv.index("--loops") + 1]) if "--loops" in argv else LOOPS
     visits = int(argv[argv.index("--visits") + 1]) if "--visits" in argv else 2

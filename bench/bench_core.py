@@ -46,7 +46,7 @@ import bench_attach
 import bench_exporter
 from bench_exporter import EXPORTER_PORT, SCRAPES, bench_dir, drop_caches, nfs_mounts, scrape_times, status_kib, stop
 from bench_probes import event_lines, start, wait_for
-from lab_run import install_probekit, run_in_lab
+from lab_run import help_asked, install_probekit, run_in_lab
 
 ROUNDS = 3
 PARTS = ("startup", "exporter", "attach")
@@ -329,6 +329,8 @@ def prepare(lab: Any) -> None:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else ROUNDS
     parts = argv[argv.index("--parts") + 1].split(",") if "--parts" in argv else list(PARTS)
     unknown = [part for part in parts if part not in PARTS]

@@ -210,11 +210,13 @@ def parse(argv: List[str]) -> Tuple[Optional[str], str, int, bool, List[Tuple[st
 
 
 def main(argv: List[str]) -> int:
+    from lab_run import help_asked, install_probekit, run_in_lab
+    if help_asked(argv, __doc__):
+        return 0
     lab, kernel, runs, exporter, plan = parse(argv[1:])
     if "--in-guest" in argv:
         print(json.dumps(in_guest(plan, runs, exporter)))
         return 0
-    from lab_run import install_probekit, run_in_lab
     sampler = LoadSampler()
     sampler.start()
 

@@ -30,7 +30,7 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
-from lab_run import run_in_lab
+from lab_run import help_asked, run_in_lab
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPORTER_PORT, NODE_PORT = 19912, 9101
@@ -245,6 +245,8 @@ def on_host(lab_name: Optional[str]) -> int:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     if "--in-guest" in argv:
         print(json.dumps(in_guest()))
         return 0

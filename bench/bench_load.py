@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Tuple
 
 from bench_exporter import start, stop
 from bench_scale import parse_trees
-from lab_run import PROJECT, run_in_lab
+from lab_run import PROJECT, help_asked, run_in_lab
 
 sys.path.insert(0, PROJECT)  # in a guest the share's tree is not on sys.path by itself
 from probes.runtime import read_described  # noqa: E402
@@ -176,6 +176,8 @@ def report(res: Dict[str, Any]) -> str:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 1
     attaches = argv[argv.index("--attach") + 1].split(",") if "--attach" in argv else ["fentry"]
     if not set(attaches) <= {"fentry", "kprobes"}:

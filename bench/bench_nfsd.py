@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from bench_attach import attached_kinds
 from bench_probes import prog_stats
-from lab_run import PROJECT, install_probekit, run_in_lab
+from lab_run import PROJECT, help_asked, install_probekit, run_in_lab
 
 sys.path.insert(0, PROJECT)
 from labs.checks.nfsdtop.guest import server_counters  # noqa: E402
@@ -317,6 +317,8 @@ def options(argv: List[str]) -> Dict[str, Any]:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     try:
         opts = options(argv)
     except ValueError as exc:

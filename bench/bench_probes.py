@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from lab_run import run_in_lab
+from lab_run import help_asked, run_in_lab
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOUNTS = ("/mnt/nfs3", "/mnt/nfs42")
@@ -355,6 +355,8 @@ def on_host(lab_name: Optional[str], rounds: int, spec: Optional[str] = None) ->
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 100
     #: a probe spec for our tool (a path in the guest), e.g. to compare attach points
     spec = argv[argv.index("--spec") + 1] if "--spec" in argv else None

@@ -30,7 +30,7 @@ import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from bench_exporter import BASE, bench_dir, drop_caches, scrape_times, start, status_kib, stop, workload
-from lab_run import run_in_lab
+from lab_run import help_asked, run_in_lab
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MOUNTS = (1, 10, 50, 100)
@@ -197,6 +197,8 @@ def parse_trees(argv: List[str]) -> Dict[str, str]:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     if "--profile-here" in argv:
         print(profile_scrape(argv[argv.index("--profile-here") + 1:]))
         return 0

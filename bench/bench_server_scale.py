@@ -56,7 +56,7 @@ import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from bench_exporter import scrape_times, start, status_kib, stop
-from lab_run import PROJECT, run_in_lab
+from lab_run import PROJECT, help_asked, run_in_lab
 
 sys.path.insert(0, PROJECT)
 from labs.checks.nfsdtop.guest import exporter_ready, nfs_clients  # noqa: E402
@@ -533,6 +533,8 @@ def report(res: Dict[str, Any]) -> str:
 
 
 def main(argv: List[str]) -> int:
+    if help_asked(argv, __doc__):
+        return 0
     for what, measure in (("--nfsdtop-here", nfsdtop_frames), ("--exporter-here", exporter_phases)):
         if what in argv:
             args = [a for a in argv[argv.index(what) + 1:] if a != "--profile"]

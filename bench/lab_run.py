@@ -9,9 +9,18 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def help_asked(argv: Sequence[str], doc: Optional[str]) -> bool:
+    """-h or --help: the script's docstring (what it measures, its options and examples) printed,
+    and nothing booted."""
+    if "-h" not in argv and "--help" not in argv:
+        return False
+    print((doc or "").strip())
+    return True
 
 
 def run_in_lab(lab_name: Optional[str], name: str, guest_command: Union[str, Callable[[], str]], timeout: int,
