@@ -8,7 +8,9 @@
 #include <uapi/linux/ptrace.h>
 
 #define CFG(name) CFG_##name
-#define P(point, name) P_##point##_##name
+/* point p's setting: P_<p>_<name>, chosen by generate.point_selectors (p is a constant once the
+ * probe's functions are inlined) */
+#define P(point, name) P_##name(point)
 #define SIZE(map) SIZE_##map
 #define FLAGS(map) FLAGS_##map
 
@@ -55,7 +57,7 @@ static __always_inline s64 current_call(void)
 }
 
 /* parameter n of a kprobe's function (x86-64 registers), 0 past the sixth */
-static __always_inline u64 kprobe_arg(struct pt_regs *ctx, u32 n)
+static __always_inline u64 kprobe_param(struct pt_regs *ctx, u64 n)
 {
     switch (n) {
     case 0: return PT_REGS_PARM1(ctx);
@@ -68,10 +70,12 @@ static __always_inline u64 kprobe_arg(struct pt_regs *ctx, u32 n)
     return 0;
 }
 
+/* the parameter that point p's setting `name` numbers */
+#define kprobe_arg(ctx, p, name) kprobe_param(ctx, P(p, name))
 #define kprobe_ret(ctx) ((s64)PT_REGS_RC(ctx))
 /* a trampoline's context is the arguments, then (fexit) the return value */
-#define fentry_arg(ctx, n) ((u64)(ctx)[n])
-#define fexit_ret(ctx, nargs) ((s64)(ctx)[nargs])
+#define fentry_arg(ctx, p, name) ((u64)(ctx)[P(p, name)])
+#define fexit_ret(ctx, p) ((s64)(ctx)[P(p, nargs)])
 
 /* bcc finds programs by their names (kfunc__MODULE__FUNCTION attaches itself; probes.bcc_backend
  * attaches the others by name), not by section */

@@ -33,6 +33,8 @@ char LICENSE[] SEC("license") = "GPL";
         v_; \
     })
 #define CFG(name) SETTING(__builtin_offsetof(struct cfg, name), sizeof(((struct cfg *)0)->name))
+/* point may be a function's parameter: every caller passes a constant, and the immediate is
+ * computed once the function is inlined */
 #define P(point, name) SETTING(__builtin_offsetof(struct cfg, points[point].name), sizeof(u32))
 #define SIZE(map) 1
 #define FLAGS(map) 0
@@ -145,7 +147,7 @@ static __always_inline s64 current_call(void)
 }
 
 /* parameter n of a kprobe's function (x86-64 calling convention), 0 past the sixth */
-static __always_inline u64 kprobe_arg(struct pt_regs *ctx, u32 n)
+static __always_inline u64 kprobe_param(struct pt_regs *ctx, u64 n)
 {
     u64 val = 0;
     u32 off;
@@ -162,6 +164,9 @@ static __always_inline u64 kprobe_arg(struct pt_regs *ctx, u32 n)
     return val;
 }
 
+/* the parameter that point p's setting `name` numbers */
+#define kprobe_arg(ctx, p, name) kprobe_param(ctx, P(p, name))
+
 static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
 {
     u64 val = 0;
@@ -171,34 +176,21 @@ static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
 
 /* A trampoline's context is its function's arguments (up to 12 on x86-64), then (fexit) the
  * return value: slot n is one load at offset 8n, as a program written for the prototype reads
- * it. n is a setting (an immediate the verifier knows), so it follows one case only; each case
- * is a load of its own in assembly because clang folds C loads into one at a computed address
- * (ctx + 8n), which the verifier refuses for a context pointer. (bpf_get_func_arg and
- * bpf_get_func_ret would take n at run time, at the cost of a bounds check and a round trip
- * through the stack on every read, and need 5.17.) */
-#define CTX_LOAD(val, ctx, off) asm volatile("%0 = *(u64 *)(%1 + " #off ")" : "=r"(val) : "r"(ctx))
-static __always_inline u64 trampoline_slot(u64 *ctx, u32 n)
-{
-    u64 val = 0;
-    switch (n) {
-    case 0: CTX_LOAD(val, ctx, 0); break;
-    case 1: CTX_LOAD(val, ctx, 8); break;
-    case 2: CTX_LOAD(val, ctx, 16); break;
-    case 3: CTX_LOAD(val, ctx, 24); break;
-    case 4: CTX_LOAD(val, ctx, 32); break;
-    case 5: CTX_LOAD(val, ctx, 40); break;
-    case 6: CTX_LOAD(val, ctx, 48); break;
-    case 7: CTX_LOAD(val, ctx, 56); break;
-    case 8: CTX_LOAD(val, ctx, 64); break;
-    case 9: CTX_LOAD(val, ctx, 72); break;
-    case 10: CTX_LOAD(val, ctx, 80); break;
-    case 11: CTX_LOAD(val, ctx, 88); break;
-    case 12: CTX_LOAD(val, ctx, 96); break;
-    }
-    return val;
-}
+ * it (the verifier refuses a context load at a computed offset). n is a setting: the object
+ * holds a placeholder like SETTING's, marked CTX_MARK, before a load at offset 0, and the
+ * loader writes 8n into the load's offset and turns the placeholder into two no-op jumps, which
+ * the verifier removes (probes.generate_core.settings_inlined). */
+#define CTX_SLOT(ctx, off) \
+    ({ \
+        u64 v_, m_; \
+        asm volatile("%0 = %2 ll\n\t%1 = *(u64 *)(%3 + 0)" \
+                     : "=&r"(m_), "=r"(v_) \
+                     : "i"(((u64)CTX_MARK << 32) | ((u64)(off) << 8) | sizeof(u32)), "r"(ctx)); \
+        v_; \
+    })
 
-#define fentry_arg(ctx, n) trampoline_slot(ctx, n)
-#define fexit_ret(ctx, nargs) ((s64)trampoline_slot(ctx, nargs))
+/* the parameter that point p's setting `name` numbers, and the return value (after its nargs) */
+#define fentry_arg(ctx, p, name) CTX_SLOT(ctx, __builtin_offsetof(struct cfg, points[p].name))
+#define fexit_ret(ctx, p) ((s64)CTX_SLOT(ctx, __builtin_offsetof(struct cfg, points[p].nargs)))
 
 #define PROGRAM(name, section, ...) SEC(section) int name(__VA_ARGS__)

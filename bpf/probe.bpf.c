@@ -198,22 +198,24 @@ static __always_inline u64 read_ptr(u64 addr)
     return val;
 }
 
-/* a value reached from `val` through up to three pointer reads at these offsets; with `addr`
- * the last offset is added, not read (the address of a member held inside its struct) */
-static __always_inline u64 follow(u64 val, u32 n, u32 addr, u32 off0, u32 off1, u32 off2)
-{
-    if (n > 0)
-        val = (n == 1 && addr) ? val + off0 : read_ptr(val + off0);
-    if (n > 1)
-        val = (n == 2 && addr) ? val + off1 : read_ptr(val + off1);
-    if (n > 2)
-        val = addr ? val + off2 : read_ptr(val + off2);
-    return val;
-}
+/* one step of an argument source: the member at `off` of the struct at `val`, read (a pointer),
+ * or with `addr` its address */
+#define STEP(val, addr, off) ((addr) ? (val) + (off) : read_ptr((val) + (off)))
 
-/* point p's argument source i, from the parameter value `param` */
+/* point p's argument source i, from the parameter value `param`: up to three steps. Each setting
+ * is taken where it is used, so that on CO-RE the verifier drops the steps a point has not, with
+ * their settings, and no setting is held across a helper call (bcc's compiler folds them all). */
 #define ARG(p, i, param) \
-    follow(param, P(p, a##i##_n), P(p, a##i##_addr), P(p, a##i##_off0), P(p, a##i##_off1), P(p, a##i##_off2))
+    ({ \
+        u64 arg_ = (param); \
+        if (P(p, a##i##_n) > 0) \
+            arg_ = STEP(arg_, P(p, a##i##_n) == 1 && P(p, a##i##_addr), P(p, a##i##_off0)); \
+        if (P(p, a##i##_n) > 1) \
+            arg_ = STEP(arg_, P(p, a##i##_n) == 2 && P(p, a##i##_addr), P(p, a##i##_off1)); \
+        if (P(p, a##i##_n) > 2) \
+            arg_ = STEP(arg_, P(p, a##i##_addr), P(p, a##i##_off2)); \
+        arg_; \
+    })
 
 /* the histogram slot of v: floor(log2 v) + 1, and 1 for 0 (bcc's bpf_log2l), so that slot k
  * holds [2^(k-1), 2^k - 1]: the readers and the exporter's buckets count on it */
@@ -256,8 +258,14 @@ static __always_inline const char *tp_string(void *ctx, u32 off, u32 size)
 /* point p's tracepoint field of role `role` */
 #define TPF(p, role) tp_field(ctx, P(p, t_##role##_off), P(p, t_##role##_size), P(p, t_##role##_signed))
 
+/* Functions below that time a point take its number `p` and read its settings where they use
+ * them (P(p, id): the point's id as user space numbers it, in map keys and in-flight slots;
+ * P(p, slot): its start slot in the thread's task storage; P(p, op)): every caller passes a
+ * constant, so on CO-RE each use is an immediate of its own and no setting is held in a
+ * register, or spilled, across a helper call. */
+
 /* 1 when the slot took the start (the caller stores nothing else) */
-static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct start_val *v)
+static __always_inline int inflight_start(u64 id, u32 p, struct start_val *v)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = MAP_LOOKUP(inflight, &idx);
@@ -265,7 +273,7 @@ static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct star
     if (!slot)
         return 0;
     if (slot->s.ts) {
-        if (slot->tid == (u32)id && slot->point != point && slot->call == call)
+        if (slot->tid == (u32)id && slot->point != P(p, id) && slot->call == call)
             return 0;  /* nested inside this thread's outer operation */
         if (slot->tid != (u32)id) {
             count(COUNTER_INFLIGHT_LOST);
@@ -276,18 +284,18 @@ static __always_inline int inflight_start(u64 id, u32 point, u32 op, struct star
      * (the kernel skips a program while its CPU's BPF guard is held) */
     slot->s = *v;
     slot->tid = (u32)id;
-    slot->op = op;
-    slot->point = point;
+    slot->op = P(p, op);
+    slot->point = P(p, id);
     slot->call = call;
     return 1;
 }
 
-/* 1 when this thread's slot held the start of `point` (copied to *out, slot freed) */
-static __always_inline int inflight_end(u64 id, u32 point, struct start_val *out)
+/* 1 when this thread's slot held the start of point p (copied to *out, slot freed) */
+static __always_inline int inflight_end(u64 id, u32 p, struct start_val *out)
 {
     u32 idx = (u32)id & (INFLIGHT_SLOTS - 1);
     struct inflight_slot *slot = MAP_LOOKUP(inflight, &idx);
-    if (!slot || !slot->s.ts || slot->tid != (u32)id || slot->point != point)
+    if (!slot || !slot->s.ts || slot->tid != (u32)id || slot->point != P(p, id))
         return 0;
     *out = slot->s;
     slot->s.ts = 0;
@@ -330,34 +338,32 @@ static __always_inline void name_of(char *dst, u64 ptr, u32 ptr_kind)
         bpf_probe_read_kernel_str(dst, NAME_LEN, (void *)name);
 }
 
-/* `point`: the point's id as user space numbers it (map keys, in-flight slots); `slot`: its
- * start slot in the thread's task storage */
-static __always_inline void task_start(u32 point, u32 slot, u32 op, struct start_val *v)
+static __always_inline void task_start(u32 p, struct start_val *v)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct task_starts *t;
     if (!want_task(id, v))
         return;
     v->ts = bpf_ktime_get_ns();
-    if (CFG(want_inflight) && inflight_start(id, point, op, v))
+    if (CFG(want_inflight) && inflight_start(id, p, v))
         return;
     if (CFG(task_storage)) {
         t = MAP_TASK_STORAGE_GET(task_starts, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-        if (!t || slot >= NSLOTS) {
-            count(COUNTER_UNTIMED + op);
+        if (!t || P(p, slot) >= NSLOTS) {
+            count(COUNTER_UNTIMED + P(p, op));
             return;
         }
-        t->at[slot] = *v;
+        t->at[P(p, slot)] = *v;
     } else {
-        struct start_key k = {.tid = (u32)id, .point = point};
+        struct start_key k = {.tid = (u32)id, .point = P(p, id)};
         if (MAP_UPDATE(starts, &k, v))
-            count(COUNTER_UNTIMED + op);
+            count(COUNTER_UNTIMED + P(p, op));
     }
 }
 
 /* zeroed first: the record goes to user space whole, padding and unused name bytes included */
-static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const char *comm, u64 cgroup,
-                                       u64 now, u64 delta, struct start_val *s, u32 ptr_kind, const char *name)
+static __always_inline void fill_event(struct event *e, u32 p, u32 pid, const char *comm, u64 cgroup,
+                                       u64 now, u64 delta, struct start_val *s, const char *name)
 {
     __builtin_memset(e, 0, sizeof(*e));
     e->end_ns = now;
@@ -365,14 +371,14 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
     e->bytes = s->bytes;
     e->offset = s->offset;
     e->fileid = s->fileid;
-    e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);
+    e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, P(p, ptr_kind)) : 0);
     e->cgroup = cgroup;
     /* the inode number (NFS: the fileid) of a file-timed operation: user space names the
      * tracepoint-timed lines of the same inode (fsync, getattr) from it */
-    if (!e->fileid && s->ptr && ptr_kind == PTR_FILE)
+    if (!e->fileid && s->ptr && P(p, ptr_kind) == PTR_FILE)
         e->fileid = file_ino(s->ptr);
     e->pid = pid;
-    e->op = op;
+    e->op = P(p, op);
     if (comm)
         __builtin_memcpy(e->comm, comm, COMM_LEN);
     else
@@ -380,7 +386,7 @@ static __always_inline void fill_event(struct event *e, u32 op, u32 pid, const c
     if (name)
         bpf_probe_read_kernel_str(e->name, NAME_LEN, name);
     else if (s->ptr)
-        name_of(e->name, s->ptr, ptr_kind);
+        name_of(e->name, s->ptr, P(p, ptr_kind));
 }
 
 /* the cgroup id an admitted series is keyed by: the first SIZE(cgroup_ids) seen, else 0 */
@@ -403,30 +409,32 @@ static __always_inline struct server_request *current_request(void)
 }
 
 /* the bytes a read or write inside the thread's NFS server request moved */
-static __always_inline void server_bytes(u32 op, u64 bytes)
+static __always_inline void server_bytes(u32 p, u64 bytes)
 {
     struct server_request *r = current_request();
     if (!r)
         return;
-    if (op == CFG(op_read))
+    if (P(p, op) == CFG(op_read))
         r->rd_bytes += bytes;
-    else if (op == CFG(op_write))
+    else if (P(p, op) == CFG(op_write))
         r->wr_bytes += bytes;
 }
 
-/* one finished operation: a sane delta feeds the histograms and, above the threshold, one
- * event (`name`: the file or RPC name where an event field has it, read only for printed
- * events). `comm` and `cgroup` are the starting task's when the end runs in another task
+/* one finished operation of point p: a sane delta feeds the histograms and, above the
+ * threshold, one event (`name`: the file or RPC name where an event field has it, read only for
+ * printed events). `comm` and `cgroup` are the starting task's when the end runs in another task
  * (async), else comm is 0 and the current task's are taken. */
-static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm, u64 cgroup, u64 now,
-                                   u64 delta, struct start_val *s, u32 ptr_kind, const char *name)
+static __always_inline void record(void *ctx, u32 p, u32 pid, const char *comm, u64 cgroup, u64 now,
+                                   u64 delta, struct start_val *s, const char *name)
 {
     u64 task_cgroup = comm ? cgroup : bpf_get_current_cgroup_id();
     if (CFG(want_server))
-        server_bytes(op, s->bytes);
+        server_bytes(p, s->bytes);
     if (CFG(want_dist)) {
-        struct dist_key dk = {.op = op, .slot = log2_slot(delta / CFG(dist_unit_ns))};
-        struct total_key tk = {.op = op};
+        /* the exporter counts in ns: no division (on CO-RE a divisor is a setting, not folded) */
+        u64 in_unit = CFG(dist_unit_ns) == 1 ? delta : delta / CFG(dist_unit_ns);
+        struct dist_key dk = {.op = P(p, op), .slot = log2_slot(in_unit)};
+        struct total_key tk = {.op = P(p, op)};
         struct op_total none = {};
         struct op_total *total;
         u64 zero = 0, *n;
@@ -446,7 +454,7 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
         if (n)
             __sync_fetch_and_add(n, 1);
         else
-            count(COUNTER_UNTIMED + op);  /* a full histogram map: counted, never dropped unseen */
+            count(COUNTER_UNTIMED + P(p, op));  /* a full histogram map: counted, never dropped unseen */
         total = MAP_LOOKUP(op_totals, &tk);
         if (!total) {
             MAP_INSERT(op_totals, &tk, &none);
@@ -459,8 +467,8 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
         }
     }
     if (CFG(want_top)) {
-        struct top_key tk = {.tgid = pid, .op = op};
-        struct top_hist_key hk = {.tgid = pid, .op = op, .slot = log2_slot(delta / 1000)};
+        struct top_key tk = {.tgid = pid, .op = P(p, op)};
+        struct top_hist_key hk = {.tgid = pid, .op = P(p, op), .slot = log2_slot(delta / 1000)};
         struct top_val zero = {};
         struct top_val *tv;
         u64 one = 1, *hn;
@@ -497,7 +505,7 @@ static __always_inline void record(void *ctx, u32 op, u32 pid, const char *comm,
             count(COUNTER_LOST_EVENTS);
             return;
         }
-        fill_event(e, op, pid, comm, task_cgroup, now, delta, s, ptr_kind, name);
+        fill_event(e, p, pid, comm, task_cgroup, now, delta, s, name);
         MAP_RINGBUF_SUBMIT(events, e, BPF_RB_NO_WAKEUP);
     }
 }
@@ -514,32 +522,31 @@ static __always_inline int sane_delta(u64 start, u64 now)
 }
 
 /* end of a same-thread operation; bytes_at_end >= 0 replaces the entry's byte count */
-static __always_inline void task_end(void *ctx, u32 point, u32 slot, u32 op, s64 bytes_at_end, u32 ptr_kind,
-                                     const char *name)
+static __always_inline void task_end(void *ctx, u32 p, s64 bytes_at_end, const char *name)
 {
     u64 id = bpf_get_current_pid_tgid();
     u64 now = bpf_ktime_get_ns();
     struct start_val s = {};
     int held = 0;
     if (CFG(want_inflight))
-        held = inflight_end(id, point, &s);
+        held = inflight_end(id, p, &s);
     if (!held) {
         if (CFG(task_storage)) {
             struct start_val *found;
             /* created if absent: NULL then means busy (counted), not a task that never started */
             struct task_starts *t = MAP_TASK_STORAGE_GET(task_starts, bpf_get_current_task_btf(), 0,
                                                          BPF_LOCAL_STORAGE_GET_F_CREATE);
-            if (!t || slot >= NSLOTS) {
-                count(COUNTER_UNTIMED + op);
+            if (!t || P(p, slot) >= NSLOTS) {
+                count(COUNTER_UNTIMED + P(p, op));
                 return;
             }
-            found = &t->at[slot];
+            found = &t->at[P(p, slot)];
             if (found->ts == 0)
                 return;
             s = *found;
             found->ts = 0;
         } else {
-            struct start_key k = {.tid = (u32)id, .point = point};
+            struct start_key k = {.tid = (u32)id, .point = P(p, id)};
             struct start_val *found = MAP_LOOKUP(starts, &k);
             if (!found)
                 return;
@@ -551,10 +558,10 @@ static __always_inline void task_end(void *ctx, u32 point, u32 slot, u32 op, s64
         return;
     if (bytes_at_end >= 0)
         s.bytes = bytes_at_end;
-    record(ctx, op, (u32)(id >> 32), 0, 0, now, now - s.ts, &s, ptr_kind, name);
+    record(ctx, p, (u32)(id >> 32), 0, 0, now, now - s.ts, &s, name);
 }
 
-static __always_inline void async_start(struct async_key *k, u32 op, struct start_val *s, const char *name)
+static __always_inline void async_start(struct async_key *k, u32 p, struct start_val *s, const char *name)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct async_val v = {};
@@ -569,17 +576,17 @@ static __always_inline void async_start(struct async_key *k, u32 op, struct star
     if (name)
         bpf_probe_read_kernel_str(v.name, NAME_LEN, name);
     if (MAP_UPDATE(async_starts, k, &v))
-        count(COUNTER_UNTIMED + op);
+        count(COUNTER_UNTIMED + P(p, op));
 }
 
-/* `watch`: a start tracked in flight only (an RPC beneath the operations asked): it leaves
- * the in-flight view, and nothing is recorded */
-static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s64 bytes_at_end, u32 watch)
+/* a watched point's start (P(p, watch): an RPC beneath the operations asked) was tracked in
+ * flight only: it leaves the in-flight view, and nothing is recorded */
+static __always_inline void async_end(void *ctx, struct async_key *k, u32 p, s64 bytes_at_end)
 {
     struct async_val *found;
     struct async_val v;
     u64 now;
-    if (watch) {
+    if (P(p, watch)) {
         MAP_DELETE(async_starts, k);
         return;
     }
@@ -593,7 +600,7 @@ static __always_inline void async_end(void *ctx, struct async_key *k, u32 op, s6
         return;
     if (bytes_at_end >= 0)
         v.s.bytes = bytes_at_end;
-    record(ctx, op, v.pid, v.comm, v.cgroup, now, now - v.s.ts, &v.s, PTR_NONE, v.name[0] ? v.name : 0);
+    record(ctx, p, v.pid, v.comm, v.cgroup, now, now - v.s.ts, &v.s, v.name[0] ? v.name : 0);
 }
 
 /* `addr`: the kernel address of the client's struct sockaddr_storage; `proc`: the procedure's
@@ -620,7 +627,7 @@ static __always_inline void server_start(u64 addr, u64 proc, u64 prog, u64 vers)
         bpf_probe_read_kernel(&r.k.vers, sizeof(r.k.vers), (void *)vers);
     r.ts = bpf_ktime_get_ns();
     if (MAP_UPDATE(requests, &tid, &r))
-        count(COUNTER_UNTIMED + CFG(op_rpc));
+        count(COUNTER_UNTIMED + (u32)CFG(op_rpc));
 }
 
 /* one request's or operation's service: counted, timed and its bytes added under its key
@@ -666,7 +673,7 @@ static __always_inline void server_end(void)
     if (!sane_delta(r.ts, now))
         return;
     hk.k = r.k;
-    server_record(&hk, now - r.ts, r.rd_bytes, r.wr_bytes, COUNTER_UNTIMED + CFG(op_rpc));
+    server_record(&hk, now - r.ts, r.rd_bytes, r.wr_bytes, COUNTER_UNTIMED + (u32)CFG(op_rpc));
 }
 
 /* the end of one NFSv4 operation inside the thread's COMPOUND (the kernel's tracepoint after
@@ -696,7 +703,7 @@ static __always_inline void server_operation(const char *name)
     r->op_wr = r->wr_bytes;
     if (!sane_delta(from, now))
         return;
-    server_record(&hk, now - from, rd_bytes, wr_bytes, COUNTER_UNTIMED + CFG(op_v4op));
+    server_record(&hk, now - from, rd_bytes, wr_bytes, COUNTER_UNTIMED + (u32)CFG(op_v4op));
 }
 
 /* fh_verify's entry: the file handle (struct svc_fh *) it verifies for the thread's request */
@@ -727,38 +734,38 @@ static __always_inline void server_fh(u64 fh)
     } while (0)
 
 /* The bodies of the generated programs, one per kind of attach point end. `p` is the
- * point's number in the settings; `GET(ctx, i)` reads parameter i (kprobe_arg, fentry_arg). */
+ * point's number in the settings; `GET(ctx, p, name)` reads the parameter P(p, name) numbers
+ * (kprobe_arg, fentry_arg). */
 
 /* a timed function point's entry: its file or dentry (source 0) and offset (source 1) */
 #define TIMED_ENTRY(p, GET) \
     do { \
         struct start_val v_ = {}; \
         if (P(p, a0_param) != NO_PARAM) \
-            v_.ptr = ARG(p, 0, GET(ctx, P(p, a0_param))); \
+            v_.ptr = ARG(p, 0, GET(ctx, p, a0_param)); \
         if (P(p, a1_param) != NO_PARAM) \
-            v_.offset = ARG(p, 1, GET(ctx, P(p, a1_param))); \
+            v_.offset = ARG(p, 1, GET(ctx, p, a1_param)); \
         if (CFG(dev_at_entry) && v_.ptr) \
             v_.dev = dev_of(v_.ptr, P(p, ptr_kind)); \
-        task_start(P(p, id), P(p, slot), P(p, op), &v_); \
+        task_start(p, &v_); \
     } while (0)
 
 /* a timed function point's end; `ret`: the function's return value */
 #define TIMED_EXIT(p, ret) \
-    task_end(ctx, P(p, id), P(p, slot), P(p, op), P(p, ret_bytes) ? ((ret) > 0 ? (ret) : 0) : -1, \
-             P(p, ptr_kind), 0)
+    task_end(ctx, p, P(p, ret_bytes) ? ((ret) > 0 ? (ret) : 0) : -1, 0)
 
 /* an NFS server request's entry: the client's address (source 0), the procedure's name (1),
  * the request's RPC program (2) and version (3) */
 #define REQUEST_ENTRY(p, GET) \
-    server_start(ARG(p, 0, GET(ctx, P(p, a0_param))), \
-                 P(p, a1_param) != NO_PARAM ? ARG(p, 1, GET(ctx, P(p, a1_param))) : 0, \
-                 P(p, a2_param) != NO_PARAM ? ARG(p, 2, GET(ctx, P(p, a2_param))) : 0, \
-                 P(p, a3_param) != NO_PARAM ? ARG(p, 3, GET(ctx, P(p, a3_param))) : 0)
+    server_start(ARG(p, 0, GET(ctx, p, a0_param)), \
+                 P(p, a1_param) != NO_PARAM ? ARG(p, 1, GET(ctx, p, a1_param)) : 0, \
+                 P(p, a2_param) != NO_PARAM ? ARG(p, 2, GET(ctx, p, a2_param)) : 0, \
+                 P(p, a3_param) != NO_PARAM ? ARG(p, 3, GET(ctx, p, a3_param)) : 0)
 
 #define REQUEST_EXIT(p) server_end()
 
 /* a request's context point (fh_verify): the handle (source 0) at entry, its export at return */
-#define CONTEXT_ENTRY(p, GET) server_fh(ARG(p, 0, GET(ctx, P(p, a0_param))))
+#define CONTEXT_ENTRY(p, GET) server_fh(ARG(p, 0, GET(ctx, p, a0_param)))
 #define CONTEXT_EXIT(p) SERVER_EXPORT(p)
 
 /* a tracepoint point's start: its fields by role, timed on the thread or (keyed) until the
@@ -773,9 +780,9 @@ static __always_inline void server_fh(u64 fh)
         if (P(p, keyed)) { \
             struct async_key k_ = {.point = P(p, id)}; \
             TP_KEYS(p, k_, key); \
-            async_start(&k_, P(p, op), &v_, tp_string(ctx, P(p, t_name_off), P(p, t_name_size))); \
+            async_start(&k_, p, &v_, tp_string(ctx, P(p, t_name_off), P(p, t_name_size))); \
         } else { \
-            task_start(P(p, id), P(p, slot), P(p, op), &v_); \
+            task_start(p, &v_); \
         } \
     } while (0)
 
@@ -788,9 +795,8 @@ static __always_inline void server_fh(u64 fh)
         if (P(p, keyed)) { \
             struct async_key k_ = {.point = P(p, id)}; \
             TP_KEYS(p, k_, exit_key); \
-            async_end(ctx, &k_, P(p, op), bytes_, P(p, watch)); \
+            async_end(ctx, &k_, p, bytes_); \
         } else { \
-            task_end(ctx, P(p, id), P(p, slot), P(p, op), bytes_, PTR_NONE, \
-                     tp_string(ctx, P(p, t_exit_name_off), P(p, t_exit_name_size))); \
+            task_end(ctx, p, bytes_, tp_string(ctx, P(p, t_exit_name_off), P(p, t_exit_name_size))); \
         } \
     } while (0)

@@ -16,7 +16,7 @@ from pathlib import Path
 from discover.spec import SERVER_OPS
 from probes.layout import KernelLayout
 from probes.model import (COMM_LEN, COUNTERS, INFLIGHT_SLOTS, MAX_LAT_NS, NAME_LEN, NO_PARAM, PROC_LEN, PTR_KINDS,
-                          Point, Probe, Tool, check_tool, event_c_struct, map_flags, map_sizes,
+                          Point, Probe, Tool, check_tool, event_c_struct, map_flags, map_sizes, off_point,
                           plan_point, points_of, probe_settings, program_ops)
 from probes.select import Chosen
 
@@ -88,6 +88,17 @@ def types(nkeys: int) -> List[str]:
     return [event_c_struct(), f"#define TP_KEYS(p, key_, kind) do {{ {keys} }} while (0)"]
 
 
+def point_selectors(ids: Sequence[int], nkeys: int) -> List[str]:
+    """bcc's P(p, name), one macro per setting: P_<id>_<name> of the point numbered p. The
+    probe's functions take a point's number and read its settings where they use them; each
+    caller passes a constant, which the compiler folds the choice with."""
+    out = []
+    for name, off in off_point(nkeys).items():
+        choice = "".join(f"(p) == {i} ? P_{i}_{name} : " for i in ids)
+        out.append(f"#define P_{name}(p) ({choice}{off})")
+    return out
+
+
 def define(name: str, value: int) -> str:
     suffix = "ULL" if value > 0x7FFFFFFF or name.endswith("_ns") or name.endswith("_NS") else ""
     return f"#define {name} {value}{suffix}"
@@ -136,7 +147,7 @@ def _function_bodies(p: int, point: AttachPoint, get: str, ret: str) -> Tuple[st
 #: per way of attaching a function point: (entry kind, exit kind, context type, parameter getter, return value)
 _FUNCTION_KINDS = {
     "kprobe": ("kprobe", "kretprobe", "struct pt_regs *ctx", "kprobe_arg", "kprobe_ret(ctx)"),
-    "fentry": ("fentry", "fexit", "unsigned long long *ctx", "fentry_arg", "fexit_ret(ctx, P({p}, nargs))"),
+    "fentry": ("fentry", "fexit", "unsigned long long *ctx", "fentry_arg", "fexit_ret(ctx, {p})"),
 }
 
 
@@ -230,7 +241,8 @@ def generate(chosen: Sequence[Chosen], tool: Tool, layout: Optional[KernelLayout
     tracepoints = tracepoint_programs([(p.id, p) for p in points if p.kind == "tracepoint"])
     programs += tracepoints
     attach += [("tracepoint", prog.target, prog.name) for prog in tracepoints]
-    text = bcc_spelling(c_text("bcc", defines, types(nkeys), programs), task_storage)
+    type_lines = types(nkeys) + point_selectors([point.id for point in points], nkeys)
+    text = bcc_spelling(c_text("bcc", defines, type_lines, programs), task_storage)
     by_ops = {prog.name: tuple(sorted({op for p in prog.points for op in program_ops(points[p], tool.server)}))
               for prog in programs}
     mountless = sorted({point.op for point, plan in zip(points, plans) if plan.mountless})

@@ -26,9 +26,18 @@ CFG_ALIGN = 8
 #: the upper half of a setting's placeholder (bpf/core.h's SETTING): a value no other 64-bit
 #: immediate of the probe has (it is no address, size or flag of the probe's)
 CFG_MARK = 0x7FC9E4D1
+#: the same for a trampoline context slot's placeholder (bpf/core.h's CTX_SLOT): the setting
+#: numbers the slot, whose offset the loader writes into the load that follows
+CTX_MARK = 0x7FC9E4D2
 #: BPF_LD | BPF_IMM | BPF_DW: the first of a 64-bit immediate load's two instructions
 _LD_IMM64 = 0x18
-_MARK_BYTES = CFG_MARK.to_bytes(4, "little")
+#: BPF_LDX | BPF_MEM | BPF_DW: the context slot's load
+_LDX_DW = 0x79
+#: BPF_JMP | BPF_JA with offset 0: a jump to the next instruction, which the verifier removes
+_NOP = bytes([0x05]) + bytes(7)
+#: the last slot of a trampoline's context (12 arguments, then the return value)
+_CTX_SLOTS = 13
+_MARKS = (CFG_MARK.to_bytes(4, "little"), CTX_MARK.to_bytes(4, "little"))
 
 
 class CorePoint(NamedTuple):
@@ -117,7 +126,7 @@ def generate_core(spec: Dict[str, Any]) -> CoreSource:
         for kind in (("fentry", "kprobe") if point.kind == "fentry" else ("kprobe",)):
             programs += function_programs(point.id, point, kind, function_program_names(point, kind))
     programs += tracepoint_programs([(p.id, p) for p in table.points if p.kind == "tracepoint"])
-    defines = constants(slots_needed(spec), table.nkeys) + [("CFG_MARK", CFG_MARK)]
+    defines = constants(slots_needed(spec), table.nkeys) + [("CFG_MARK", CFG_MARK), ("CTX_MARK", CTX_MARK)]
     type_lines = types(table.nkeys) + [cfg_c_struct(len(table.points), table.nkeys)]
     return CoreSource(c_text("core", defines, type_lines, programs), table, programs)
 
@@ -138,19 +147,35 @@ def cfg_bytes(table: CoreTable, settings: Mapping[str, int], chosen: Mapping[int
 def settings_inlined(insns: bytes, cfg: bytes) -> bytes:
     """A program's instructions with each setting's placeholder (a 64-bit immediate load whose
     upper half is CFG_MARK, its lower the setting's offset in `cfg` << 8 | its size) loading
-    the setting's value from `cfg` (cfg_bytes) instead. ValueError for a placeholder outside
-    `cfg`: an object built from another spec's tables."""
+    the setting's value from `cfg` (cfg_bytes) instead; a context slot's (CTX_MARK) turned into
+    two no-ops, and the value n written into the load after it as its offset 8n (a slot past
+    the context's, NO_PARAM, only stands where the verifier drops it: offset 0). ValueError for
+    a placeholder outside `cfg` (an object built from another spec's tables) or a slot's without
+    its load."""
     out = bytearray(insns)
-    at = insns.find(_MARK_BYTES)
-    while at >= 0:
-        start = at - 12  # the first instruction's opcode; its immediate's upper half is the second's imm
-        if start >= 0 and start % 8 == 0 and insns[start] == _LD_IMM64 and insns[start + 1] >> 4 == 0:
-            place = int.from_bytes(insns[start + 4:start + 8], "little")
-            offset, size = place >> 8, place & 0xFF
-            if size not in (4, 8) or offset % size or offset + size > len(cfg):
-                raise ValueError(f"a setting of {size} bytes at {offset} of a {len(cfg)}-byte struct cfg")
-            value = int.from_bytes(cfg[offset:offset + size], "little")
-            out[start + 4:start + 8] = (value & 0xFFFFFFFF).to_bytes(4, "little")
-            out[start + 12:start + 16] = (value >> 32).to_bytes(4, "little")
-        at = insns.find(_MARK_BYTES, at + 1)
+    for mark in _MARKS:
+        at = insns.find(mark)
+        while at >= 0:
+            start = at - 12  # the first instruction's opcode; its immediate's upper half is the second's imm
+            if start >= 0 and start % 8 == 0 and insns[start] == _LD_IMM64 and insns[start + 1] >> 4 == 0:
+                value = _setting(insns, start, cfg)
+                if mark == _MARKS[0]:
+                    out[start + 4:start + 8] = (value & 0xFFFFFFFF).to_bytes(4, "little")
+                    out[start + 12:start + 16] = (value >> 32).to_bytes(4, "little")
+                else:
+                    load = start + 16
+                    if insns[load:load + 1] != bytes([_LDX_DW]) or insns[load + 2:load + 4] != bytes(2):
+                        raise ValueError(f"a context slot's placeholder at instruction {start // 8} without its load")
+                    out[load + 2:load + 4] = (8 * value if value < _CTX_SLOTS else 0).to_bytes(2, "little")
+                    out[start:start + 16] = _NOP * 2
+            at = insns.find(mark, at + 1)
     return bytes(out)
+
+
+def _setting(insns: bytes, start: int, cfg: bytes) -> int:
+    """The value in `cfg` of the placeholder at byte `start`."""
+    place = int.from_bytes(insns[start + 4:start + 8], "little")
+    offset, size = place >> 8, place & 0xFF
+    if size not in (4, 8) or offset % size or offset + size > len(cfg):
+        raise ValueError(f"a setting of {size} bytes at {offset} of a {len(cfg)}-byte struct cfg")
+    return int.from_bytes(cfg[offset:offset + size], "little")

@@ -24,7 +24,7 @@ from discover.spec import OPS, load_spec
 from probes.build_core import build
 from probes.backend import Rejected
 from probes.core_backend import MODULE_TARGET_VERSION, CoreBackend
-from probes.generate_core import CFG_MARK, cfg_format, core_table, generate_core, settings_inlined, slots_needed
+from probes.generate_core import CFG_MARK, CTX_MARK, cfg_format, core_table, generate_core, settings_inlined, slots_needed
 from probes.model import CFG_FIELDS, Tool, point_fields
 from probes.objects import MIN_KERNEL
 from probes.kernelpkg import Elf
@@ -288,7 +288,7 @@ def test_a_watched_point_is_set_to_forget_its_end(spec: Dict[str, Any], profile:
     table = core_table(spec)
     watch = {table.points[core].op: values["watch"] for core, values in cfg_points_on(spec, backend._plan[2]).items()}
     assert watch == {"read": 0, "commit": 0, "rpc": 1}
-    assert "async_end(ctx, &k_, P(p, op), bytes_, P(p, watch));" in generate_core(spec).c_text
+    assert "async_end(ctx, &k_, p, bytes_);" in generate_core(spec).c_text
 
 
 def cfg_fields(npoints: int, nkeys: int) -> Dict[int, int]:
@@ -297,11 +297,11 @@ def cfg_fields(npoints: int, nkeys: int) -> Dict[int, int]:
     return {sum(sizes[:i]): size for i, size in enumerate(sizes)}
 
 
-def placeholders(insns: bytes) -> Dict[int, int]:
-    """Instruction index -> the lower half of each 64-bit immediate load marked CFG_MARK."""
+def placeholders(insns: bytes, mark: int = CFG_MARK) -> Dict[int, int]:
+    """Instruction index -> the lower half of each 64-bit immediate load marked `mark`."""
     out = {}
     for i in range(0, len(insns) - 8, 8):
-        if insns[i] == 0x18 and int.from_bytes(insns[i + 12:i + 16], "little") == CFG_MARK:
+        if insns[i] == 0x18 and int.from_bytes(insns[i + 12:i + 16], "little") == mark:
             out[i // 8] = int.from_bytes(insns[i + 4:i + 8], "little")
     return out
 
@@ -311,7 +311,9 @@ def test_every_setting_in_every_spec_object_is_written_from_its_field_of_cfg(fs:
     """Each use of a setting in each program is a placeholder naming a field of `struct cfg` at
     the offset and size cfg_format packs it (the C compiler's offsetof and the packer agree on
     every field: ext4's cfg was once packed 4 bytes short), and settings_inlined writes that
-    field's value there and changes no other byte."""
+    field's value there; a context slot's placeholder becomes two no-op jumps and writes 8 x its
+    setting into the offset of the load after it (0 past the context's 13 slots); no other byte
+    changes."""
     spec_path = SPEC.parent / f"{fs}.toml"
     table = core_table(load_spec(spec_path))
     fields = cfg_fields(len(table.points), table.nkeys)
@@ -330,8 +332,17 @@ def test_every_setting_in_every_spec_object_is_written_from_its_field_of_cfg(fs:
                 assert fields.get(offset) == size, (name, offset, size)
                 assert written[index * 8 + 4:index * 8 + 8] == (values[offset] & 0xFFFFFFFF).to_bytes(4, "little")
                 assert written[index * 8 + 12:index * 8 + 16] == (values[offset] >> 32).to_bytes(4, "little")
+            slots = placeholders(insns, CTX_MARK)
+            for index, place in slots.items():
+                offset, size = place >> 8, place & 0xFF
+                assert fields.get(offset) == size == 4, (name, offset, size)
+                assert written[index * 8:index * 8 + 16] == bytes([0x05]) + bytes(7) + bytes([0x05]) + bytes(7)
+                load = written[index * 8 + 16:index * 8 + 24]
+                assert load[0] == 0x79 and int.from_bytes(load[2:4], "little") == \
+                    (8 * values[offset] if values[offset] < 13 else 0), name
             # the two immediate halves: bytes 4-7 of the load's first instruction and of its second
             halves = {index * 8 + at for index in found for at in (4, 5, 6, 7, 12, 13, 14, 15)}
+            halves |= {index * 8 + at for index in slots for at in [*range(16), 18, 19]}
             same = [i for i in range(len(insns)) if i not in halves]
             assert bytes(written[i] for i in same) == bytes(insns[i] for i in same), name
     finally:
@@ -350,6 +361,21 @@ def test_a_placeholder_outside_cfg_is_refused_and_a_mark_elsewhere_left_alone() 
     # after an instruction that is no immediate load; a load's bytes 4 off an instruction's start
     for stray in (bytes(12) + mark, bytes(4) + load(0) + bytes(4)):
         assert settings_inlined(stray, bytes(8)) == stray
+
+
+def test_a_context_slot_is_one_load_at_its_settings_offset() -> None:
+    """A trampoline context slot's placeholder (bpf/core.h's CTX_SLOT) and the load after it
+    become two no-op jumps, which the verifier removes, and `r2 = *(u64 *)(r1 + 8n)`: one load,
+    as bcc's text reads the slot; a slot the context has not (NO_PARAM: where the verifier drops
+    the load) reads offset 0; a placeholder without its load is refused."""
+    mark = CTX_MARK.to_bytes(4, "little")
+    placeholder = bytes([0x18, 0x03, 0, 0]) + (4 << 8 | 4).to_bytes(4, "little") + bytes(4) + mark
+    load = bytes([0x79, 0x12, 0, 0]) + bytes(4)
+    nops = (bytes([0x05]) + bytes(7)) * 2
+    assert settings_inlined(placeholder + load, bytes(4) + (3).to_bytes(4, "little")) == nops + bytes([0x79, 0x12, 24, 0]) + bytes(4)
+    assert settings_inlined(placeholder + load, bytes(4) + (0xFFFFFFFF).to_bytes(4, "little")) == nops + load
+    with pytest.raises(ValueError, match="context slot's placeholder at instruction 0 without its load"):
+        settings_inlined(placeholder + bytes([0xb7, 0x02]) + bytes(6), bytes(8))
 
 
 def test_histogram_slots_are_bccs(tmp_path: Path) -> None:

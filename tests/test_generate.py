@@ -11,6 +11,7 @@ import copy
 import gzip
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any, Dict
 
@@ -206,7 +207,7 @@ def test_start_time_store_choice(spec: Dict[str, Any], profile_data: Dict[str, A
     end = template.split("static __always_inline void task_end(")[1].split("\n}\n")[0]
     assert "if (found->ts == 0)\n                return;" in end and "found->ts = 0;" in end
     # a thread's outermost start may sit in its in-flight slot instead: taken from there first
-    assert end.index("held = inflight_end(id, point, &s);") < end.index("if (!held) {")
+    assert end.index("held = inflight_end(id, p, &s);") < end.index("if (!held) {")
 
 
 def test_nested_operations_are_keyed_per_attach_point(spec: Dict[str, Any], profile_data: Dict[str, Any]) -> None:
@@ -222,6 +223,29 @@ def test_nested_operations_are_keyed_per_attach_point(spec: Dict[str, Any], prof
         assert values[f"P_{point.id}_id"] == values[f"P_{point.id}_slot"] == point.id
     template = (REPO / "bpf" / "probe.bpf.c").read_text()
     assert "u32 point;" in template.split("struct start_key {")[1].split("};")[0]
+
+
+def test_a_points_settings_are_chosen_by_its_number(spec: Dict[str, Any], profile_data: Dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """The probe's functions take a point's number and read its settings where they use them
+    (P(p, name)): bcc's text chooses P_<p>_<name> by that number, which the host's C compiler
+    evaluates here for every chosen point and setting."""
+    sel = select(spec, KernelFacts.from_profile(KernelProfile(profile_data)), ALL_OPS)
+    probe = generate(sel.chosen, Tool(dist=True, events=True), None, formats_of(profile_data))
+    values = defines(probe.c_text)
+    wanted = {(point.id, name[len(f"P_{point.id}_"):]): value for point in probe.points
+              for name, value in values.items() if name.startswith(f"P_{point.id}_")}
+    lines = [line for line in probe.c_text.splitlines() if re.match(r"#define P_", line)]
+    layer = next(line for line in (REPO / "bpf" / "bcc.h").read_text().splitlines() if line.startswith("#define P("))
+    prints = "".join(f'    printf("%u %s %llu\\n", {p}u, "{name}", (unsigned long long)P({p}, {name}));\n'
+                     for p, name in wanted)
+    source = tmp_path / "settings.c"
+    source.write_text("#include <stdio.h>\n" + "\n".join(lines + [layer]) + f"\nint main(void)\n{{\n{prints}}}\n")
+    subprocess.run(["clang", "-O2", "-o", str(tmp_path / "settings"), str(source)], check=True)
+    out = subprocess.run([str(tmp_path / "settings")], capture_output=True, text=True, check=True).stdout
+    chosen = {(int(p), name): int(value) for p, name, value in (line.split() for line in out.splitlines())}
+    assert len(probe.points) > 5 and len(wanted) > 100
+    assert chosen == wanted
 
 
 def test_event_decoding() -> None:
@@ -310,7 +334,7 @@ def test_filters_and_identity_in_the_generated_c(spec: Dict[str, Any], profile_d
     assert read["P_0_ptr_kind"] == PTR_KINDS["file"] and read["P_0_a0_param"] == 0 and read["P_0_a0_n"] == 0
     source = (REPO / "bpf" / "probe.bpf.c").read_text()
     assert "if (CFG(dev_at_entry) && v_.ptr)" in source and "v_.dev = TPF(p, dev);" in source
-    assert "e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, ptr_kind) : 0);" in source
+    assert "e->dev = s->dev ? s->dev : (s->ptr ? dev_of(s->ptr, P(p, ptr_kind)) : 0);" in source
     assert "e->cgroup = cgroup;" in source
     assert Tool(top=True, per_mount=True).dev_at_entry and Tool(mount_dev=57).dev_at_entry
     assert not Tool(events=True, cgroup_filter=True).dev_at_entry
@@ -350,7 +374,7 @@ def test_fentry_programs_read_the_trampolines_arguments() -> None:
     assert [p.kind for p in probe.points] == ["fentry"] and probe.attach == []
     assert 'PROGRAM(kfunc__vmlinux__vfs_read, "fentry/vfs_read", unsigned long long *ctx)' in probe.c_text
     assert 'PROGRAM(kretfunc__vmlinux__vfs_read, "fexit/vfs_read", unsigned long long *ctx)' in probe.c_text
-    assert "TIMED_ENTRY(0, fentry_arg);" in probe.c_text and "s64 ret = fexit_ret(ctx, P(0, nargs));" in probe.c_text
+    assert "TIMED_ENTRY(0, fentry_arg);" in probe.c_text and "s64 ret = fexit_ret(ctx, 0);" in probe.c_text
     assert defines(probe.c_text)["P_0_nargs"] == len(params)
     assert probe.programs == {"kfunc__vmlinux__vfs_read": ("read",), "kretfunc__vmlinux__vfs_read": ("read",)}
     # the same candidate without the check's consent: a kprobe pair on the same function
@@ -394,7 +418,7 @@ def test_rpcs_beneath_the_default_ops_are_tracked_in_flight_only(spec: Dict[str,
     assert values[f"P_{commit.id}_watch"] == 0 and values[f"P_{commit.id}_keyed"] == 1
     source = (REPO / "bpf" / "probe.bpf.c").read_text()
     end = source.split("static __always_inline void async_end(")[1].split("\n}\n")[0]
-    assert end.index("if (watch) {") < end.index("record(")
+    assert end.index("if (P(p, watch)) {") < end.index("record(")
     # asked for, the RPC layer is timed as before
     timed = generate(select(spec, facts, ["read", "rpc"]).chosen, Tool(events=True, inflight=True), None, formats)
     assert timed.watched == () and not any(v for k, v in defines(timed.c_text).items() if k.endswith("_watch"))

@@ -69,10 +69,10 @@ def statements(body: str) -> List[Tuple[int, str]]:
     """A program body's statements by the point they run for, with that number taken out."""
     out = []
     for statement in re.split(r"\n    (?=if \(P\(|TIMED|REQUEST|CONTEXT|s64 ret)", body):
-        numbers = set(re.findall(r"\((\d+)[,)]", statement))
+        numbers = set(re.findall(r"(?:\(|, )(\d+)[,)]", statement))
         assert len(numbers) <= 1, statement
         if numbers:
-            out.append((int(numbers.pop()), re.sub(r"\((\d+)([,)])", r"(#\2", statement)))
+            out.append((int(numbers.pop()), re.sub(r"(\(|, )(\d+)([,)])", r"\1#\3", statement)))
     return out
 
 
