@@ -1,6 +1,6 @@
 """What our probes add to an NFS read, tool against tool, one after the other in one guest.
 
-Three comparisons (--set):
+The comparisons (--set):
 - attach (default): ours with fentry/fexit, ours with kprobes (`--kprobes`) and Debian's
   nfsslower-bpfcc (kprobes), each at its default threshold (nothing printed). Needs bcc
   0.28+ and the nfs module's BTF for the fentry figure (trixie's bcc: the 6.12 lab;
@@ -13,6 +13,8 @@ Three comparisons (--set):
 - core-tree: the same two loaders run from the tree shared into the guest (no package built
   or installed: the CO-RE objects the host built last, `python -m probes.build_core`), to
   compare one object against another in one boot.
+- dist-tree: the same with nfsdist (each operation into its histogram and totals: the path the
+  exporter's programs take, where nfsslower's take the event's).
 - core-trees: nfsslower on core from each tree given (`--tree NAME=PATH`, paths in the share,
   each with its CO-RE objects built), the last against the first: one object against another
   on the same reads, without bcc's noise between them.
@@ -35,6 +37,7 @@ slows every program alike, and the ratio is of their BPF time per run.
   python3 bench/bench_attach.py --set identity   # nfsdist with and without --per-mount
   python3 bench/bench_attach.py --set core --visits 3  # the installed nfsslower, core against bcc
   python3 bench/bench_attach.py --set core-tree --together --lab NAME  # both loaders on each read
+  python3 bench/bench_attach.py --set dist-tree --together --lab NAME  # the same with nfsdist
   python3 bench/bench_attach.py --set core-trees --together --tree before=.before --tree after=.
   python3 bench/bench_attach.py --kernel 7.3     # another lab kernel
   python3 bench/bench_attach.py --lab NAME       # host: a lab that is already up
@@ -71,6 +74,8 @@ SETS: Dict[str, Tuple[Dict[str, List[str]], str, List[Tuple[str, str, Optional[f
              "TIME ", [("core", "bcc", 1.0)]),
     "core-tree": ({"core": OURS + ["-v", "--backend", "core"], "bcc": OURS + ["-v", "--backend", "bcc"]},
                   "TIME ", [("core", "bcc", 1.0)]),
+    "dist-tree": ({"core": DIST + ["-v", "--backend", "core", "99"], "bcc": DIST + ["-v", "--backend", "bcc", "99"]},
+                  "Tracing", [("core", "bcc", 1.0)]),
 }
 #: sets that run the installed package (the host installs it before the guest half)
 PACKAGED = {"core"}
