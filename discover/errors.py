@@ -341,10 +341,7 @@ def _signal_again(unraisable: Any) -> None:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
         again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
         again.daemon = True
-        try:
-            again.start()
-        except RuntimeError:  # the interpreter is shutting down: it ends anyway
-            pass
+        again.start()
         return
     sys.__unraisablehook__(unraisable)
 
