@@ -327,25 +327,6 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
     raise Terminated(signum)
 
 
-def _signal_again(unraisable: Any) -> None:
-    """sys.unraisablehook: a stop (SIGTERM, SIGHUP, Ctrl-C) whose handler ran inside a finalizer
-    (an object's __del__, e.g. a pipe's while a worker starts) raised there, where Python prints
-    "Exception ignored" and a traceback and goes on. The signal is sent again instead, a moment
-    later from a thread (sent here, its handler would run inside this hook, again unraisable), so
-    the command stops where it can unwind; any other unraisable exception is printed as Python
-    would."""
-    exc = unraisable.exc_value
-    if isinstance(exc, (Terminated, KeyboardInterrupt)):
-        import threading  # only for this rare path
-
-        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
-        again.daemon = True
-        again.start()
-        return
-    sys.__unraisablehook__(unraisable)
-
-
 def _message(exc: BaseException) -> tuple:
     """(exit code, message) for an exception reaching the boundary; None message = print nothing."""
     if isinstance(exc, UserError):
@@ -397,7 +378,6 @@ def run_cli(prog: str, entry: Union[click.Command, Callable[[], object]],
     click = sys.modules.get("click")
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_terminated)
-    sys.unraisablehook = _signal_again
     for var in ("COLUMNS", "LINES"):  # COLUMNS=0 would make rich print nothing: use the terminal's size
         value = os.environ.get(var, "1")
         if not value.isdigit() or int(value) == 0:
