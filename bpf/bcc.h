@@ -70,8 +70,6 @@ static __always_inline u64 kprobe_param(struct pt_regs *ctx, u64 n)
     return 0;
 }
 
-/* the parameter that point p's setting `name` numbers */
-#define kprobe_arg(ctx, p, name) kprobe_param(ctx, P(p, name))
 #define kprobe_ret(ctx) ((s64)PT_REGS_RC(ctx))
 /* a trampoline's context is the arguments, then (fexit) the return value */
 #define fentry_arg(ctx, p, name) ((u64)(ctx)[P(p, name)])

@@ -164,8 +164,6 @@ static __always_inline u64 kprobe_param(struct pt_regs *ctx, u64 n)
     return val;
 }
 
-/* the parameter that point p's setting `name` numbers */
-#define kprobe_arg(ctx, p, name) kprobe_param(ctx, P(p, name))
 
 static __always_inline s64 kprobe_ret(struct pt_regs *ctx)
 {

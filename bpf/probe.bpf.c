@@ -13,7 +13,7 @@
  * rewriter takes map calls only where they stand in the text, so they are never inside another
  * macro here, and bcc's emitter spells them as its methods), the field reads of kernel structs
  * (file_dentry, file_sb, file_ino, dentry_sb, dentry_name_ptr, sb_dev), the thread's system
- * call (current_call), a program's arguments (kprobe_arg, kprobe_ret, fentry_arg, fexit_ret)
+ * call (current_call), a program's arguments (kprobe_param, kprobe_ret, fentry_arg, fexit_ret)
  * and its declaration (PROGRAM). The generated text comes in two parts: constants before the
  * layer, types (`struct event`, the settings' structs, TP_KEYS) after it.
  */
@@ -732,6 +732,9 @@ static __always_inline void server_fh(u64 fh)
             } \
         } \
     } while (0)
+
+/* a kprobe's parameter that point p's setting `name` numbers (the layer's kprobe_param) */
+#define kprobe_arg(ctx, p, name) kprobe_param(ctx, P(p, name))
 
 /* The bodies of the generated programs, one per kind of attach point end. `p` is the
  * point's number in the settings; `GET(ctx, p, name)` reads the parameter P(p, name) numbers

@@ -37,7 +37,7 @@ _LDX_DW = 0x79
 _NOP = bytes([0x05]) + bytes(7)
 #: the last slot of a trampoline's context (12 arguments, then the return value)
 _CTX_SLOTS = 13
-_MARKS = (CFG_MARK.to_bytes(4, "little"), CTX_MARK.to_bytes(4, "little"))
+_CFG_MARK_BYTES, _CTX_MARK_BYTES = CFG_MARK.to_bytes(4, "little"), CTX_MARK.to_bytes(4, "little")
 
 
 class CorePoint(NamedTuple):
@@ -153,13 +153,13 @@ def settings_inlined(insns: bytes, cfg: bytes) -> bytes:
     a placeholder outside `cfg` (an object built from another spec's tables) or a slot's without
     its load."""
     out = bytearray(insns)
-    for mark in _MARKS:
+    for mark in (_CFG_MARK_BYTES, _CTX_MARK_BYTES):
         at = insns.find(mark)
         while at >= 0:
             start = at - 12  # the first instruction's opcode; its immediate's upper half is the second's imm
             if start >= 0 and start % 8 == 0 and insns[start] == _LD_IMM64 and insns[start + 1] >> 4 == 0:
                 value = _setting(insns, start, cfg)
-                if mark == _MARKS[0]:
+                if mark == _CFG_MARK_BYTES:
                     out[start + 4:start + 8] = (value & 0xFFFFFFFF).to_bytes(4, "little")
                     out[start + 12:start + 16] = (value >> 32).to_bytes(4, "little")
                 else:
