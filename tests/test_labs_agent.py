@@ -1,7 +1,9 @@
-"""The lab's agent client waits out a guest that stops answering for a while.
+"""The lab's agent client waits out a guest that stops answering for a while, and a forked
+child does not hold its connection.
 
 A real qemu-guest-agent (Debian's, the one in every lab image) listens on a unix socket
-on the host; SIGSTOP holds it as a host under load held a CI guest's vCPUs for 30 s.
+on the host; SIGSTOP holds it as a host under load held a CI guest's vCPUs for 30 s. Like
+QEMU's chardev in the lab, it serves one client at a time.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Iterator, List
 
 import pytest
 
-from labs.vm.agent import AgentUnreachable, run_command
+from labs.vm.agent import AgentUnreachable, GuestAgent, connect, run_command
 
 
 @pytest.fixture
@@ -65,3 +67,22 @@ def test_a_dead_guest_ends_the_wait_at_once(agent: subprocess.Popen, tmp_path: P
         run_command(tmp_path / "qga.sock", ["/bin/true"], timeout=30, on_poll=guest_died,
                     reply_timeout=0.5, patience=60.0)
     assert time.monotonic() - started < 5.0
+
+
+def test_a_child_forked_while_a_connection_was_open_does_not_hold_the_agent(agent: subprocess.Popen,
+                                                                           tmp_path: Path) -> None:
+    """In CI a unit test forks beside the lab's threads: a child that kept a copy of an open
+    connection kept the agent from taking the next one until it exited (seen: every connect of
+    a 6.12 job failing with EAGAIN for the whole patience)."""
+    first = GuestAgent(tmp_path / "qga.sock", timeout=2.0)
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        first.close()
+        with connect(tmp_path / "qga.sock", reply_timeout=1.0, patience=5.0) as second:
+            assert second.call("guest-ping") == {}
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

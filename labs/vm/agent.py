@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 import socket
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -43,12 +45,30 @@ class AgentUnreachable(AgentError):
     """Connecting or resynchronising failed: no request was sent, so trying again is safe."""
 
 
+#: the connections open in this process. QEMU's chardev (and qemu-ga's unix-listen) serves one
+#: client at a time and takes the next only once the last copy of a connection is closed: a
+#: child forked while one was open (in CI a unit test forks beside the lab's threads) would keep
+#: every later connect waiting in the listen queue (EAGAIN) for as long as it lives.
+_OPEN: "weakref.WeakSet[GuestAgent]" = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    """Drop a forked child's copies of the parent's connections (the parent's stay open)."""
+    for agent in list(_OPEN):
+        agent.sock.close()
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
 class GuestAgent:
     """One connection to one guest's agent."""
 
     def __init__(self, path: Path, timeout: float = 10.0) -> None:
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        _OPEN.add(self)
         self.sock.settimeout(timeout)
         self.buffer = b""
         try:
@@ -59,6 +79,7 @@ class GuestAgent:
             raise AgentUnreachable(f"guest agent at {path}: {exc}") from exc
 
     def close(self) -> None:
+        _OPEN.discard(self)
         self.sock.close()
 
     def __enter__(self) -> "GuestAgent":
