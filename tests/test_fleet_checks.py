@@ -24,14 +24,10 @@ RUN_4 = RUN.with_name("guest-run-4.json.gz")
 RUN_5 = RUN.with_name("guest-run-5.json.gz")
 #: a CI run whose `after` phase kept a tail: nfsdist's p90 there fell in heavy's log2 bucket
 RUN_6 = RUN.with_name("guest-run-6.json.gz")
-#: the run with client-a's copiers (NFSv4.2 COPY: the server's CPU busy, not only the link)
-RUN_7 = RUN.with_name("guest-run-7.json.gz")
 #: verdicts on what the runs before RUN_4 did not keep
 LATER = (fc.verify_recorded_p99_of_client_b_rose_under_load,)
 #: the server probe on bcc beside core: runs before the one kernel side had the server on bcc only
 ONE_KERNEL_SIDE = (fc.verify_core_and_bcc_count_alike,)
-#: client-a's copiers: the runs before RUN_7 loaded the server with reads and writes only
-COPIERS = (fc.verify_copies_ran_on_the_server,)
 
 
 def load(path: Path) -> Dict[str, Any]:
@@ -51,65 +47,32 @@ FAILED_ON_THIS_RUN = (fc.verify_client_exporters_count_each_operation_once, fc.v
                       fc.verify_stuck_alert_names_the_server_and_both_mounts)
 
 
-@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in FAILED_ON_THIS_RUN + LATER + ONE_KERNEL_SIDE + COPIERS],
+@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in FAILED_ON_THIS_RUN + LATER + ONE_KERNEL_SIDE],
                          ids=lambda f: f.__name__[len("verify_"):])
 def test_the_lab_run_passes(data: Dict[str, Any], verify: Any) -> None:
     verify(data)
 
 
-@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in LATER + ONE_KERNEL_SIDE + COPIERS],
+@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in LATER + ONE_KERNEL_SIDE],
                          ids=lambda f: f.__name__[len("verify_"):])
 def test_the_later_run_passes_every_verdict(verify: Any) -> None:
     verify(load(RUN_3))
 
 
-@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in ONE_KERNEL_SIDE + COPIERS],
+@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in ONE_KERNEL_SIDE],
                          ids=lambda f: f.__name__[len("verify_"):])
 def test_the_ci_run_passes_every_verdict(verify: Any) -> None:
     verify(load(RUN_4))
 
 
-@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in COPIERS],
-                         ids=lambda f: f.__name__[len("verify_"):])
+@pytest.mark.parametrize("verify", fc.FLEET_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
 def test_the_one_kernel_side_run_passes_every_verdict(verify: Any) -> None:
     verify(load(RUN_5))
 
 
-@pytest.mark.parametrize("verify", [v for v in fc.FLEET_CHECKS if v not in COPIERS],
-                         ids=lambda f: f.__name__[len("verify_"):])
+@pytest.mark.parametrize("verify", fc.FLEET_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
 def test_the_run_with_a_tail_after_the_load_passes_every_verdict(verify: Any) -> None:
     verify(load(RUN_6))
-
-
-@pytest.mark.parametrize("verify", fc.FLEET_CHECKS, ids=lambda f: f.__name__[len("verify_"):])
-def test_the_run_with_copiers_passes_every_verdict(verify: Any) -> None:
-    verify(load(RUN_7))
-
-
-def test_the_copiers_kept_the_server_busy_for_client_b() -> None:
-    """With the server copying for client-a, client-b's recorded p99 on the server rose well
-    past the 1.5x NFSNoisyClient waits for, and the alert fired soon after heavy's 45 s."""
-    run = load(RUN_7)
-    assert fc.verify_copies_ran_on_the_server(run) == "892 files of 2 copiers, 888 NFSv4 COPY on the server"
-    assert fc.verify_recorded_p99_of_client_b_rose_under_load(run) == \
-        "client-b 10.77.0.3: recorded p99 3.3 ms at its lowest before heavy, 18.7 ms at the end of heavy"
-    assert fc.verify_rules_load_and_noisy_alert_fires_for_client_a_only(run) == \
-        "NFSNoisyClient firing for 10.77.0.2 54 s into heavy (for: 10s), never for 10.77.0.3; 11 rules healthy"
-
-
-def test_copies_the_client_made_itself_fail() -> None:
-    """A client that falls back to copying through itself (no COPY on the server) reads and
-    writes the files over the link: the copy verdict says so."""
-    run = load(RUN_7)
-    heavy, tool = fc.role(run, "heavy")["address"], fc.role(run, "server")["nfsdtop"]
-    records = [json.loads(line) for line in tool["lines"] if line.startswith("{")]
-    for record in records[1:]:
-        for pair in record["requests"]:
-            if pair["client"] == heavy and pair["proc"] == "COPY":
-                pair["proc"] = "READ"
-    tool["lines"] = [json.dumps(record) for record in records]
-    with pytest.raises(AssertionError, match="files copied, nfsdtop counted 0 COPY"):
-        fc.verify_copies_ran_on_the_server(run)
 
 
 def test_the_tail_after_the_load_is_in_the_p90_bucket_not_the_median() -> None:

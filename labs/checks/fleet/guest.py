@@ -30,8 +30,7 @@ stuck.fired, light.resumed, heavy.resumed). Each role prints one JSON document:
                         `heavy-load` role in the scope unit HEAVY_UNIT while the phase is heavy;
                         in the pause, timed reads as client-b's; /proc/net/rpc/nfs and the
                         exporter's scrape before and after
-  heavy-load            parallel O_DIRECT writers and readers, and copiers whose copies the server
-                        makes (NFSv4.2 COPY), until the phase is no longer heavy;
+  heavy-load            parallel O_DIRECT writers and readers until the phase is no longer heavy;
                         then, its document printed, it stays in its unit until its stdin closes
 
 The clients' NFSv3 requests are only their workloads' (nothing else touches /mnt/nfs3), and
@@ -69,9 +68,6 @@ BLOCK = 64 * 1024
 LIGHT_BLOCKS, LIGHT_GAP_S = 256, 0.1
 #: heavy: this many writers and readers, each on its own 8 MiB file in 256 KiB requests
 HEAVY_WRITERS, HEAVY_READERS, HEAVY_BLOCK, HEAVY_BLOCKS = 2, 2, 256 * 1024, 32
-#: and this many copiers, each copying its own 8 MiB file on the NFSv4.2 mount with
-#: copy_file_range: the server copies (NFSv4.2 COPY), its CPU and disk, not the link, busy
-HEAVY_COPIERS = 2
 #: seconds between two reads of the phase file where nothing else paces the loop
 POLL_S = 0.2
 #: the phases after which a workload stops
@@ -200,11 +196,6 @@ def fill(path: str, blocks: int, size: int) -> None:
         os.fsync(handle.fileno())
 
 
-def copy_dir() -> str:
-    """client-a's copiers' files: on the NFSv4.2 mount, where copy_file_range is a COPY."""
-    return os.path.join(MOUNTS["nfs42"], "work", "fleet-heavy-copy")
-
-
 def prepare(role: str) -> Dict[str, Any]:
     os.makedirs(work_dir(role), exist_ok=True)
     if role == "light":
@@ -212,9 +203,6 @@ def prepare(role: str) -> Dict[str, Any]:
     else:
         for index in range(HEAVY_WRITERS + HEAVY_READERS):
             fill(os.path.join(work_dir(role), f"heavy-{index}.bin"), HEAVY_BLOCKS, HEAVY_BLOCK)
-        os.makedirs(copy_dir(), exist_ok=True)
-        for index in range(HEAVY_COPIERS):
-            fill(os.path.join(copy_dir(), f"source-{index}.bin"), HEAVY_BLOCKS, HEAVY_BLOCK)
     return {"files": sorted(os.listdir(work_dir(role)))}
 
 
@@ -423,35 +411,13 @@ def heavy_worker(index: int, writer: bool, halt: Any, done: Any) -> None:
         done.put((index, writer, count))
 
 
-def heavy_copier(index: int, halt: Any, done: Any) -> None:
-    """One copier of its source file to its copy, whole file in turn, until halted."""
-    size = HEAVY_BLOCKS * HEAVY_BLOCK
-    source = os.open(os.path.join(copy_dir(), f"source-{index}.bin"), os.O_RDONLY)
-    copy = os.open(os.path.join(copy_dir(), f"copy-{index}.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
-    count = 0
-    try:
-        while not halt.is_set():
-            copied = 0
-            while copied < size:
-                moved = os.copy_file_range(source, copy, size - copied, copied, copied)
-                if moved <= 0:
-                    raise RuntimeError(f"copy_file_range moved {moved} bytes at {copied}")
-                copied += moved
-            count += 1
-    finally:
-        os.close(source)
-        os.close(copy)
-        done.put(("copier", index, count))
-
-
 def heavy_load() -> Dict[str, Any]:
-    """Parallel writers, readers and copiers (started in HEAVY_UNIT) for as long as the phase is heavy."""
+    """Parallel writers and readers (started in HEAVY_UNIT) for as long as the phase is heavy."""
     seen: List[List[Any]] = []
     fork = multiprocessing.get_context("fork")
     halt, done = fork.Event(), fork.Queue()
     workers = [fork.Process(target=heavy_worker, args=(i, i < HEAVY_WRITERS, halt, done))
                for i in range(HEAVY_WRITERS + HEAVY_READERS)]
-    workers += [fork.Process(target=heavy_copier, args=(i, halt, done)) for i in range(HEAVY_COPIERS)]
     for worker in workers:
         worker.start()
     try:
@@ -466,8 +432,7 @@ def heavy_load() -> Dict[str, Any]:
     with open("/proc/self/cgroup") as handle:
         cgroup = handle.read().strip().rpartition("::")[2]
     return {"seen": seen, "cgroup": cgroup,
-            "workers": [{"index": i, "writer": w, "requests": n} for i, w, n in sorted(op for op in ops if op[0] != "copier")],
-            "copies": [{"index": i, "files": n} for _, i, n in sorted(op for op in ops if op[0] == "copier")]}
+            "workers": [{"index": i, "writer": w, "requests": n} for i, w, n in sorted(ops)]}
 
 
 def heavy() -> Dict[str, Any]:

@@ -3,7 +3,7 @@
 nfsdtop by client and nfs-exporter --nfsd on the server throughout; client-b reads lightly and
 steadily, timing each read, under nfsdist and nfs-exporter, beside a Prometheus scraping the
 three exporters with the shipped rules; client-a, under nfs-exporter and nfstop by cgroup, runs
-parallel writers, readers and copiers in a scope unit in the `heavy` phase only, between `before` and
+parallel writers and readers in a scope unit in the `heavy` phase only, between `before` and
 `after` (a `drain` phase, excluded, waits for its workers to stop), and reads as client-b does
 in the `pause`, while the host keeps the server's QEMU stopped. The host paces the phases
 through a file in the results share; labs.checks.fleet.verdicts judges what the guests bring back.
